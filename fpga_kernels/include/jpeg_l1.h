@@ -19,7 +19,7 @@
 namespace nearprep_fpga {
 
 // Widest image the kernel's line buffers hold (wider: kStatusTooLarge).
-inline constexpr int kMaxWidth = 16384;
+constexpr int kMaxWidth = 16384;
 
 struct HuffTable {
   bool present = false;
@@ -100,14 +100,6 @@ bool IdctIfast(const int16_t coef[64], const int16_t qmul[64], uint8_t* out,
 
 // libjpeg's IFAST multiplier table for a quantisation table.
 void IfastMultipliers(const uint16_t qt[64], int16_t qmul[64]);
-
-// Full decode to RGB for tests and hosts: ParseJpegHeaders + DecodeScan +
-// PlanesToRgb with an internally sized scratch vector. `rgb` receives
-// height*width*3 bytes.
-uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values,
-                         int* height, int* width, uint8_t** rgb_owned,
-                         DecodeCycles* cycles);
-void FreeRgb(uint8_t* rgb);
 
 }  // namespace nearprep_fpga
 

@@ -15,7 +15,7 @@
 
 namespace nearprep_fpga {
 
-inline constexpr const char kKernelName[] = "nearprep_preprocess";
+constexpr const char kKernelName[] = "nearprep_preprocess";
 
 // Per-image status codes written by the kernel.
 enum KernelStatus : uint32_t {
@@ -46,8 +46,8 @@ struct KernelArg {
   const char* type;
   uint32_t size;  // bytes of the scalar / pointer
 };
-inline constexpr int kNumArgs = 7;
-inline constexpr KernelArg kKernelArgs[kNumArgs] = {
+constexpr int kNumArgs = 7;
+constexpr KernelArg kKernelArgs[kNumArgs] = {
     {"jpeg", 1, "M_AXI_GMEM0", "unsigned char*", 8},     // JPEG bytes (P2P target)
     {"desc", 1, "M_AXI_GMEM1", "unsigned int*", 8},      // per-image descriptors
     {"cfg", 1, "M_AXI_GMEM1", "unsigned int*", 8},       // job configuration
@@ -59,7 +59,7 @@ inline constexpr KernelArg kKernelArgs[kNumArgs] = {
 enum ArgIndex { kArgJpeg = 0, kArgDesc, kArgCfg, kArgOut, kArgStatus, kArgScratch, kArgNumImages };
 
 // Descriptor: kDescWords uint32 per image.
-inline constexpr int kDescWords = 16;
+constexpr int kDescWords = 16;
 enum DescWord {
   kDescJpegOffsetLo = 0, kDescJpegOffsetHi, kDescJpegSize,
   kDescFlags,            // kFlag* bits
@@ -68,12 +68,12 @@ enum DescWord {
   kDescCropY, kDescCropX, kDescCropH, kDescCropW,
   kDescOutOffsetLo, kDescOutOffsetHi,
 };
-inline constexpr uint32_t kFlagFlip = 1u << 0;
-inline constexpr uint32_t kFlagWholeImage = 1u << 1;  // crop = decoded size
-inline constexpr uint32_t kFlagSaturation = 1u << 2;
+constexpr uint32_t kFlagFlip = 1u << 0;
+constexpr uint32_t kFlagWholeImage = 1u << 1;  // crop = decoded size
+constexpr uint32_t kFlagSaturation = 1u << 2;
 
 // Configuration: kCfgWords uint32, shared by every image of a run.
-inline constexpr int kCfgWords = 24;
+constexpr int kCfgWords = 24;
 enum CfgWord {
   kCfgOutHeight = 0, kCfgOutWidth,
   kCfgDType,   // 0 f32, 1 f16, 2 bf16, 3 u8 (server/common/types.h DType)
@@ -86,11 +86,11 @@ enum CfgWord {
   kCfgJpegBytesLo, kCfgJpegBytesHi,  // bytes of the jpeg buffer
   kCfgOutBytesLo, kCfgOutBytesHi,    // bytes of the out buffer
 };
-inline constexpr uint32_t kCfgClip = 1u << 0;
-inline constexpr uint32_t kCfgNormalize = 1u << 1;
+constexpr uint32_t kCfgClip = 1u << 0;
+constexpr uint32_t kCfgNormalize = 1u << 1;
 
 // Status record: kStatusWords uint32 per image.
-inline constexpr int kStatusWords = 8;
+constexpr int kStatusWords = 8;
 enum StatusWord {
   kStCode = 0, kStHeight, kStWidth,
   kStCyclesEntropy,  // modelled cycles per stage (C simulation estimate)

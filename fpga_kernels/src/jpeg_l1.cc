@@ -4,8 +4,6 @@
 #include "jpeg_l1.h"
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "nearprep_kernel_abi.h"
 
@@ -94,6 +92,7 @@ struct BitReader {
   bool overrun = false;
 
   void Fill() {
+#pragma HLS INLINE
   fill_loop:
     for (int i = 0; i < 8 && nbits <= 56; ++i) {
 #pragma HLS PIPELINE II = 1
@@ -126,6 +125,7 @@ struct BitReader {
     }
   }
   uint32_t Peek(int n) {
+#pragma HLS INLINE
     if (nbits < n) Fill();
     return static_cast<uint32_t>(acc >> (nbits - n)) & ((1u << n) - 1);
   }
@@ -165,6 +165,7 @@ struct BitReader {
 
 // Returns the symbol, or -1 for a bad code (libjpeg: JWRN_HUFF_BAD_CODE).
 int DecodeHuff(BitReader& br, const HuffTable& t, uint64_t* symbols) {
+#pragma HLS INLINE
   ++*symbols;
   const uint32_t look = br.Peek(9);
   const uint16_t e = t.look[look];
@@ -443,7 +444,9 @@ markers:
         info->restart_interval = ReadU16(seg);
         break;
       case 0xEE:  // APP14: Adobe
-        if (n >= 12 && std::memcmp(seg, "Adobe", 5) == 0) {
+        // Byte compares, not memcmp: a library call has no hardware.
+        if (n >= 12 && seg[0] == 'A' && seg[1] == 'd' && seg[2] == 'o' &&
+            seg[3] == 'b' && seg[4] == 'e') {
           info->saw_adobe = true;
           info->adobe_transform = seg[11];
         }
@@ -589,6 +592,7 @@ uint32_t DecodeScan(const uint8_t* data, uint32_t size, const JpegInfo& info,
   uint64_t symbols = 0;
   uint64_t blocks = 0;
   int16_t coef[64];
+  int mx = 0, my = 0;
 mcu_loop:
   for (int64_t mcu = 0; mcu < total_mcus; ++mcu) {
     if (info.restart_interval) {
@@ -601,15 +605,17 @@ mcu_loop:
       }
       --restarts_left;
     }
-    const int mx = static_cast<int>(mcu % info.mcus_x);
-    const int my = static_cast<int>(mcu / info.mcus_x);
     for (int c = 0; c < info.ncomp; ++c) {
       const JpegComponent& jc = info.comp[c];
       const int bh = info.interleaved ? jc.h : 1;
       const int bv = info.interleaved ? jc.v : 1;
       for (int by = 0; by < bv; ++by) {
         for (int bx = 0; bx < bh; ++bx) {
-          std::memset(coef, 0, sizeof(coef));
+        clear:
+          for (int i = 0; i < 64; ++i) {
+#pragma HLS UNROLL
+            coef[i] = 0;
+          }
           const int s = DecodeHuff(br, info.dc[jc.td], &symbols);
           if (s < 0) return kStatusCorrupt;
           if (s) {
@@ -647,6 +653,10 @@ mcu_loop:
       }
     }
     ++symbols;  // MCU bookkeeping cycle
+    if (++mx == info.mcus_x) {  // counters, not a 64-bit divide per MCU
+      mx = 0;
+      ++my;
+    }
   }
   if (br.overrun) return kStatusCorrupt;
   // After the scan: only padding bits may remain, then EOI.
@@ -668,29 +678,20 @@ mcu_loop:
 
 namespace {
 
-// Y/Cb/Cr -> RGB tables of jdcolor.c (SCALEBITS 16).
-struct ColorTables {
-  int cr_r[256], cb_b[256];
-  int32_t cr_g[256], cb_g[256];
-  ColorTables() {
-    constexpr int kScaleBits = 16;
-    constexpr int32_t kOneHalf = int32_t{1} << (kScaleBits - 1);
-    const int32_t fix_1_402 = static_cast<int32_t>(1.40200 * 65536.0 + 0.5);
-    const int32_t fix_1_772 = static_cast<int32_t>(1.77200 * 65536.0 + 0.5);
-    const int32_t fix_0_714 = static_cast<int32_t>(0.71414 * 65536.0 + 0.5);
-    const int32_t fix_0_344 = static_cast<int32_t>(0.34414 * 65536.0 + 0.5);
-    for (int i = 0; i < 256; ++i) {
-      const int32_t x = i - 128;
-      cr_r[i] = (fix_1_402 * x + kOneHalf) >> kScaleBits;
-      cb_b[i] = (fix_1_772 * x + kOneHalf) >> kScaleBits;
-      cr_g[i] = -fix_0_714 * x;
-      cb_g[i] = -fix_0_344 * x + kOneHalf;
-    }
-  }
-};
-const ColorTables& Tables() {
-  static const ColorTables t;
-  return t;
+// jdcolor.c's Y/Cb/Cr -> RGB table entries (SCALEBITS 16), computed per
+// pixel instead of looked up: each is one constant multiply, and no table
+// with a run-time initialiser (guard variables, a library call) is needed.
+constexpr int kColorScaleBits = 16;
+constexpr int32_t kColorOneHalf = int32_t{1} << (kColorScaleBits - 1);
+constexpr int32_t kFix1_402 = static_cast<int32_t>(1.40200 * 65536.0 + 0.5);
+constexpr int32_t kFix1_772 = static_cast<int32_t>(1.77200 * 65536.0 + 0.5);
+constexpr int32_t kFix0_714 = static_cast<int32_t>(0.71414 * 65536.0 + 0.5);
+constexpr int32_t kFix0_344 = static_cast<int32_t>(0.34414 * 65536.0 + 0.5);
+inline int CrToR(int cr) { return (kFix1_402 * (cr - 128) + kColorOneHalf) >> kColorScaleBits; }
+inline int CbToB(int cb) { return (kFix1_772 * (cb - 128) + kColorOneHalf) >> kColorScaleBits; }
+inline int CbCrToG(int cb, int cr) {
+  return (-kFix0_344 * (cb - 128) + kColorOneHalf + -kFix0_714 * (cr - 128)) >>
+         kColorScaleBits;
 }
 
 // h2v1 fancy upsampling of one row of `dsw` samples into out[0..2*dsw).
@@ -755,7 +756,6 @@ void PlanesToRgb(const JpegInfo& info, uint8_t* scratch, uint64_t rgb_offset,
     if (cycles) cycles->color += static_cast<uint64_t>(w) * h;
     return;
   }
-  const ColorTables& t = Tables();
   if (w > kMaxWidth) return;  // callers check; never overrun the line buffers
   // Line buffers for upsampled chroma (2 * ds_w <= w + 1 <= kMaxWidth + 1).
   uint8_t cb_buf[kMaxWidth + 2];
@@ -770,8 +770,18 @@ rows:
     const JpegComponent& cb = info.comp[1];
     const JpegComponent& cr = info.comp[2];
     if (info.sampling == kSampling444) {
-      cbp = scratch + cb.plane_offset + static_cast<uint64_t>(y) * cb.stride;
-      crp = scratch + cr.plane_offset + static_cast<uint64_t>(y) * cr.stride;
+      // Copied into the line buffers like the other samplings, so that cbp
+      // and crp always point to on-chip memory (one memory kind per pointer).
+      const uint8_t* cbs = scratch + cb.plane_offset + static_cast<uint64_t>(y) * cb.stride;
+      const uint8_t* crs = scratch + cr.plane_offset + static_cast<uint64_t>(y) * cr.stride;
+    copy444:
+      for (int x = 0; x < w; ++x) {
+#pragma HLS PIPELINE II = 1
+        cb_buf[x] = cbs[x];
+        cr_buf[x] = crs[x];
+      }
+      cbp = cb_buf;
+      crp = cr_buf;
     } else if (info.sampling == kSampling422) {
       FancyH2V1(scratch + cb.plane_offset + static_cast<uint64_t>(y) * cb.stride,
                 cb.ds_w, cb_buf);
@@ -798,43 +808,14 @@ rows:
     for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
       const int yy = ys[x], cbv = cbp[x], crv = crp[x];
-      dst[3 * x] = Clamp255(yy + t.cr_r[crv]);
-      dst[3 * x + 1] = Clamp255(yy + ((t.cb_g[cbv] + t.cr_g[crv]) >> 16));
-      dst[3 * x + 2] = Clamp255(yy + t.cb_b[cbv]);
+      dst[3 * x] = Clamp255(yy + CrToR(crv));
+      dst[3 * x + 1] = Clamp255(yy + CbCrToG(cbv, crv));
+      dst[3 * x + 2] = Clamp255(yy + CbToB(cbv));
     }
   }
   if (cycles) cycles->color += static_cast<uint64_t>(w) * h;
 }
 
-uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values,
-                         int* height, int* width, uint8_t** rgb_owned,
-                         DecodeCycles* cycles) {
-  *rgb_owned = nullptr;
-  JpegInfo info;
-  uint32_t st = ParseJpegHeaders(data, size, &info);
-  if (st != kStatusOk) return st;
-  if (static_cast<uint64_t>(info.width) * info.height * 3 >= max_values ||
-      info.width > kMaxWidth) {
-    return kStatusTooLarge;
-  }
-  const uint64_t rgb_off = AssignPlanes(&info);
-  const uint64_t need = ScratchBytesNeeded(info);
-  uint8_t* scratch = static_cast<uint8_t*>(std::malloc(need));
-  if (!scratch) return kStatusTooLarge;
-  st = DecodeScan(data, size, info, scratch, cycles);
-  if (st != kStatusOk) {
-    std::free(scratch);
-    return st;
-  }
-  PlanesToRgb(info, scratch, rgb_off, cycles);
-  const uint64_t n = static_cast<uint64_t>(info.width) * info.height * 3;
-  std::memmove(scratch, scratch + rgb_off, n);
-  *rgb_owned = scratch;
-  *height = info.height;
-  *width = info.width;
-  return kStatusOk;
-}
 
-void FreeRgb(uint8_t* rgb) { std::free(rgb); }
 
 }  // namespace nearprep_fpga

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "decode_to_rgb.h"
 #include "jpeg_l1.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"

@@ -39,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "server/image/jpeg_decoder.h"
 #include "tests/fuzz/fuzz_targets.h"
+#include "decode_to_rgb.h"
 #include "jpeg_l1.h"
 #include "nearprep_kernel_abi.h"
 #ifndef NEARPREP_FUZZ_IMAGE_ONLY

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "decode_to_rgb.h"
 #include "jpeg_l1.h"
 #include "nearprep_kernel_abi.h"
 #include "tests/unit/fpga/jpeg_test_util.h"
