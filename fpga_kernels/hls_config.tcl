@@ -7,8 +7,7 @@
 config_compile -unsafe_math_optimizations=false
 config_op fadd -impl fulldsp -precision standard
 config_op fmul -impl maxdsp -precision standard
-# m_axi: the kernel reads and writes 512-bit words itself (ap_uint<512>
-# ports); no automatic widening of other accesses, 64-byte aligned bursts.
+# m_axi: 512-bit data ports, 64-byte aligned bursts of up to 64 beats.
 config_interface -m_axi_max_widen_bitwidth 512 -m_axi_alignment_byte_size 64 \
   -m_axi_latency 64 -m_axi_max_read_burst_length 64 -m_axi_max_write_burst_length 64
 # A DATAFLOW region that HLS cannot build as one (a bypass, a multi-reader
