@@ -185,6 +185,8 @@ def test_stats_account_waiting_and_compute(daemon):
     assert s["compute_total_s"] >= 0.14
     assert 0.0 < s["stall_fraction"] < 1.0
     assert s["server_decode_us"] > 0
+    assert s["stall_bound"] in ("read", "decode", "transform", "queue/network",
+                                "none (compute-bound)")
     assert c.stats().batches >= 4
 
 

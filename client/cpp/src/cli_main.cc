@@ -4,6 +4,8 @@
 //   nearprep fetch    --target ... --dataset D --batches 2 --out DIR
 //   nearprep sheet    --target ... --dataset D --out sheet.png
 //   nearprep stream   --target ... --dataset D [--sheet first.png]
+//   nearprep load     --target A[,B...] --dataset D --streams N
+//                     [--duration S | --epochs E] [--verify] [--json FILE]
 //   (commands that connect also take --tls-ca FILE [--tls-cert FILE
 //    --tls-key FILE] [--tls-server-name NAME])
 //   nearprep bench    --dataset DIR [--threads N] [--batch-size B]
@@ -28,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cpp/src/batch_json.h"
 #include "client/cpp/src/contact_sheet.h"
+#include "client/cpp/src/load_runner.h"
 #include "client/cpp/src/npy.h"
 #include "client/cpp/src/request_flags.h"
 #include "client/cpp/src/tensor_image.h"
@@ -381,6 +384,13 @@ int main(int argc, char** argv) {
                      "also write a contact sheet PNG of the first batch");
   stream->add_option("--columns", stream_columns, "sheet grid columns");
 
+  LoadFlags load_flags;
+  CLI::App* load = app.add_subcommand(
+      "load",
+      "load test: N concurrent streams, latency percentiles, fairness, "
+      "data-stall report, --verify (exit 1 on errors)");
+  load_flags.Register(load);
+
   CLI::App* bench = app.add_subcommand(
       "bench", "in-process pipeline throughput (no network)");
   std::string bench_dataset = "../shared/datasets/imagenet-sample-200";
@@ -408,7 +418,13 @@ int main(int argc, char** argv) {
   mk->add_flag("--with-bad-files", mk_bad,
                "add corrupt/truncated/empty/non-JPEG/huge-header files in bad/");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every flag error is status 2 (CLI11's
+    // own codes vary by error kind).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   if (info->parsed()) return RunInfo(info_target, info_tls);
   if (fetch->parsed()) return RunFetch(fetch_flags, fetch_out);
@@ -416,6 +432,7 @@ int main(int argc, char** argv) {
   if (stream->parsed()) {
     return RunStream(stream_flags, stream_epochs, stream_sheet, stream_columns);
   }
+  if (load->parsed()) return RunLoad(load_flags);
   if (bench->parsed()) {
 #ifdef NEARPREP_HAVE_PIPELINE_BENCH
     PipelineBenchOptions o;

@@ -8,6 +8,14 @@ timings split the data side further into fetch (file reads) and prep
 (decode + transform) worker time, the fetch-stall / prep-stall view of the
 input-pipeline analysis in docs/python.md.
 
+Which stage bounded the supply: each batch's wait is attributed like
+`nearprep load` does (client/cpp/src/stall_report.h, docs/operations.md):
+the part of the wait during which the finished batch sat in the daemon's
+queue (min(queue_wait, wait)) to "queue/network", the rest to read / decode /
+transform in proportion to their worker time in that batch. The stage with
+the most attributed wait is `stall_bound`; below a 5% stall fraction the
+trainer is "none (compute-bound)".
+
 Thread-safety: a Stats object is updated by one stream's consumer thread and
 by its reader threads under a lock; snapshot() and summary() may be called
 from any thread.
@@ -17,6 +25,25 @@ import threading
 import time
 
 import numpy as np
+
+
+STALL_STAGES = ("read", "decode", "transform", "queue/network")
+STALL_NEGLIGIBLE = 0.05
+
+
+def attribute_wait(wait_s, read_us, decode_us, transform_us, queue_wait_us):
+    """One batch's wait split over STALL_STAGES (seconds, a tuple)."""
+    if wait_s <= 0:
+        return (0.0, 0.0, 0.0, 0.0)
+    queued = min(queue_wait_us / 1e6, wait_s)
+    rest = wait_s - queued
+    work = read_us + decode_us + transform_us
+    if rest <= 0:
+        return (0.0, 0.0, 0.0, queued)
+    if work <= 0:
+        return (0.0, 0.0, 0.0, wait_s)
+    return (rest * read_us / work, rest * decode_us / work,
+            rest * transform_us / work, queued)
 
 
 class Stats:
@@ -35,6 +62,7 @@ class Stats:
         self.server_decode_us = 0
         self.server_transform_us = 0
         self.server_queue_wait_us = 0
+        self.stall_by_stage_s = [0.0] * len(STALL_STAGES)
         self.started = None
         self.finished = None
 
@@ -56,6 +84,9 @@ class Stats:
             self.server_decode_us += t.decode_us
             self.server_transform_us += t.transform_us
             self.server_queue_wait_us += t.queue_wait_us
+            for i, w in enumerate(attribute_wait(wait_s, t.read_us, t.decode_us,
+                                                 t.transform_us, t.queue_wait_us)):
+                self.stall_by_stage_s[i] += w
 
     def count(self, name, n=1):
         with self._lock:
@@ -70,6 +101,8 @@ class Stats:
                       "server_decode_us", "server_transform_us",
                       "server_queue_wait_us"):
                 setattr(self, k, getattr(self, k) + snap[k])
+            for i, w in enumerate(snap["stall_by_stage_s"]):
+                self.stall_by_stage_s[i] += w
             self.wait_s.extend(snap["wait_s"])
             self.compute_s.extend(snap["compute_s"])
             if snap["started"] is not None:
@@ -91,6 +124,7 @@ class Stats:
                      server_decode_us=self.server_decode_us,
                      server_transform_us=self.server_transform_us,
                      server_queue_wait_us=self.server_queue_wait_us,
+                     stall_by_stage_s=list(self.stall_by_stage_s),
                      started=self.started, finished=self.finished)
             if raw:
                 d["wait_s"] = list(self.wait_s)
@@ -118,6 +152,12 @@ class Stats:
         server = d["server_read_us"] + d["server_decode_us"] + d["server_transform_us"]
         d["server_fetch_share"] = d["server_read_us"] / server if server else 0.0
         d["server_prep_share"] = 1.0 - d["server_fetch_share"] if server else 0.0
+        by = d["stall_by_stage_s"]
+        d["stall_by_stage"] = dict(zip(STALL_STAGES, by))
+        if max(by) <= 0 or d["stall_fraction"] < STALL_NEGLIGIBLE:
+            d["stall_bound"] = "none (compute-bound)"
+        else:
+            d["stall_bound"] = STALL_STAGES[by.index(max(by))]
         return d
 
     def summary(self):
@@ -128,7 +168,7 @@ class Stats:
             f"waited {s['wait_total_s']:.2f} s for data vs {s['compute_total_s']:.2f} s "
             f"between batches (stall {100 * s['stall_fraction']:.1f}%; wait per batch "
             f"mean {s['wait_mean_ms']:.1f} ms, p95 {s['wait_p95_ms']:.1f} ms, max "
-            f"{s['wait_max_ms']:.1f} ms); server worker time: fetch "
+            f"{s['wait_max_ms']:.1f} ms; bound: {s['stall_bound']}); server worker time: fetch "
             f"{100 * s['server_fetch_share']:.0f}% / prep {100 * s['server_prep_share']:.0f}%; "
             f"reconnects {s['reconnects']}, failovers {s['failovers']}, "
             f"skipped samples {s['skipped_samples']}")
