@@ -1,8 +1,6 @@
 #include "server/service/server.h"
 
-#include <fstream>
 #include <future>
-#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -14,32 +12,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/pem.h"
 #include "server/service/preprocessor_service.h"
 
 namespace nearprep {
 namespace {
-
-// Reads a whole PEM file; `what` names the option in messages.
-absl::StatusOr<std::string> ReadPemFile(const std::string& path,
-                                        const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tls.", what, ": cannot read '", path, "'"));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tls.", what, ": error reading '", path, "'"));
-  }
-  std::string text = ss.str();
-  if (!absl::StrContains(text, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tls.", what, ": '", path, "' is not a PEM file (no -----BEGIN)"));
-  }
-  return text;
-}
 
 // The listening credentials: insecure when no TLS is configured.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -55,15 +32,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (tls.key_file.empty()) {
     return absl::InvalidArgumentError("tls.key: required with tls.cert");
   }
-  absl::StatusOr<std::string> cert = ReadPemFile(tls.cert_file, "cert");
+  absl::StatusOr<std::string> cert = ReadPemFile(tls.cert_file, "tls.cert");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPemFile(tls.key_file, "key");
+  absl::StatusOr<std::string> key = ReadPemFile(tls.key_file, "tls.key");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions o;
   o.pem_key_cert_pairs.push_back({*key, *cert});
   if (!tls.client_ca_file.empty()) {
     absl::StatusOr<std::string> ca =
-        ReadPemFile(tls.client_ca_file, "client_ca");
+        ReadPemFile(tls.client_ca_file, "tls.client_ca");
     if (!ca.ok()) return ca.status();
     o.pem_root_certs = *ca;
     o.client_certificate_request =

@@ -35,9 +35,7 @@
 #include "client/cpp/src/request_flags.h"
 #include "client/cpp/src/tensor_image.h"
 #include "nearprep/client.h"
-#ifdef NEARPREP_HAVE_MKDATASET
 #include "client/cpp/mkdataset/mkdataset.h"
-#endif
 #ifdef NEARPREP_HAVE_PIPELINE_BENCH
 #include "bench/pipeline/pipeline_bench.h"
 #endif
@@ -451,7 +449,6 @@ int main(int argc, char** argv) {
 #endif
   }
   if (mk->parsed()) {
-#ifdef NEARPREP_HAVE_MKDATASET
     MkDatasetOptions o;
     o.output_dir = mk_out;
     o.num_classes = mk_classes;
@@ -470,9 +467,6 @@ int main(int argc, char** argv) {
                           .c_str(),
                 mk_out.c_str());
     return 0;
-#else
-    return Fail(absl::UnimplementedError("built without mkdataset"));
-#endif
   }
   return 0;
 }

@@ -13,15 +13,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/pem.h"
 
 namespace nearprep {
 namespace {
@@ -57,23 +56,6 @@ bool IsRetryable(const grpc::Status& s) {
   }
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot read '", path, "'"));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  if (in.bad() || !absl::StrContains(text, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": '", path, "' is not a PEM file"));
-  }
-  return text;
-}
-
 // Insecure credentials, or TLS ones built from the options' PEM files.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     const ClientOptions& o) {
@@ -87,7 +69,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadPem(o.tls_root_ca_file,
+  absl::StatusOr<std::string> ca = ReadPemFile(o.tls_root_ca_file,
                                            "tls_root_ca_file");
   if (!ca.ok()) return ca.status();
   ssl.pem_root_certs = *ca;
@@ -101,10 +83,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
           "tls_client_key_file: required with tls_client_cert_file");
     }
     absl::StatusOr<std::string> cert =
-        ReadPem(o.tls_client_cert_file, "tls_client_cert_file");
+        ReadPemFile(o.tls_client_cert_file, "tls_client_cert_file");
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key =
-        ReadPem(o.tls_client_key_file, "tls_client_key_file");
+        ReadPemFile(o.tls_client_key_file, "tls_client_key_file");
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
