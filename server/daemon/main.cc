@@ -1,7 +1,9 @@
 // nearprepd: the nearprep daemon. Parses the config (daemon_config.h),
 // opens the datasets and the backend, serves nearprep.v1.Preprocessor until
 // SIGTERM or SIGINT, then drains streams for --drain-seconds, cancels the
-// rest and exits 0. Exit status 2: bad flags or configuration (including a
+// rest and exits 0. Under systemd (Type=notify) it reports READY=1 once it
+// listens, WATCHDOG=1 while the server answers (WatchdogSec=) and
+// STOPPING=1 when it starts draining. Exit status 2: bad flags or configuration (including a
 // dataset that cannot be opened or a backend that cannot start); 1: the
 // address cannot be bound or the port file cannot be written.
 #include <pthread.h>
@@ -19,7 +21,10 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "server/daemon/daemon_config.h"
+#include "server/daemon/service_notifier.h"
+#include "server/daemon/watchdog_loop.h"
 #include "server/service/server.h"
 
 namespace {
@@ -89,8 +94,19 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<nearprep::ServiceNotifier> notifier =
+      nearprep::CreateServiceNotifier();
+  notifier->Notify(absl::StrCat("READY=1\nSTATUS=serving on port ",
+                                (*server)->BoundPort()));
+  nearprep::WatchdogLoop watchdog(
+      notifier.get(), [&server](std::chrono::milliseconds timeout) {
+        return (*server)->CheckServing(timeout);
+      });
+
   int sig = 0;
   sigwait(&signals, &sig);
+  notifier->Notify("STOPPING=1\nSTATUS=draining streams");
+  watchdog.Stop();
   spdlog::info("{} received: draining streams for up to {} s",
                sig == SIGTERM ? "SIGTERM" : "SIGINT", config.drain_seconds);
   // A second signal while draining stops at once.

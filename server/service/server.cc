@@ -203,6 +203,28 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
   spdlog::info("nearprepd stopped");
 }
 
+absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
+  grpc::Server* server = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (server_ == nullptr || shut_down_) {
+      return absl::FailedPreconditionError("not serving");
+    }
+    server = server_.get();
+  }
+  grpc::ChannelArguments args;
+  std::unique_ptr<v1::Preprocessor::Stub> stub =
+      v1::Preprocessor::NewStub(server->InProcessChannel(args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::GetServerInfoRequest request;
+  v1::ServerInfo info;
+  const grpc::Status st = stub->GetServerInfo(&ctx, request, &info);
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat("GetServerInfo: ", st.error_message()));
+}
+
 void NearprepServer::Wait() {
   grpc::Server* server = nullptr;
   {

@@ -79,6 +79,12 @@ class NearprepServer {
   void Shutdown(std::chrono::milliseconds drain);
   // Blocks until Shutdown has completed.
   void Wait();
+  // Answers a GetServerInfo call through the server's in-process channel
+  // within `timeout`: proof that gRPC's serving threads (and the service
+  // behind them) still run. For the service manager's watchdog.
+  // FAILED_PRECONDITION before Start or after Shutdown began; otherwise the
+  // call's status. Do not call concurrently with the destructor.
+  absl::Status CheckServing(std::chrono::milliseconds timeout);
 
   PreprocessorService& service() { return *service_; }
   Pipeline& pipeline() { return *pipeline_; }

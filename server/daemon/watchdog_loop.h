@@ -1,0 +1,52 @@
+// The service manager's watchdog, fed from the serving loop: a thread that,
+// every half WatchdogSec, runs a liveness check (NearprepServer::
+// CheckServing: a GetServerInfo call through the gRPC server) and sends
+// WATCHDOG=1 only when it succeeds. A hung gRPC server stops the pings, and
+// systemd restarts the daemon after WatchdogSec.
+//
+// Thread-safety: construct and Stop from one thread; the check runs on the
+// loop's own thread.
+#ifndef NEARPREP_SERVER_DAEMON_WATCHDOG_LOOP_H_
+#define NEARPREP_SERVER_DAEMON_WATCHDOG_LOOP_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "server/daemon/service_notifier.h"
+
+namespace nearprep {
+
+class WatchdogLoop {
+ public:
+  // `check(timeout)` must answer within `timeout`. Starts the thread only
+  // when notifier->WatchdogInterval() > 0.
+  WatchdogLoop(ServiceNotifier* notifier,
+               std::function<absl::Status(std::chrono::milliseconds)> check);
+  ~WatchdogLoop() { Stop(); }
+  WatchdogLoop(const WatchdogLoop&) = delete;
+  WatchdogLoop& operator=(const WatchdogLoop&) = delete;
+
+  // Ends the loop (no more pings); idempotent.
+  void Stop();
+  // Pings sent so far (tests).
+  int pings() const;
+
+ private:
+  void Run(std::chrono::microseconds interval);
+
+  ServiceNotifier* notifier_;
+  std::function<absl::Status(std::chrono::milliseconds)> check_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int pings_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace nearprep
+
+#endif  // NEARPREP_SERVER_DAEMON_WATCHDOG_LOOP_H_
