@@ -1,6 +1,10 @@
 # Warnings as errors on our own targets (not on generated code).
 function(nearprep_strict target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # Checks the ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations.
+    target_compile_options(${target} PRIVATE -Wthread-safety)
+  endif()
 endfunction()
 
 # nearprep_add_test(NAME name SOURCES a.cc ... LIBS lib ... [LABELS l ...])

@@ -200,14 +200,14 @@ absl::StatusOr<Measure> RunInProcess(const Config& c, const Dataset& dataset,
   Measure best;
   for (int e = 0; e <= c.epochs; ++e) {
     StreamRequest r;
-    r.dataset = &dataset;
+    r.context.dataset = &dataset;
     r.batch_size = static_cast<uint32_t>(c.batch_size);
-    r.seed = 1234;
-    r.epoch = static_cast<uint64_t>(e);
+    r.context.seed = 1234;
+    r.context.epoch = static_cast<uint64_t>(e);
     r.shuffle = c.shuffle;
-    r.spec.height = c.height;
-    r.spec.width = c.width;
-    r.output.dtype =
+    r.context.spec.height = c.height;
+    r.context.spec.width = c.width;
+    r.context.output.dtype =
         dtype == v1::DTYPE_UINT8 ? DType::kUint8 : DType::kFloat32;
     absl::StatusOr<std::unique_ptr<BatchStream>> stream = pipeline.OpenStream(r);
     if (!stream.ok()) return stream.status();

@@ -100,12 +100,12 @@ absl::Status PipelineRun(const Dataset& ds,
   const auto t0 = Clock::now();
   {
     StreamRequest req;
-    req.dataset = &ds;
+    req.context.dataset = &ds;
     req.batch_size = static_cast<uint32_t>(o.batch_size);
-    req.seed = 2024;
-    req.epoch = static_cast<uint64_t>(epoch);
+    req.context.seed = 2024;
+    req.context.epoch = static_cast<uint64_t>(epoch);
     req.shuffle = true;
-    req.spec = spec;
+    req.context.spec = spec;
     auto stream = pipeline.OpenStream(req);
     if (!stream.ok()) return stream.status();
     while (true) {

@@ -518,9 +518,6 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (o_tls_ca->count()) c.server.tls.client_ca_file = tls_client_ca;
   if (o_log->count()) c.log_level = log_level;
   if (o_drain->count()) c.drain_seconds = drain;
-  // Keep the pipeline's memory bound in step with the service's limit.
-  c.server.pipeline.per_stream_memory_bytes =
-      c.server.limits.per_stream_memory_bytes;
 
   if (absl::Status st = ValidateDaemonConfig(c); !st.ok()) return fail(st);
   return result;

@@ -29,8 +29,9 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
                             const ParamsFn& draw_params, SampleParams* params,
                             uint8_t* out, StageTimes* times);
 
-// The float part alone, on an already decoded RGB image (used by backends
-// that decode elsewhere, e.g. the FPGA's CPU fallback for unsupported JPEGs).
+// The float part alone, on an already decoded RGB image. No backend calls it
+// (they all go through PreprocessJpeg); tests use it to check that the fused
+// decode-and-transform path equals decoding first and transforming after.
 // With spec.fidelity == kFast, saturation uses the closed form (equal to
 // TF_COMPAT up to float rounding); otherwise the result is TF-exact.
 void TransformDecoded(const uint8_t* rgb, int height, int width,

@@ -13,16 +13,16 @@
 //   4. At most `prefetch_depth` batches per stream are in flight or waiting;
 //      the consumer's pace (gRPC backpressure) bounds everything else.
 //
-// Memory bound: streams x prefetch_depth x batch bytes; OpenStream refuses a
-// stream whose single batch exceeds per_stream_memory_bytes and lowers the
-// depth to fit otherwise. The bound counts batches being filled or waiting
-// for the consumer; a batch the consumer has taken belongs to it until it
-// drops the BatchData::storage reference (the buffer then returns to the
-// stream's pool for reuse). Copies of the tensor: none here — the backend
-// writes each sample into the batch buffer; a sample moves (memmove) only
-// when an earlier sample of the stream failed under kSkip.
+// Memory bound: streams x prefetch_depth x batch bytes; the depth of a
+// stream is lowered so that its batches fit StreamRequest::memory_limit_bytes.
+// The bound counts batches being filled or waiting for the consumer; a batch
+// the consumer has taken belongs to it until it drops the BatchData::storage
+// reference (the buffer then returns to the stream's pool for reuse). Copies
+// of the tensor: none here — the backend writes each sample into the batch
+// buffer; a sample moves (memmove) only when an earlier sample of the stream
+// failed under kSkip.
 //
-// Details of batch formation
+// Details of batch formation (server/pipeline/stream_assembler.h)
 //  - Errors are reported in the batch being filled when the failed sample is
 //    met in shard order. If the shard ends with failed samples and no
 //    partial batch, a final batch with num_samples == 0 carries their errors
@@ -32,8 +32,9 @@
 //    start_batch = batch_index + 1 to resume without recomputation.
 //  - start_batch > 0 with start_position == 0 under kSkip: the shift is
 //    recomputed by running the backend over the earlier samples (into
-//    scratch memory, results cached per dataset and decode settings);
-//    under kFailStream the start is start_batch * batch_size.
+//    scratch memory, results cached per dataset and decode settings:
+//    server/pipeline/resume_validator.h); under kFailStream the start is
+//    start_batch * batch_size.
 //  - max_batches: dispatch stops at max_batches * batch_size samples.
 //  - Stage times: sums of the backend's per-sample times (failed samples of
 //    the batch included); queue_wait_us: time from the batch's completion to
@@ -42,7 +43,8 @@
 //    CANCELLED; a pending on_ready is still called once, on a pipeline
 //    thread. Destroying the Pipeline cancels its streams; the handles stay
 //    safe to call.
-//  - Scheduling: workers pick streams round-robin, one chunk at a time.
+//  - Scheduling (server/pipeline/scheduler.h): workers pick streams
+//    round-robin, one chunk at a time.
 //
 // Thread-safety: Pipeline and BatchStream are thread-safe. Poll's callback
 // runs on a worker thread and must not block.
@@ -64,12 +66,19 @@
 
 namespace nearprep {
 
-// A validated request (the service adapter checks fields and limits).
+// A validated request (server/service/request_validation.cc checks every
+// field and limit; the pipeline does not check again).
+//
+// Preconditions of Pipeline::OpenStream (asserted in debug builds):
+//   context.dataset != nullptr, batch_size > 0,
+//   shard_index < num_shards, context.spec.height and width > 0,
+//   batch_size * context.output.SampleBytes(context.spec) <=
+//   memory_limit_bytes.
 struct StreamRequest {
-  const Dataset* dataset = nullptr;
+  // What every sample of the stream shares (dataset, transform, output,
+  // decode limits, seed, epoch); handed to the backend as is.
+  WorkContext context;
   uint32_t batch_size = 32;
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
   bool shuffle = false;
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
@@ -77,11 +86,12 @@ struct StreamRequest {
   uint64_t start_position = 0;  // 0 with start_batch > 0: recompute.
   uint64_t max_batches = 0;     // 0: to the end of the shard.
   bool drop_remainder = false;
-  TransformSpec spec;
-  OutputSpec output;
-  DecodeLimits limits;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   bool include_params = false;
+  // Bytes of batches one stream may hold (being filled or waiting for the
+  // consumer): the prefetch depth is lowered to fit. The daemon copies its
+  // limit (ServiceLimits::per_stream_memory_bytes) in.
+  uint64_t memory_limit_bytes = uint64_t{1} << 30;
 };
 
 struct SampleErrorInfo {
@@ -112,6 +122,7 @@ struct BatchData {
   std::shared_ptr<void> storage;  // Owns the tensor memory.
 };
 
+// The consumer's end of a stream.
 class BatchStream {
  public:
   struct Next {
@@ -132,14 +143,11 @@ class BatchStream {
 struct PipelineOptions {
   int workers = 0;  // 0: hardware_concurrency.
   int prefetch_depth = 4;
-  uint64_t per_stream_memory_bytes = uint64_t{1} << 30;
   // Samples per backend call.
   int chunk_size = 4;
 };
 
 struct PipelineCounters {
-  std::atomic<uint64_t> streams_started{0};
-  std::atomic<uint64_t> streams_active{0};
   std::atomic<uint64_t> batches_produced{0};
   std::atomic<uint64_t> samples_ok{0};
   std::atomic<uint64_t> samples_failed{0};
@@ -148,6 +156,8 @@ struct PipelineCounters {
   std::atomic<uint64_t> io_errors{0};      // NOT_FOUND, PERMISSION_DENIED, ...
 };
 
+class Scheduler;
+
 class Pipeline {
  public:
   Pipeline(const PipelineOptions& options, std::shared_ptr<Backend> backend);
@@ -155,9 +165,10 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  // RESOURCE_EXHAUSTED when one batch exceeds per_stream_memory_bytes;
-  // INVALID_ARGUMENT when start_batch is past the end of the shard is NOT an
-  // error (the stream is simply empty).
+  // Starts a stream. `request` must meet the preconditions listed at
+  // StreamRequest. A start past the end of the shard is not an error (the
+  // stream is simply empty). Returns a status for sources that can fail to
+  // open; none does today.
   absl::StatusOr<std::unique_ptr<BatchStream>> OpenStream(
       const StreamRequest& request);
 
@@ -167,8 +178,8 @@ class Pipeline {
   const PipelineOptions& options() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // Shared with the stream handles, which may outlive the Pipeline.
+  std::shared_ptr<Scheduler> scheduler_;
 };
 
 }  // namespace nearprep

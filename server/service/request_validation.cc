@@ -247,10 +247,10 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
         " exceeds the server limit max_output_pixels = ",
         limits.max_output_pixels));
   }
-  r.output.dtype = static_cast<DType>(request.output().dtype());
-  r.output.layout = static_cast<Layout>(request.output().layout());
-  const uint64_t batch_bytes =
-      static_cast<uint64_t>(request.batch_size()) * r.output.SampleBytes(*spec);
+  r.context.output.dtype = static_cast<DType>(request.output().dtype());
+  r.context.output.layout = static_cast<Layout>(request.output().layout());
+  const uint64_t batch_bytes = static_cast<uint64_t>(request.batch_size()) *
+                               r.context.output.SampleBytes(*spec);
   if (batch_bytes > limits.per_stream_memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "batch_size: one batch of ", request.batch_size(), " samples is ",
@@ -258,10 +258,12 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
         limits.per_stream_memory_bytes));
   }
 
-  r.dataset = dataset;
+  r.context.dataset = dataset;
+  r.context.spec = *spec;
+  r.context.limits.max_decoded_values = limits.max_decoded_pixels;
+  r.context.seed = request.seed();
+  r.context.epoch = request.epoch();
   r.batch_size = request.batch_size();
-  r.seed = request.seed();
-  r.epoch = request.epoch();
   r.shuffle = request.shuffle();
   r.shard_index = request.shard_index();
   r.num_shards = num_shards;
@@ -269,10 +271,9 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   r.start_position = request.start_position();
   r.max_batches = request.max_batches();
   r.drop_remainder = request.drop_remainder();
-  r.spec = *spec;
-  r.limits.max_decoded_values = limits.max_decoded_pixels;
   r.error_policy = static_cast<ErrorPolicy>(request.error_policy());
   r.include_params = request.include_params();
+  r.memory_limit_bytes = limits.per_stream_memory_bytes;
   return r;
 }
 

@@ -57,8 +57,9 @@ bool InRange(float v, float lo, float hi) {
 }
 
 void CheckAccepted(const StreamRequest& r, const ServiceLimits& limits) {
-  const TransformSpec& s = r.spec;
-  CHECK_REQ(r.dataset == ServedDataset(), "wrong dataset");
+  const TransformSpec& s = r.context.spec;
+  const OutputSpec& output = r.context.output;
+  CHECK_REQ(r.context.dataset == ServedDataset(), "wrong dataset");
   CHECK_REQ(r.batch_size >= 1 && r.batch_size <= limits.max_batch_size,
             absl::StrCat("batch_size ", r.batch_size));
   CHECK_REQ(r.num_shards >= 1 && r.shard_index < r.num_shards,
@@ -69,18 +70,20 @@ void CheckAccepted(const StreamRequest& r, const ServiceLimits& limits) {
   CHECK_REQ(static_cast<uint64_t>(s.height) * s.width <=
                 limits.max_output_pixels,
             "over max_output_pixels");
-  CHECK_REQ(static_cast<uint64_t>(r.batch_size) * r.output.SampleBytes(s) <=
+  CHECK_REQ(static_cast<uint64_t>(r.batch_size) * output.SampleBytes(s) <=
                 limits.per_stream_memory_bytes,
             "over per_stream_memory_bytes");
+  CHECK_REQ(r.memory_limit_bytes == limits.per_stream_memory_bytes,
+            "memory limit not copied");
   CHECK_REQ(static_cast<int>(s.crop) >= 0 && static_cast<int>(s.crop) <= 2,
             "crop enum");
   CHECK_REQ(static_cast<int>(s.fidelity) >= 0 &&
                 static_cast<int>(s.fidelity) <= 1,
             "fidelity enum");
-  CHECK_REQ(static_cast<int>(r.output.dtype) >= 0 &&
-                static_cast<int>(r.output.dtype) <= 3 &&
-                static_cast<int>(r.output.layout) >= 0 &&
-                static_cast<int>(r.output.layout) <= 1,
+  CHECK_REQ(static_cast<int>(output.dtype) >= 0 &&
+                static_cast<int>(output.dtype) <= 3 &&
+                static_cast<int>(output.layout) >= 0 &&
+                static_cast<int>(output.layout) <= 1,
             "output enums");
   CHECK_REQ(static_cast<int>(r.error_policy) >= 0 &&
                 static_cast<int>(r.error_policy) <= 1,
@@ -107,7 +110,7 @@ void CheckAccepted(const StreamRequest& r, const ServiceLimits& limits) {
     CHECK_REQ(std::isfinite(s.mean[c]), "mean not finite");
     CHECK_REQ(std::isfinite(s.std[c]) && s.std[c] > 0, "std not > 0");
   }
-  CHECK_REQ(r.limits.max_decoded_values == limits.max_decoded_pixels,
+  CHECK_REQ(r.context.limits.max_decoded_values == limits.max_decoded_pixels,
             "decode limit not copied");
   CHECK_REQ(r.start_position == 0 || r.start_position >= r.start_batch,
             "start_position < start_batch");

@@ -137,19 +137,19 @@ TEST(CpuPipelineRealImagesTest, StreamsTheSampleDatasetDeterministically) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_GE((*ds)->size(), 100u);
   StreamRequest req;
-  req.dataset = ds->get();
+  req.context.dataset = ds->get();
   req.batch_size = 16;
-  req.seed = 7;
-  req.epoch = 1;
+  req.context.seed = 7;
+  req.context.epoch = 1;
   req.shuffle = true;
-  req.spec.height = 112;
-  req.spec.width = 112;
-  req.spec.crop = CropMode::kRandomResized;
-  req.spec.flip_probability = 0.5f;
-  req.spec.brightness_max_delta = 32.0f / 255.0f;
-  req.spec.saturation_enabled = true;
-  req.spec.saturation_lower = 0.5f;
-  req.spec.saturation_upper = 1.5f;
+  req.context.spec.height = 112;
+  req.context.spec.width = 112;
+  req.context.spec.crop = CropMode::kRandomResized;
+  req.context.spec.flip_probability = 0.5f;
+  req.context.spec.brightness_max_delta = 32.0f / 255.0f;
+  req.context.spec.saturation_enabled = true;
+  req.context.spec.saturation_lower = 0.5f;
+  req.context.spec.saturation_upper = 1.5f;
   req.include_params = true;
 
   auto run = [&](int workers, const StreamRequest& r) {

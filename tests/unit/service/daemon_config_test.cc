@@ -88,7 +88,6 @@ datasets:
   EXPECT_EQ(c.server.limits.max_decoded_pixels, 1000000u);
   EXPECT_EQ(c.server.limits.max_concurrent_streams, 5u);
   EXPECT_EQ(c.server.limits.per_stream_memory_bytes, uint64_t{256} << 20);
-  EXPECT_EQ(c.server.pipeline.per_stream_memory_bytes, uint64_t{256} << 20);
   EXPECT_EQ(c.server.backend.kind, "auto");
   EXPECT_EQ(c.server.backend.xclbin, "/opt/k.xclbin");
   EXPECT_EQ(c.log_level, "debug");

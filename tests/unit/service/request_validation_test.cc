@@ -85,27 +85,28 @@ TEST_F(RequestValidationTest, AcceptsMinimalRequestAndResolvesDefaults) {
   r.mutable_transform()->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
   absl::StatusOr<StreamRequest> v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->dataset, dataset_);
+  EXPECT_EQ(v->context.dataset, dataset_);
   EXPECT_EQ(v->batch_size, 8u);
-  EXPECT_EQ(v->seed, 7u);
-  EXPECT_EQ(v->epoch, 3u);
+  EXPECT_EQ(v->context.seed, 7u);
+  EXPECT_EQ(v->context.epoch, 3u);
   EXPECT_EQ(v->num_shards, 1u);  // 0 means 1.
   EXPECT_EQ(v->start_batch, 2u);
   EXPECT_EQ(v->start_position, 19u);
-  EXPECT_EQ(v->spec.height, 32);
-  EXPECT_EQ(v->spec.width, 48);
-  EXPECT_EQ(v->spec.crop, CropMode::kRandomResized);
-  EXPECT_FLOAT_EQ(v->spec.scale_min, 0.08f);
-  EXPECT_FLOAT_EQ(v->spec.scale_max, 1.0f);
-  EXPECT_FLOAT_EQ(v->spec.ratio_min, 0.75f);
-  EXPECT_FLOAT_EQ(v->spec.ratio_max, 4.0f / 3.0f);
-  EXPECT_FLOAT_EQ(v->spec.center_fraction, 0.875f);
-  EXPECT_FALSE(v->spec.saturation_enabled);
-  EXPECT_TRUE(v->spec.clip);
-  EXPECT_FALSE(v->spec.normalize);
-  EXPECT_EQ(v->output.dtype, DType::kUint8);
-  EXPECT_EQ(v->output.layout, Layout::kNCHW);
-  EXPECT_EQ(v->limits.max_decoded_values, limits_.max_decoded_pixels);
+  EXPECT_EQ(v->context.spec.height, 32);
+  EXPECT_EQ(v->context.spec.width, 48);
+  EXPECT_EQ(v->context.spec.crop, CropMode::kRandomResized);
+  EXPECT_FLOAT_EQ(v->context.spec.scale_min, 0.08f);
+  EXPECT_FLOAT_EQ(v->context.spec.scale_max, 1.0f);
+  EXPECT_FLOAT_EQ(v->context.spec.ratio_min, 0.75f);
+  EXPECT_FLOAT_EQ(v->context.spec.ratio_max, 4.0f / 3.0f);
+  EXPECT_FLOAT_EQ(v->context.spec.center_fraction, 0.875f);
+  EXPECT_FALSE(v->context.spec.saturation_enabled);
+  EXPECT_TRUE(v->context.spec.clip);
+  EXPECT_FALSE(v->context.spec.normalize);
+  EXPECT_EQ(v->context.output.dtype, DType::kUint8);
+  EXPECT_EQ(v->context.output.layout, Layout::kNCHW);
+  EXPECT_EQ(v->context.limits.max_decoded_values, limits_.max_decoded_pixels);
+  EXPECT_EQ(v->memory_limit_bytes, limits_.per_stream_memory_bytes);
 }
 
 TEST_F(RequestValidationTest, CopiesAugmentationFields) {
@@ -121,16 +122,16 @@ TEST_F(RequestValidationTest, CopiesAugmentationFields) {
   t->set_fidelity(v1::FIDELITY_FAST);
   absl::StatusOr<StreamRequest> v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_FLOAT_EQ(v->spec.flip_probability, 0.5f);
-  EXPECT_FLOAT_EQ(v->spec.brightness_max_delta, 0.25f);
-  EXPECT_TRUE(v->spec.saturation_enabled);
-  EXPECT_FLOAT_EQ(v->spec.saturation_lower, 0.5f);
-  EXPECT_FLOAT_EQ(v->spec.saturation_upper, 1.5f);
-  EXPECT_FALSE(v->spec.clip);
-  EXPECT_TRUE(v->spec.normalize);
-  EXPECT_FLOAT_EQ(v->spec.mean[2], 0.406f);
-  EXPECT_FLOAT_EQ(v->spec.std[1], 0.224f);
-  EXPECT_EQ(v->spec.fidelity, Fidelity::kFast);
+  EXPECT_FLOAT_EQ(v->context.spec.flip_probability, 0.5f);
+  EXPECT_FLOAT_EQ(v->context.spec.brightness_max_delta, 0.25f);
+  EXPECT_TRUE(v->context.spec.saturation_enabled);
+  EXPECT_FLOAT_EQ(v->context.spec.saturation_lower, 0.5f);
+  EXPECT_FLOAT_EQ(v->context.spec.saturation_upper, 1.5f);
+  EXPECT_FALSE(v->context.spec.clip);
+  EXPECT_TRUE(v->context.spec.normalize);
+  EXPECT_FLOAT_EQ(v->context.spec.mean[2], 0.406f);
+  EXPECT_FLOAT_EQ(v->context.spec.std[1], 0.224f);
+  EXPECT_EQ(v->context.spec.fidelity, Fidelity::kFast);
 }
 
 TEST_F(RequestValidationTest, BatchSizeZeroNamesFieldAndRange) {

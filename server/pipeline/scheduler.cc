@@ -1,0 +1,171 @@
+#include "server/pipeline/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace nearprep {
+
+Scheduler::Scheduler(const PipelineOptions& options,
+                     std::shared_ptr<Backend> backend)
+    : options_(options), backend_(std::move(backend)) {}
+
+void Scheduler::StartWorkers() {
+  {
+    absl::MutexLock lock(&mu_);
+    running_workers_ = options_.workers;
+  }
+  for (int i = 0; i < options_.workers; ++i) {
+    threads_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+void Scheduler::Shutdown() {
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    streams = streams_;
+  }
+  for (auto& s : streams) Cancel(*s);
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  work_cv_.SignalAll();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void Scheduler::Add(const std::shared_ptr<Stream>& stream) {
+  Callbacks fire;  // nobody waits yet
+  {
+    absl::MutexLock lock(&mu_);
+    StreamAssembler& a = Locked(*stream).assembler;
+    streams_.push_back(stream);
+    a.Start(a.NeedsValidation() ? validity_.Get(a.request()) : nullptr);
+    SettleLocked(*stream, &fire);
+  }
+  work_cv_.SignalAll();
+}
+
+BatchStream::Next Scheduler::Poll(Stream& stream,
+                                  std::function<void()> on_ready) {
+  absl::MutexLock lock(&mu_);
+  Stream::Guarded& g = Locked(stream);
+  BatchStream::Next next = g.assembler.Take(StreamAssembler::Clock::now());
+  if (next.kind == BatchStream::Next::kBatch) {
+    work_cv_.SignalAll();  // the window moved
+  } else if (next.kind == BatchStream::Next::kPending) {
+    g.waiters.push_back(std::move(on_ready));
+  }
+  return next;
+}
+
+void Scheduler::Cancel(Stream& stream) {
+  Callbacks fire;
+  {
+    absl::MutexLock lock(&mu_);
+    Stream::Guarded& g = Locked(stream);
+    g.assembler.Cancel();
+    SettleLocked(stream, &fire);
+    // Callbacks run on a pipeline thread, not inside the caller's Cancel.
+    if (running_workers_ > 0) {
+      for (auto& f : fire) tasks_.push_back(std::move(f));
+      fire.clear();
+    }
+  }
+  work_cv_.SignalAll();
+  RunCallbacks(&fire);
+}
+
+void Scheduler::RetireLocked(Stream& s) {
+  Stream::Guarded& g = Locked(s);
+  if (g.retired) return;
+  g.retired = true;
+  auto it = std::find_if(streams_.begin(), streams_.end(),
+                         [&](const std::shared_ptr<Stream>& p) {
+                           return p.get() == &s;
+                         });
+  if (it != streams_.end()) {
+    const size_t idx = static_cast<size_t>(it - streams_.begin());
+    streams_.erase(it);
+    if (rr_ > idx) --rr_;
+    if (rr_ >= streams_.size()) rr_ = 0;
+  }
+}
+
+void Scheduler::SettleLocked(Stream& s, Callbacks* fire) {
+  Stream::Guarded& g = Locked(s);
+  if (g.assembler.Terminal()) RetireLocked(s);
+  if (!g.waiters.empty() && g.assembler.HasResult()) {
+    for (auto& w : g.waiters) fire->push_back(std::move(w));
+    g.waiters.clear();
+  }
+}
+
+std::shared_ptr<Scheduler::Stream> Scheduler::PickLocked() {
+  const size_t n = streams_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t idx = (rr_ + i) % n;
+    if (Locked(*streams_[idx]).assembler.CanDispatch()) {
+      rr_ = (idx + 1) % n;
+      return streams_[idx];
+    }
+  }
+  return nullptr;
+}
+
+void Scheduler::RunCallbacks(Callbacks* fire) {
+  for (auto& f : *fire) {
+    if (f) f();
+  }
+  fire->clear();
+}
+
+void Scheduler::WorkerLoop() {
+  Callbacks fire;
+  Chunk chunk;
+  const size_t chunk_size = static_cast<size_t>(options_.chunk_size);
+  mu_.Lock();
+  while (true) {
+    if (!tasks_.empty()) {
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      mu_.Unlock();
+      if (task) task();
+      mu_.Lock();
+      continue;
+    }
+    std::shared_ptr<Stream> pick = PickLocked();
+    if (!pick) {
+      if (shutdown_) break;
+      work_cv_.Wait(&mu_);
+      continue;
+    }
+    const bool taken = Locked(*pick).assembler.TakeChunk(chunk_size, &chunk);
+    if (!taken) {
+      SettleLocked(*pick, &fire);
+      pick.reset();
+      mu_.Unlock();
+      RunCallbacks(&fire);
+      mu_.Lock();
+      continue;
+    }
+    mu_.Unlock();
+    backend_->Process(pick->context(), chunk.works.data(), chunk.works.size());
+    mu_.Lock();
+    Locked(*pick).assembler.CompleteChunk(&chunk);
+    SettleLocked(*pick, &fire);
+    pick.reset();
+    if (!fire.empty()) {
+      mu_.Unlock();
+      RunCallbacks(&fire);
+      mu_.Lock();
+    }
+    // A completed chunk may have opened the window for other workers.
+    work_cv_.SignalAll();
+  }
+  --running_workers_;
+  mu_.Unlock();
+}
+
+}  // namespace nearprep
