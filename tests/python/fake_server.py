@@ -39,15 +39,22 @@ def all_batches(num_samples, batch_size, bad=(), shard_index=0, num_shards=1):
 
 
 class FakePreprocessor(pb2_grpc.PreprocessorServicer):
-    def __init__(self, num_samples, bad=(), abort_after=None):
+    def __init__(self, num_samples, bad=(), abort_after=None,
+                 abort_code=grpc.StatusCode.UNAVAILABLE, abort_message="going away"):
         self.num_samples = num_samples
         self.bad = set(bad)
-        self.abort_after = abort_after  # batches sent before UNAVAILABLE
+        self.abort_after = abort_after  # batches sent before the abort
+        self.abort_code = abort_code
+        self.abort_message = abort_message
+        self.aborts = 0
+        self.unary_abort = None  # (code, message) makes ListDatasets fail
         self.sent = 0
         self.requests = []
         self.lock = threading.Lock()
 
     def ListDatasets(self, request, context):
+        if self.unary_abort:
+            context.abort(*self.unary_abort)
         return pb2.ListDatasetsResponse(datasets=[pb2.DatasetInfo(
             name="fake", format="image_folder", num_samples=self.num_samples)])
 
@@ -90,7 +97,8 @@ class FakePreprocessor(pb2_grpc.PreprocessorServicer):
                 return
             with self.lock:
                 if self.abort_after is not None and self.sent >= self.abort_after:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
+                    self.aborts += 1
+                    context.abort(self.abort_code, self.abort_message)
                 self.sent += 1
             img = np.array([[[[s & 255, (s >> 8) & 255, 7]]] for s in samples], np.uint8)
             yield pb2.Batch(

@@ -3,6 +3,7 @@ parsing, stats, resume and multi-target splitting against a Python fake
 server, the tf adapter's TF-free parts."""
 
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -213,6 +214,62 @@ def test_resume_gives_up_after_deadline():
                             reconnect_deadline=0.3)
         with pytest.raises(nearprep.UnavailableError):
             list(c.batches("fake", batch_size=4))
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("code, message", [
+    (grpc.StatusCode.INTERNAL, "Stream removed"),
+    (grpc.StatusCode.UNKNOWN, "Socket closed"),
+    (grpc.StatusCode.INTERNAL, "recvmsg:Connection reset by peer"),
+])
+def test_retry_depends_on_the_code_not_the_message(code, message):
+    """Text that reads like a transport failure does not make INTERNAL or
+    UNKNOWN retryable."""
+    servicer = FakePreprocessor(40, abort_after=2, abort_code=code, abort_message=message)
+    srv = FakeServer(servicer)
+    try:
+        c = nearprep.Client(srv.target, initial_backoff=0.01)
+        stream = c.batches("fake", batch_size=4)
+        got = [next(stream).index, next(stream).index]
+        with pytest.raises(nearprep.NearprepError) as exc:
+            next(stream)
+        assert got == [0, 1]
+        assert exc.value.code == code.name and exc.value.details == message
+        assert stream.stats.reconnects == 0 and len(servicer.requests) == 1
+    finally:
+        srv.stop()
+
+
+def test_unary_call_goes_to_the_next_target_only_when_unavailable():
+    a, b = FakeServer(FakePreprocessor(4)), FakeServer(FakePreprocessor(5))
+    try:
+        c = nearprep.Client([a.target, b.target])
+        a.servicer.unary_abort = (grpc.StatusCode.INTERNAL, "Stream removed")
+        with pytest.raises(nearprep.NearprepError) as exc:
+            c.datasets()
+        assert exc.value.code == "INTERNAL" and exc.value.target == a.target
+        a.servicer.unary_abort = (grpc.StatusCode.UNAVAILABLE, "draining")
+        assert c.datasets()[0].num_samples == 5
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_unavailable_is_retried_whatever_its_message():
+    servicer = FakePreprocessor(40, abort_after=2, abort_message="draining: bye")
+    srv = FakeServer(servicer)
+    try:
+        c = nearprep.Client(srv.target, initial_backoff=0.01)
+        stream = c.batches("fake", batch_size=4)
+        got = [next(stream).index for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while servicer.aborts == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        servicer.abort_after = None
+        got += [b.index for b in stream]
+        assert got == list(range(10))
+        assert stream.stats.reconnects >= 1
     finally:
         srv.stop()
 

@@ -18,7 +18,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/pem.h"
 
@@ -33,27 +32,18 @@ absl::Status ToAbsl(const grpc::Status& s) {
                       s.error_message());
 }
 
-// A status that means "the server (or the path to it) went away", after
-// which the same request may succeed again on a restarted daemon.
+// Whether a broken stream is re-opened (resumed), decided by the status code
+// alone, never by its message text. gRPC documents UNAVAILABLE as the code of
+// a transient condition to retry with backoff: the connection broke, the
+// server is shutting down, a keepalive timed out, no connection could be
+// made. CANCELLED on a call this client did not cancel (it never cancels a
+// stream it is still reading) means the server side tore the call down
+// (HTTP/2 RST_STREAM CANCEL), so the same request may succeed again. Every
+// other code is the server's answer (or a broken invariant, INTERNAL) and
+// goes to the caller.
 bool IsRetryable(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::CANCELLED:  // We never cancel while reading.
-      return true;
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::INTERNAL: {
-      // Transport failures that gRPC 1.51 surfaces with these codes.
-      const std::string& m = s.error_message();
-      for (const char* needle :
-           {"Socket closed", "Stream removed", "Connection reset",
-            "RST_STREAM", "GOAWAY", "Broken pipe", "failed to connect"}) {
-        if (absl::StrContains(m, needle)) return true;
-      }
-      return false;
-    }
-    default:
-      return false;
-  }
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 // Insecure credentials, or TLS ones built from the options' PEM files.

@@ -45,21 +45,22 @@ from nearprep.stats import Stats
 
 _STREAM_METHOD = "/nearprep.v1.Preprocessor/StreamBatches"
 _END = object()
-_TRANSIENT_TEXT = ("stream removed", "rst_stream", "socket closed",
-                   "connection reset", "broken pipe", "goaway", "eof")
 
 
 def _retryable(err):
+    """Whether a failed call is retried (a stream resumed, a unary call tried
+    on the next target), by its status code alone, never its message text.
+    gRPC documents UNAVAILABLE as a transient condition to retry with
+    backoff (connection broken, server shutting down, keepalive timeout, no
+    connection). CANCELLED reaches here only for a call this client did not
+    cancel (the callers check that first): the server side tore it down
+    (HTTP/2 RST_STREAM CANCEL). Any other code is the server's answer, or a
+    broken invariant (INTERNAL), and goes to the caller."""
     try:
         code = err.code()
-        details = (err.details() or "").lower()
     except Exception:
         return False
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return True
-    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
-        return any(t in details for t in _TRANSIENT_TEXT)
-    return False
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 
 class _Targets:

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -32,6 +34,7 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
   int fail_after = 3;
   int fail_after_later = -1;  // -1: same as fail_after.
   grpc::StatusCode fail_code = grpc::StatusCode::UNAVAILABLE;
+  std::string fail_message = "injected failure";
   // A buggy server: on resume it starts one batch early.
   bool repeat_on_resume = false;
   milliseconds per_batch_delay{0};
@@ -57,7 +60,7 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
     int sent = 0;
     for (uint64_t b = begin; b < end; ++b) {
       if (failing && sent == limit) {
-        return grpc::Status(fail_code, "injected failure");
+        return grpc::Status(fail_code, fail_message);
       }
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
       if (per_batch_delay.count() > 0) std::this_thread::sleep_for(per_batch_delay);
@@ -72,7 +75,7 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
       ++sent;
     }
     if (failing && sent == limit) {
-      return grpc::Status(fail_code, "injected failure at the end");
+      return grpc::Status(fail_code, fail_message + " at the end");
     }
     return grpc::Status::OK;
   }
@@ -211,6 +214,43 @@ TEST(BatchReaderTest, NonRetryableStatusIsReturnedAsIs) {
   EXPECT_EQ(fake.requests().size(), 1u);
   v1::Batch b;
   EXPECT_FALSE(reader->Next(&b));  // Stays finished.
+  server->Shutdown();
+}
+
+// Retries follow the status code only: a message that reads like a transport
+// failure does not make INTERNAL or UNKNOWN retryable, and UNAVAILABLE is
+// retried whatever its message says.
+TEST(BatchReaderTest, RetryDependsOnTheCodeNotTheMessage) {
+  for (const auto& [code, message] :
+       {std::pair{grpc::StatusCode::INTERNAL, "Stream removed"},
+        std::pair{grpc::StatusCode::UNKNOWN, "Socket closed"},
+        std::pair{grpc::StatusCode::INTERNAL, "Connection reset by peer"}}) {
+    FakePreprocessor fake;
+    fake.fail_code = code;
+    fake.fail_message = message;
+    fake.fail_after = 2;
+    int port = 0;
+    auto server = StartServer(&fake, &port);
+    Client client(FastOptions(port));
+    auto reader = client.StreamBatches(Request());
+    EXPECT_EQ(ReadAll(reader.get()), Range(0, 2)) << message;
+    EXPECT_EQ(static_cast<int>(reader->status().code()),
+              static_cast<int>(code))
+        << reader->status();
+    EXPECT_EQ(reader->status().message(), message);
+    EXPECT_EQ(reader->reconnects(), 0) << message;
+    EXPECT_EQ(fake.requests().size(), 1u) << message;
+    server->Shutdown();
+  }
+  FakePreprocessor fake;
+  fake.fail_message = "draining: try another server";  // UNAVAILABLE
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  auto reader = client.StreamBatches(Request());
+  EXPECT_EQ(ReadAll(reader.get()), Range(0, 10));
+  EXPECT_TRUE(reader->status().ok()) << reader->status();
+  EXPECT_EQ(reader->reconnects(), 1);
   server->Shutdown();
 }
 

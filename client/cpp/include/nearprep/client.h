@@ -7,11 +7,13 @@
 //   while (reader->Next(&batch)) { ... }
 //   if (!reader->status().ok()) { ... }
 //
-// BatchReader survives daemon restarts: on UNAVAILABLE (or a stream that
-// breaks mid-way) it reconnects with exponential backoff until
+// BatchReader survives daemon restarts: on UNAVAILABLE (connection broken,
+// daemon draining or restarted, keepalive timeout), or CANCELLED that it did
+// not cause, it reconnects with exponential backoff until
 // reconnect_deadline, and resumes at the next batch index with the
 // start_position token of the last batch received, so no batch is lost or
-// repeated.
+// repeated. Only the status code decides (never the message text); every
+// other code ends the reader with that status.
 //
 // Thread-safety: Client is thread-safe; a BatchReader is used by one thread.
 #ifndef NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_
