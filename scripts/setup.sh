@@ -19,6 +19,7 @@ PACKAGES=(
   clang
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch python3-yaml
   python3-kubernetes
+  python3-dev pybind11-dev python3-pybind11
 )
 
 if [ "${NEARPREP_SKIP_APT:-0}" != "1" ]; then

@@ -156,3 +156,19 @@ def decoded(sample_dir):
     from nearprep import reference
     files, _ = sample_files(sample_dir)
     return [reference.decode_jpeg(os.path.join(sample_dir, f)) for f in files]
+
+
+@pytest.fixture(params=["grpcio", "native"])
+def transport(request, monkeypatch):
+    """Runs a test once per receive path of the Python client
+    (nearprep.transport): every Client the test makes with native=None uses
+    it ($NEARPREP_NATIVE). The native run skips when nearprep._native is not
+    built, unless $NEARPREP_EXPECT_NATIVE=1 (ctest sets it when CMake built
+    the module), where a missing module is a failure."""
+    from nearprep import transport as tr
+    if request.param == "native" and tr.load_native() is None:
+        if os.environ.get("NEARPREP_EXPECT_NATIVE") == "1":
+            pytest.fail("nearprep._native was built but does not import")
+        pytest.skip("nearprep._native not built (pybind11-dev, python3-dev)")
+    monkeypatch.setenv("NEARPREP_NATIVE", "1" if request.param == "native" else "0")
+    return request.param

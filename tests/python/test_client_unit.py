@@ -156,10 +156,11 @@ def _ids(stream):
     return out
 
 
-def test_single_target_stream_and_stats():
+def test_single_target_stream_and_stats(transport):
     srv = FakeServer(FakePreprocessor(23, bad={4}))
     try:
         c = nearprep.Client(srv.target)
+        assert c.transport == transport
         assert c.datasets()[0].name == "fake"
         got = _ids(c.batches("fake", batch_size=5))
         want = [(i, ids, pos) for i, (ids, pos) in enumerate(all_batches(23, 5, bad={4}))]
@@ -184,7 +185,7 @@ def _with_center_fraction(client, value):
     return req
 
 
-def test_resume_after_unavailable_loses_nothing():
+def test_resume_after_unavailable_loses_nothing(transport):
     servicer = FakePreprocessor(40, bad={7, 8}, abort_after=3)
     srv = FakeServer(servicer)
     try:
@@ -207,7 +208,7 @@ def test_resume_after_unavailable_loses_nothing():
         srv.stop()
 
 
-def test_resume_gives_up_after_deadline():
+def test_resume_gives_up_after_deadline(transport):
     srv = FakeServer(FakePreprocessor(40, abort_after=0))
     try:
         c = nearprep.Client(srv.target, initial_backoff=0.01, max_backoff=0.05,
@@ -275,7 +276,7 @@ def test_unavailable_is_retried_whatever_its_message():
 
 
 @pytest.mark.parametrize("bad", [set(), {3, 17, 18, 40}])
-def test_two_targets_split_and_equal_one_server(bad):
+def test_two_targets_split_and_equal_one_server(bad, transport):
     a = FakeServer(FakePreprocessor(61, bad=bad))
     b = FakeServer(FakePreprocessor(61, bad=bad))
     try:
@@ -297,7 +298,7 @@ def test_two_targets_split_and_equal_one_server(bad):
         b.stop()
 
 
-def test_two_targets_one_dies_mid_epoch():
+def test_two_targets_one_dies_mid_epoch(transport):
     a = FakeServer(FakePreprocessor(90))
     dying = FakePreprocessor(90, abort_after=3)
     b = FakeServer(dying)

@@ -52,7 +52,7 @@ def _check_epoch_bit_exact(client, decoded, labels, dtype, layout="NHWC", size=(
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
-def test_all_200_images_bit_exact_with_reference(daemon, decoded, sample_dir, dtype):
+def test_all_200_images_bit_exact_with_reference(daemon, decoded, sample_dir, dtype, transport):
     _, labels = sample_files(sample_dir)
     c = nearprep.Client(daemon.target)
     _check_epoch_bit_exact(c, decoded, labels, dtype)
@@ -71,7 +71,7 @@ def test_all_200_images_bit_exact_with_reference(daemon, decoded, sample_dir, dt
     ("float32", "NHWC", dict(crop="random_resized")),
     ("uint8", "NCHW", dict(crop="center", clip=False)),
 ])
-def test_other_formats_bit_exact(daemon, decoded, dtype, layout, extra):
+def test_other_formats_bit_exact(daemon, decoded, dtype, layout, extra, transport):
     c = nearprep.Client(daemon.target)
     req = c.request("sample", batch_size=16, seed=5, shuffle=True, max_batches=2,
                     height=96, width=80, dtype=dtype, layout=layout, **AUG, **extra)
@@ -84,7 +84,7 @@ def test_other_formats_bit_exact(daemon, decoded, dtype, layout, extra):
     assert n == 32
 
 
-def test_bad_arguments_from_the_server(daemon):
+def test_bad_arguments_from_the_server(daemon, transport):
     c = nearprep.Client(daemon.target)
     with pytest.raises(nearprep.DatasetNotFoundError) as exc:
         list(c.batches("no-such-dataset", batch_size=4))
@@ -105,7 +105,7 @@ def _stream_ids(stream):
     return [(b.index, tuple(int(s) for s in b.sample_ids), b.images.tobytes()) for b in stream]
 
 
-def test_resume_after_sigkill_and_restart(daemon_factory, sample_dir):
+def test_resume_after_sigkill_and_restart(daemon_factory, sample_dir, transport):
     d = daemon_factory({"sample": sample_dir}, "restart").start()
     args = dict(batch_size=10, seed=9, shuffle=True, height=64, width=64, dtype="uint8", **AUG)
     c = nearprep.Client(d.target, initial_backoff=0.05, max_backoff=0.5,
@@ -125,7 +125,7 @@ def test_resume_after_sigkill_and_restart(daemon_factory, sample_dir):
     d.stop()
 
 
-def test_two_targets_split_and_survive_one_failing(daemon_factory, daemon, sample_dir):
+def test_two_targets_split_and_survive_one_failing(daemon_factory, daemon, sample_dir, transport):
     other = daemon_factory({"sample": sample_dir}, "second").start()
     args = dict(batch_size=8, seed=3, shuffle=True, height=48, width=48, dtype="uint8", **AUG)
     want = _stream_ids(nearprep.Client(daemon.target).batches("sample", **args))
@@ -150,7 +150,7 @@ def test_two_targets_split_and_survive_one_failing(daemon_factory, daemon, sampl
     assert stream.stats.reconnects + stream.stats.failovers >= 1
 
 
-def test_skipped_samples_with_two_targets(daemon_factory, sample_dir, tmp_path):
+def test_skipped_samples_with_two_targets(daemon_factory, sample_dir, tmp_path, transport):
     root = tmp_path / "mixed"
     files, _ = sample_files(sample_dir)
     for i, f in enumerate(files[:40]):
@@ -175,7 +175,7 @@ def test_skipped_samples_with_two_targets(daemon_factory, sample_dir, tmp_path):
     b.stop()
 
 
-def test_stats_account_waiting_and_compute(daemon):
+def test_stats_account_waiting_and_compute(daemon, transport):
     c = nearprep.Client(daemon.target)
     stream = c.batches("sample", batch_size=20, height=32, width=32, max_batches=4)
     for b in stream:
@@ -228,7 +228,7 @@ def test_torch_in_process_bfloat16(daemon):
     assert float(images.float().max()) <= 1.0
 
 
-def test_start_batch_equals_tail_of_full_stream(daemon):
+def test_start_batch_equals_tail_of_full_stream(daemon, transport):
     args = dict(batch_size=16, seed=21, shuffle=True, height=24, width=24, dtype="uint8",
                 **AUG)
     with nearprep.Client(daemon.target) as c:

@@ -11,8 +11,11 @@
 #include "nearprep/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -20,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/pem.h"
+#include "batch_decoder.h"
 
 namespace nearprep {
 namespace {
@@ -118,6 +122,8 @@ class FailedBatchReader : public BatchReader {
   explicit FailedBatchReader(absl::Status status)
       : status_(std::move(status)) {}
   bool Next(v1::Batch*) override { return false; }
+  bool NextInto(v1::Batch*, const TensorAllocator&) override { return false; }
+  void Cancel() override {}
   absl::Status status() const override { return status_; }
   int reconnects() const override { return 0; }
 
@@ -125,6 +131,9 @@ class FailedBatchReader : public BatchReader {
   absl::Status status_;
 };
 
+// Reads the stream as raw messages (grpc::ByteBuffer, gRPC's receive slices)
+// and decodes each one as the caller asks: a protobuf parse (Next) or the
+// one-copy decoder (NextInto).
 class GrpcBatchReader : public BatchReader {
  public:
   GrpcBatchReader(const ClientOptions& options,
@@ -132,7 +141,8 @@ class GrpcBatchReader : public BatchReader {
                   const v1::StreamBatchesRequest& request)
       : options_(options),
         channel_(std::move(channel)),
-        stub_(v1::Preprocessor::NewStub(channel_)),
+        method_(kStreamBatchesMethod,
+                grpc::internal::RpcMethod::SERVER_STREAMING, channel_),
         request_(request),
         next_batch_(request.start_batch()),
         next_position_(request.start_position()),
@@ -142,10 +152,45 @@ class GrpcBatchReader : public BatchReader {
   ~GrpcBatchReader() override { CloseStream(); }
 
   bool Next(v1::Batch* batch) override {
+    return ReadNext(batch, [batch](grpc::ByteBuffer* raw) {
+      const grpc::Status st =
+          grpc::SerializationTraits<v1::Batch>::Deserialize(raw, batch);
+      return st.ok() ? absl::OkStatus()
+                     : absl::DataLossError(absl::StrCat(
+                           "malformed Batch message: ", st.error_message()));
+    });
+  }
+
+  bool NextInto(v1::Batch* batch, const TensorAllocator& allocate) override {
+    return ReadNext(batch, [batch, &allocate](grpc::ByteBuffer* raw) {
+      return DecodeBatchInto(raw, batch, allocate);
+    });
+  }
+
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    cancelled_ = true;
+    if (context_) context_->TryCancel();
+  }
+
+  absl::Status status() const override { return status_; }
+  int reconnects() const override { return reconnects_; }
+
+ private:
+  static constexpr const char* kStreamBatchesMethod =
+      "/nearprep.v1.Preprocessor/StreamBatches";
+
+  // Reads the next message and decodes it into `batch` with `decode`.
+  template <typename Decode>
+  bool ReadNext(v1::Batch* batch, const Decode& decode) {
     if (done_) return false;
     for (;;) {
+      if (cancelled_) return Fail(absl::CancelledError("stream cancelled"));
       if (!stream_) OpenStream();
-      if (stream_->Read(batch)) {
+      grpc::ByteBuffer raw;
+      if (stream_->Read(&raw)) {
+        absl::Status decoded = decode(&raw);
+        if (!decoded.ok()) return Fail(std::move(decoded));
         if (batch->batch_index() != next_batch_ ||
             batch->epoch() != request_.epoch()) {
           return Fail(absl::DataLossError(absl::StrCat(
@@ -162,8 +207,8 @@ class GrpcBatchReader : public BatchReader {
         return true;
       }
       const grpc::Status st = stream_->Finish();
-      stream_.reset();
-      context_.reset();
+      ResetStream();
+      if (cancelled_) return Finish(absl::CancelledError("stream cancelled"));
       if (st.ok()) return Finish(absl::OkStatus());
       if (!IsRetryable(st)) return Finish(ToAbsl(st));
       if (request_.max_batches() > 0 && received_ >= request_.max_batches()) {
@@ -174,10 +219,6 @@ class GrpcBatchReader : public BatchReader {
     }
   }
 
-  absl::Status status() const override { return status_; }
-  int reconnects() const override { return reconnects_; }
-
- private:
   v1::StreamBatchesRequest CurrentRequest() const {
     v1::StreamBatchesRequest r = request_;
     if (received_ > 0) {
@@ -191,8 +232,20 @@ class GrpcBatchReader : public BatchReader {
   }
 
   void OpenStream() {
-    context_ = std::make_unique<grpc::ClientContext>();
-    stream_ = stub_->StreamBatches(context_.get(), CurrentRequest());
+    {
+      std::lock_guard<std::mutex> lock(context_mu_);
+      context_ = std::make_unique<grpc::ClientContext>();
+      // A context cancelled before its call starts cancels the call at once.
+      if (cancelled_) context_->TryCancel();
+    }
+    stream_.reset(grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+        channel_.get(), method_, context_.get(), CurrentRequest()));
+  }
+
+  void ResetStream() {
+    stream_.reset();
+    std::lock_guard<std::mutex> lock(context_mu_);
+    context_.reset();
   }
 
   // Cancels a live stream and collects its status (required before the
@@ -200,12 +253,11 @@ class GrpcBatchReader : public BatchReader {
   void CloseStream() {
     if (!stream_) return;
     context_->TryCancel();
-    v1::Batch drain;
+    grpc::ByteBuffer drain;
     while (stream_->Read(&drain)) {
     }
     (void)stream_->Finish();
-    stream_.reset();
-    context_.reset();
+    ResetStream();
   }
 
   // Sleeps the backoff and waits for the channel; false (and the final
@@ -252,11 +304,14 @@ class GrpcBatchReader : public BatchReader {
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Preprocessor::Stub> stub_;
+  const grpc::internal::RpcMethod method_;
   const v1::StreamBatchesRequest request_;
 
+  // context_ is replaced by the reading thread and cancelled by any thread.
+  std::mutex context_mu_;
   std::unique_ptr<grpc::ClientContext> context_;
-  std::unique_ptr<grpc::ClientReader<v1::Batch>> stream_;
+  std::atomic<bool> cancelled_{false};
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream_;
 
   uint64_t received_ = 0;
   uint64_t next_batch_;

@@ -1,4 +1,5 @@
-"""Batch: one served batch, with its tensor as a numpy view of the message.
+"""Batch: one served batch, with its tensor as a numpy view of the message
+(grpcio path) or of the native path's receive buffer (nearprep.transport).
 
 The StreamBatches response is received as raw bytes (a custom gRPC
 deserializer) and only its small header is parsed with protobuf; `images` is
@@ -246,6 +247,16 @@ def parse_batch(raw, pb2, target=None) -> Batch:
         header = full
         header.tensor.ClearField("data")
     return _make_batch(header, buffer, offset, nbytes, target)
+
+
+def buffer_batch(header_bytes, buffer, pb2, target=None) -> Batch:
+    """Builds a Batch from a serialized header (nearprep.v1.Batch without
+    tensor data) and a buffer-protocol object holding exactly the tensor
+    bytes (the native receive path); `images` is a view of `buffer`."""
+    header = pb2.Batch.FromString(header_bytes)
+    if buffer is None:
+        return _make_batch(header, b"", 0, 0, target)
+    return _make_batch(header, buffer, 0, len(buffer), target)
 
 
 def _make_batch(header, buffer, offset, nbytes, target):

@@ -37,13 +37,13 @@ import time
 import grpc
 
 from nearprep import _stubs
-from nearprep.batch import WireError, parse_batch
+from nearprep import transport as _transport
+from nearprep.batch import WireError
 from nearprep.errors import (InvalidArgumentError, NearprepError,
                              UnavailableError, from_rpc_error)
 from nearprep.request import build_request, validate_request
 from nearprep.stats import Stats
 
-_STREAM_METHOD = "/nearprep.v1.Preprocessor/StreamBatches"
 _END = object()
 
 
@@ -115,13 +115,18 @@ class Client:
     chunk_batches        batches per request when splitting over targets
     prefetch             batches read ahead of the caller per stream
     channel_options      extra grpc channel options
+    native               receive streams with the native module (None: when
+                         built and the channel is plaintext; see
+                         nearprep.transport)
+    lock_memory          native path: mlock the reusable receive buffers
     """
 
     def __init__(self, target="localhost:7070", *, tls=False,
                  root_certificates=None, private_key=None,
                  certificate_chain=None, tls_server_name=None, rpc_timeout=10.0,
                  reconnect_deadline=60.0, initial_backoff=0.1, max_backoff=5.0,
-                 chunk_batches=16, prefetch=2, channel_options=()):
+                 chunk_batches=16, prefetch=2, channel_options=(), native=None,
+                 lock_memory=False):
         targets = [target] if isinstance(target, str) else list(target)
         if not targets or not all(isinstance(t, str) and t for t in targets):
             raise InvalidArgumentError(
@@ -181,6 +186,15 @@ class Client:
         self._channels = {}
         self._stats = Stats()
         self._closed = False
+        if _transport.want_native(native, self._creds is not None, channel_options):
+            self._transport = _transport.NativeTransport(self, lock_memory=lock_memory)
+        else:
+            self._transport = _transport.GrpcioTransport(self)
+
+    @property
+    def transport(self):
+        """"native" or "grpcio": how this client receives batches."""
+        return self._transport.name
 
     # -- channels ---------------------------------------------------------
 
@@ -207,16 +221,11 @@ class Client:
     def _stub(self, target):
         return self._pb2_grpc.PreprocessorStub(self._channel(target))
 
-    def _raw_stream(self, target):
-        channel = self._channel(target)
-        return channel, channel.unary_stream(
-            _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
-            response_deserializer=None)
-
     def close(self):
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels.values()), {}
+        self._transport.close()
         for ch in channels:
             ch.close()
 
@@ -370,13 +379,11 @@ class _ChunkRun:
             req.max_batches = remaining or 0
             channel = None
             try:
-                channel, method = client._raw_stream(target)
-                call = method(req)
+                channel, call = client._transport.open(target, req)
                 self._call = call
                 if self.cancelled.is_set():
                     call.cancel()
-                for raw in call:
-                    batch = parse_batch(raw, client._pb2, target)
+                for batch in call:
                     if batch.index != next_b:
                         raise NearprepError(
                             f"server {target} sent batch {batch.index}, expected {next_b}",
@@ -403,7 +410,7 @@ class _ChunkRun:
                     return
                 last_error = err
                 s.stats.count("reconnects")
-                client._reset_channel(target, channel)
+                client._transport.reset(target, channel)
                 targets.mark_down(idx, backoff)
                 backoff = min(backoff * 2, client.max_backoff)
                 previous = idx

@@ -365,3 +365,73 @@ TEST(BatchReaderTest, ResumesWhenTheServerGoesAwayAndComesBack) {
 
 }  // namespace
 }  // namespace nearprep
+
+namespace nearprep {
+namespace {
+
+TEST(BatchReaderTest, NextIntoCopiesTensorIntoCallerMemoryAcrossResume) {
+  FakePreprocessor fake;  // Fails once after 3 batches: NextInto resumes too.
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  auto reader = client.StreamBatches(Request());
+  std::vector<uint64_t> seen;
+  std::vector<std::vector<uint8_t>> buffers;
+  v1::Batch b;
+  while (reader->NextInto(&b, [&](size_t bytes) {
+    buffers.emplace_back(bytes, 0xEE);
+    return buffers.back().data();
+  })) {
+    EXPECT_TRUE(b.tensor().data().empty());
+    EXPECT_EQ(b.labels(0), static_cast<int64_t>(b.batch_index()));
+    ASSERT_EQ(buffers.size(), seen.size() + 1);
+    EXPECT_EQ(buffers.back(),
+              std::vector<uint8_t>(1000, static_cast<uint8_t>(b.batch_index())));
+    seen.push_back(b.batch_index());
+  }
+  EXPECT_TRUE(reader->status().ok()) << reader->status();
+  EXPECT_EQ(seen, Range(0, 10));
+  EXPECT_EQ(reader->reconnects(), 1);
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, NextIntoWithoutMemoryFailsCleanly) {
+  FakePreprocessor fake;
+  fake.failing_calls = 0;
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  auto reader = client.StreamBatches(Request());
+  v1::Batch b;
+  EXPECT_FALSE(reader->NextInto(&b, [](size_t) { return nullptr; }));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kResourceExhausted)
+      << reader->status();
+  EXPECT_FALSE(reader->Next(&b));
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, CancelFromAnotherThreadUnblocksNext) {
+  FakePreprocessor fake;
+  fake.failing_calls = 0;
+  fake.per_batch_delay = milliseconds(3000);
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  auto reader = client.StreamBatches(Request());
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    reader->Cancel();
+  });
+  const Clock::time_point start = Clock::now();
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  canceller.join();
+  EXPECT_LT(Clock::now() - start, milliseconds(2500));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kCancelled)
+      << reader->status();
+  EXPECT_EQ(reader->reconnects(), 0);
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace nearprep

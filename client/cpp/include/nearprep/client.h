@@ -15,12 +15,19 @@
 // repeated. Only the status code decides (never the message text); every
 // other code ends the reader with that status.
 //
-// Thread-safety: Client is thread-safe; a BatchReader is used by one thread.
+// NextInto() is the receive path with one copy: the tensor bytes go from
+// gRPC's receive buffers straight into memory the caller provides (the
+// native Python module uses it to fill page-aligned pooled buffers that
+// numpy then wraps without a copy).
+//
+// Thread-safety: Client is thread-safe; a BatchReader is used by one thread,
+// except Cancel(), which any thread may call at any time.
 #ifndef NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_
 #define NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,12 +74,26 @@ struct ClientOptions {
   // reconnect_deadline.
 };
 
+// Where BatchReader::NextInto puts a batch's tensor bytes: called once per
+// batch with a tensor, after the header is parsed and before any tensor byte
+// is copied, with the tensor's size in bytes. Returns memory of at least that
+// size that stays valid until NextInto returns, or nullptr (NextInto then
+// fails with RESOURCE_EXHAUSTED). Called on the thread that calls NextInto.
+using TensorAllocator = std::function<uint8_t*(size_t bytes)>;
+
 class BatchReader {
  public:
   virtual ~BatchReader() = default;
   // Blocks for the next batch. false at the end of the stream or on error
   // (then status() says which).
   virtual bool Next(v1::Batch* batch) = 0;
+  // Like Next(), but the tensor's bytes are copied once, from gRPC's receive
+  // buffers into allocate(size); batch->tensor().data() is left empty. A
+  // malformed message ends the stream with DATA_LOSS.
+  virtual bool NextInto(v1::Batch* batch, const TensorAllocator& allocate) = 0;
+  // Cancels the stream from any thread: a blocked Next/NextInto returns
+  // false with CANCELLED, and so does every later call.
+  virtual void Cancel() = 0;
   virtual absl::Status status() const = 0;
   // Number of reconnects performed so far.
   virtual int reconnects() const = 0;

@@ -1,0 +1,36 @@
+// Decodes a received nearprep.v1.Batch message (a grpc::ByteBuffer, i.e.
+// gRPC's receive slices) so that the tensor bytes are copied exactly once:
+// from the slices straight into memory the caller chooses. Every other field
+// is parsed with protobuf as usual.
+//
+// How: a protobuf CodedInputStream walks the top-level fields over the
+// slices; Batch.tensor (15) is entered, and of it Tensor.data (15) is not
+// parsed but copied (ReadRaw) into the buffer `allocate` returns for its
+// length. All other fields, whatever their order, are re-serialized
+// verbatim into a small side buffer and parsed with protobuf, so the header
+// equals what protobuf would have produced (tensor.data left empty).
+// A message protobuf would merge in a way this cannot copy once (a second
+// Batch.tensor or Tensor.data field) is refused with DATA_LOSS; our daemon
+// never sends one.
+//
+// Thread-safety: a pure function; `raw` is read, not modified.
+#ifndef NEARPREP_CLIENT_CPP_SRC_BATCH_DECODER_H_
+#define NEARPREP_CLIENT_CPP_SRC_BATCH_DECODER_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/status/status.h"
+#include "nearprep/client.h"
+#include "nearprep/v1/nearprep.pb.h"
+
+namespace nearprep {
+
+// Parses `raw` into `header` (tensor.data left empty) and copies the tensor
+// bytes into allocate(size). On error `header` is unspecified.
+// DATA_LOSS: malformed message; RESOURCE_EXHAUSTED: allocate returned null.
+absl::Status DecodeBatchInto(grpc::ByteBuffer* raw, v1::Batch* header,
+                             const TensorAllocator& allocate);
+
+}  // namespace nearprep
+
+#endif  // NEARPREP_CLIENT_CPP_SRC_BATCH_DECODER_H_

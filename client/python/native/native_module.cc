@@ -1,0 +1,188 @@
+// nearprep._native: the native receive path of the Python client.
+//
+// A Stream runs StreamBatches with the C++ client library (nearprep::Client,
+// BatchReader::NextInto) and hands each batch to Python as (header bytes,
+// Buffer): the header is the serialized nearprep.v1.Batch without tensor
+// data (small), and the Buffer is a writable 1-D byte buffer (Python buffer
+// protocol) over a page-aligned block of a BufferPool into which the tensor
+// bytes were copied once, straight from gRPC's receive slices. numpy wraps
+// it without a copy (np.frombuffer); the block returns to the pool when the
+// last array over it is gone. The GIL is released while a Stream waits for,
+// receives and copies a batch.
+//
+// Resume, failover and retries stay in Python (nearprep.client): a Stream
+// never reconnects by itself (reconnect_deadline 0); a broken stream ends
+// with status() UNAVAILABLE and the Python client decides.
+//
+// TLS is not offered here: the Python client uses its grpcio path for TLS
+// channels.
+//
+// Thread-safety: Channel is thread-safe. A Stream's next() is called by one
+// thread at a time; cancel() by any thread. Buffers and pools are
+// thread-safe.
+#include <malloc.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "buffer_pool.h"
+#include "nearprep/client.h"
+
+namespace py = pybind11;
+
+namespace nearprep {
+namespace {
+
+class PyBuffer {
+ public:
+  explicit PyBuffer(std::unique_ptr<BufferPool::Block> block)
+      : block_(std::move(block)) {}
+  BufferPool::Block& block() { return *block_; }
+
+ private:
+  std::unique_ptr<BufferPool::Block> block_;
+};
+
+class PyStream {
+ public:
+  PyStream(std::unique_ptr<BatchReader> reader,
+           std::shared_ptr<BufferPool> pool)
+      : reader_(std::move(reader)), pool_(std::move(pool)) {}
+
+  // (header bytes, Buffer or None) for the next batch; None at the end of
+  // the stream or on error (status() says which).
+  py::object Next() {
+    std::string header_bytes;
+    std::unique_ptr<BufferPool::Block> block;
+    bool ok;
+    {
+      py::gil_scoped_release release;
+      v1::Batch header;
+      ok = reader_->NextInto(&header, [&](size_t bytes) -> uint8_t* {
+        block = pool_->Acquire(bytes);
+        return block ? block->data() : nullptr;
+      });
+      if (ok) header.SerializeToString(&header_bytes);
+    }
+    if (!ok) return py::none();
+    py::object buffer = py::none();
+    if (block) buffer = py::cast(PyBuffer(std::move(block)));
+    return py::make_tuple(py::bytes(header_bytes), buffer);
+  }
+
+  void Cancel() { reader_->Cancel(); }
+
+  // (canonical code name, message); ("OK", "") while streaming or after a
+  // clean end.
+  py::tuple Status() const {
+    const absl::Status st = reader_->status();
+    return py::make_tuple(absl::StatusCodeToString(st.code()),
+                          std::string(st.message()));
+  }
+
+ private:
+  std::unique_ptr<BatchReader> reader_;
+  std::shared_ptr<BufferPool> pool_;
+};
+
+class PyChannel {
+ public:
+  PyChannel(const std::string& target, double keepalive_time_s,
+            double keepalive_timeout_s)
+      : client_([&] {
+          ClientOptions o;
+          o.target = target;
+          o.reconnect_deadline = std::chrono::milliseconds(0);
+          o.keepalive_time = std::chrono::milliseconds(
+              static_cast<int64_t>(keepalive_time_s * 1000));
+          o.keepalive_timeout = std::chrono::milliseconds(
+              static_cast<int64_t>(keepalive_timeout_s * 1000));
+          return o;
+        }()) {}
+
+  PyStream Stream(const py::bytes& request,
+                  std::shared_ptr<BufferPool> pool) {
+    v1::StreamBatchesRequest req;
+    if (!req.ParseFromString(std::string(request))) {
+      throw py::value_error("request: not a serialized StreamBatchesRequest");
+    }
+    return PyStream(client_.StreamBatches(req), std::move(pool));
+  }
+
+ private:
+  Client client_;
+};
+
+}  // namespace
+}  // namespace nearprep
+
+PYBIND11_MODULE(_native, m) {
+  using nearprep::BufferPool;
+  m.doc() = "nearprep's native receive path (see native_module.cc)";
+
+  // gRPC allocates its receive buffers with malloc and frees them once a
+  // message is consumed. With glibc's defaults the freed memory is returned
+  // to the kernel (heap trimming, or munmap of large chunks) and faulted in
+  // again for the next message: tens of page faults per received image.
+  // Keeping up to `bytes` of freed heap instead is a process-wide setting,
+  // so nearprep.transport applies it only when the native path is used.
+  m.def("keep_freed_memory", [](size_t bytes) {
+    const int trim = static_cast<int>(std::min<size_t>(bytes, 1u << 30));
+    const int mmap_threshold = std::min(trim, 32 << 20);  // glibc's max
+    return mallopt(M_TRIM_THRESHOLD, trim) == 1 &&
+           mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1;
+  }, py::arg("bytes"));
+
+  py::class_<BufferPool, std::shared_ptr<BufferPool>>(m, "BufferPool")
+      .def(py::init([](size_t max_free, bool lock) {
+             BufferPool::Options o;
+             o.max_free = max_free;
+             o.lock = lock;
+             return BufferPool::Create(o);
+           }),
+           py::arg("max_free") = 4, py::arg("lock") = false)
+      .def_property_readonly(
+          "lock", [](const BufferPool& p) { return p.options().lock; })
+      .def("stats", [](const BufferPool& p) {
+        const BufferPool::Stats s = p.stats();
+        py::dict d;
+        d["allocated"] = s.allocated;
+        d["reused"] = s.reused;
+        d["released"] = s.released;
+        d["lock_failures"] = s.lock_failures;
+        d["locked_bytes"] = s.locked_bytes;
+        d["free_buffers"] = s.free_buffers;
+        return d;
+      });
+
+  py::class_<nearprep::PyBuffer>(m, "Buffer", py::buffer_protocol())
+      .def_buffer([](nearprep::PyBuffer& b) {
+        return py::buffer_info(b.block().data(), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.block().size())},
+                               {static_cast<py::ssize_t>(1)});
+      })
+      .def_property_readonly(
+          "locked", [](nearprep::PyBuffer& b) { return b.block().locked(); })
+      .def_property_readonly("address", [](nearprep::PyBuffer& b) {
+        return reinterpret_cast<uintptr_t>(b.block().data());
+      })
+      .def("__len__", [](nearprep::PyBuffer& b) { return b.block().size(); });
+
+  py::class_<nearprep::PyStream>(m, "Stream")
+      .def("next", &nearprep::PyStream::Next)
+      .def("cancel", &nearprep::PyStream::Cancel)
+      .def("status", &nearprep::PyStream::Status);
+
+  py::class_<nearprep::PyChannel>(m, "Channel")
+      .def(py::init<const std::string&, double, double>(), py::arg("target"),
+           py::arg("keepalive_time") = 60.0,
+           py::arg("keepalive_timeout") = 20.0)
+      .def("stream", &nearprep::PyChannel::Stream, py::arg("request"),
+           py::arg("pool"));
+}
