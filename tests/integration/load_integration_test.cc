@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -32,6 +33,11 @@ class DaemonProcess {
     std::vector<std::string> all = {NEARPREPD_PATH, "--listen", "127.0.0.1",
                                     "--port-file", dir + "/port",
                                     "--log-level", "warn"};
+    // A free port unless one is given: the default 7070 is shared
+    // (SO_REUSEPORT) with every other daemon on the machine.
+    if (std::find(args.begin(), args.end(), "--port") == args.end()) {
+      all.insert(all.end(), {"--port", "0"});
+    }
     all.insert(all.end(), args.begin(), args.end());
     int exit_code = 0;
     pid_ = testing_util::SpawnAndWaitForPort(all, dir + "/port",
