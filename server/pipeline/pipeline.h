@@ -38,26 +38,26 @@
 //  - max_batches: dispatch stops at max_batches * batch_size samples.
 //  - Stage times: sums of the backend's per-sample times (failed samples of
 //    the batch included); queue_wait_us: time from the batch's completion to
-//    the consumer taking it (Poll / NextBlocking).
-//  - Cancel (or destroying the BatchStream) makes Poll / NextBlocking return
-//    CANCELLED; a pending on_ready is still called once, on a pipeline
+//    the consumer taking it (Next / NextBlocking).
+//  - Cancel (or destroying the BatchStream) makes Next / NextBlocking answer
+//    CANCELLED; a pending Next is still answered once, on a pipeline
 //    thread. Destroying the Pipeline cancels its streams; the handles stay
 //    safe to call.
 //  - Scheduling (server/pipeline/scheduler.h): workers pick streams
 //    round-robin, one chunk at a time.
 //
-// Thread-safety: Pipeline and BatchStream are thread-safe. Poll's callback
-// runs on a worker thread and must not block.
+// Thread-safety: Pipeline and BatchStream are thread-safe. Next's callback
+// may run on a pipeline worker thread and must not block.
 #ifndef NEARPREP_SERVER_PIPELINE_PIPELINE_H_
 #define NEARPREP_SERVER_PIPELINE_PIPELINE_H_
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/common/types.h"
@@ -125,18 +125,22 @@ struct BatchData {
 // The consumer's end of a stream.
 class BatchStream {
  public:
-  struct Next {
-    enum Kind { kBatch, kPending, kEnd, kError } kind = kPending;
-    std::shared_ptr<const BatchData> batch;  // kBatch
-    absl::Status status;                     // kError
-  };
+  // The next batch; nullptr at the end of the stream; or the error that
+  // ended it (CANCELLED after Cancel).
+  using NextResult = absl::StatusOr<std::shared_ptr<const BatchData>>;
+  using NextCallback = absl::AnyInvocable<void(NextResult) &&>;
+
   virtual ~BatchStream() = default;
-  // Non-blocking. When the result is kPending, `on_ready` is called exactly
-  // once, later, from a pipeline thread, when Poll can make progress.
-  virtual Next Poll(std::function<void()> on_ready) = 0;
-  // Blocking convenience: the next batch, nullptr at the end, or the error.
-  virtual absl::StatusOr<std::shared_ptr<const BatchData>> NextBlocking() = 0;
-  // Stops dispatching; in-flight work finishes and is dropped. Idempotent.
+  // Asks for the next result; `done` is called exactly once with it. When
+  // the result is already there, `done` runs inline, before Next returns;
+  // otherwise later, on a pipeline thread, with no pipeline lock held (it
+  // may call Next again). At most one Next may be pending at a time.
+  virtual void Next(NextCallback done) = 0;
+  // Blocking convenience over Next.
+  NextResult NextBlocking();
+  // Stops dispatching; in-flight work finishes and is dropped; a pending
+  // Next is answered with CANCELLED (on a pipeline thread, not inside
+  // Cancel, unless the Pipeline is gone). Idempotent.
   virtual void Cancel() = 0;
 };
 

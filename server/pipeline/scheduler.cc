@@ -1,6 +1,7 @@
 #include "server/pipeline/scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 #include <utility>
 
 namespace nearprep {
@@ -47,17 +48,20 @@ void Scheduler::Add(const std::shared_ptr<Stream>& stream) {
   work_cv_.SignalAll();
 }
 
-BatchStream::Next Scheduler::Poll(Stream& stream,
-                                  std::function<void()> on_ready) {
-  absl::MutexLock lock(&mu_);
-  Stream::Guarded& g = Locked(stream);
-  BatchStream::Next next = g.assembler.Take(StreamAssembler::Clock::now());
-  if (next.kind == BatchStream::Next::kBatch) {
-    work_cv_.SignalAll();  // the window moved
-  } else if (next.kind == BatchStream::Next::kPending) {
-    g.waiters.push_back(std::move(on_ready));
+void Scheduler::Next(Stream& stream, BatchStream::NextCallback done) {
+  BatchStream::NextResult result;
+  {
+    absl::MutexLock lock(&mu_);
+    Stream::Guarded& g = Locked(stream);
+    assert(!g.pending && "one Next at a time");
+    if (!g.assembler.HasResult()) {
+      g.pending = std::move(done);
+      return;
+    }
+    result = g.assembler.Take(StreamAssembler::Clock::now());
   }
-  return next;
+  if (result.ok() && *result != nullptr) work_cv_.SignalAll();  // window moved
+  std::move(done)(std::move(result));
 }
 
 void Scheduler::Cancel(Stream& stream) {
@@ -96,9 +100,13 @@ void Scheduler::RetireLocked(Stream& s) {
 void Scheduler::SettleLocked(Stream& s, Callbacks* fire) {
   Stream::Guarded& g = Locked(s);
   if (g.assembler.Terminal()) RetireLocked(s);
-  if (!g.waiters.empty() && g.assembler.HasResult()) {
-    for (auto& w : g.waiters) fire->push_back(std::move(w));
-    g.waiters.clear();
+  if (g.pending && g.assembler.HasResult()) {
+    fire->push_back(
+        [done = std::move(g.pending),
+         result = g.assembler.Take(StreamAssembler::Clock::now())]() mutable {
+          std::move(done)(std::move(result));
+        });
+    g.pending = nullptr;
   }
 }
 
@@ -115,9 +123,7 @@ std::shared_ptr<Scheduler::Stream> Scheduler::PickLocked() {
 }
 
 void Scheduler::RunCallbacks(Callbacks* fire) {
-  for (auto& f : *fire) {
-    if (f) f();
-  }
+  for (Callback& f : *fire) std::move(f)();
   fire->clear();
 }
 
@@ -128,10 +134,10 @@ void Scheduler::WorkerLoop() {
   mu_.Lock();
   while (true) {
     if (!tasks_.empty()) {
-      std::function<void()> task = std::move(tasks_.front());
+      Callback task = std::move(tasks_.front());
       tasks_.pop_front();
       mu_.Unlock();
-      if (task) task();
+      std::move(task)();
       mu_.Lock();
       continue;
     }

@@ -18,12 +18,12 @@
 
 #include <cstddef>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "server/pipeline/backend.h"
 #include "server/pipeline/pipeline.h"
@@ -56,7 +56,7 @@ class Scheduler {
               PipelineCounters* counters)
           : assembler(request, prefetch_depth, counters) {}
       StreamAssembler assembler;
-      std::vector<std::function<void()>> waiters;  // pending on_ready
+      BatchStream::NextCallback pending;  // a Next waiting for a result
       bool retired = false;  // removed from Scheduler::streams_
     };
     Guarded guarded_;
@@ -75,8 +75,8 @@ class Scheduler {
   // Starts `stream` (its run or its resume validation) and lets workers
   // pick it.
   void Add(const std::shared_ptr<Stream>& stream) ABSL_LOCKS_EXCLUDED(mu_);
-  // See BatchStream::Poll.
-  BatchStream::Next Poll(Stream& stream, std::function<void()> on_ready)
+  // See BatchStream::Next.
+  void Next(Stream& stream, BatchStream::NextCallback done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // See BatchStream::Cancel.
   void Cancel(Stream& stream) ABSL_LOCKS_EXCLUDED(mu_);
@@ -86,7 +86,8 @@ class Scheduler {
   PipelineCounters& counters() { return counters_; }
 
  private:
-  using Callbacks = std::vector<std::function<void()>>;
+  using Callback = absl::AnyInvocable<void() &&>;
+  using Callbacks = std::vector<Callback>;
 
   // The guarded state of `s`.
   Stream::Guarded& Locked(Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -95,8 +96,8 @@ class Scheduler {
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // The next stream with dispatchable work, round-robin; nullptr if none.
   std::shared_ptr<Stream> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After `s` changed: retires it when it is over and collects the
-  // consumer callbacks that can now make progress.
+  // After `s` changed: retires it when it is over, and answers its pending
+  // Next (into `fire`) when a result is there.
   void SettleLocked(Stream& s, Callbacks* fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetireLocked(Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -111,7 +112,7 @@ class Scheduler {
   std::vector<std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   size_t rr_ ABSL_GUARDED_BY(mu_) = 0;
   // Consumer callbacks for a worker to run.
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::deque<Callback> tasks_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int running_workers_ ABSL_GUARDED_BY(mu_) = 0;
   ValidityCache validity_ ABSL_GUARDED_BY(mu_);

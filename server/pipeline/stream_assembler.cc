@@ -187,27 +187,17 @@ bool StreamAssembler::HasResult() const {
   return cancelled_ || !ready_.empty() || !error_.ok() || finished_;
 }
 
-BatchStream::Next StreamAssembler::Take(Clock::time_point now) {
-  BatchStream::Next next;
-  if (cancelled_) {
-    next.kind = BatchStream::Next::kError;
-    next.status = absl::CancelledError("stream cancelled");
-  } else if (!ready_.empty()) {
+BatchStream::NextResult StreamAssembler::Take(Clock::time_point now) {
+  if (cancelled_) return absl::CancelledError("stream cancelled");
+  if (!ready_.empty()) {
     ReadyBatch rb = std::move(ready_.front());
     ready_.pop_front();
     rb.data->queue_wait_us = MicrosBetween(rb.done_at, now);
     ++taken_;
-    next.kind = BatchStream::Next::kBatch;
-    next.batch = std::move(rb.data);
-  } else if (!error_.ok()) {
-    next.kind = BatchStream::Next::kError;
-    next.status = error_;
-  } else if (finished_) {
-    next.kind = BatchStream::Next::kEnd;
-  } else {
-    next.kind = BatchStream::Next::kPending;
+    return std::shared_ptr<const BatchData>(std::move(rb.data));
   }
-  return next;
+  if (!error_.ok()) return error_;
+  return std::shared_ptr<const BatchData>();  // finished_
 }
 
 void StreamAssembler::Cancel() {

@@ -11,7 +11,7 @@
 //                          into c.scratch while validating a resume).
 //   (the backend fills c.works; the caller holds no lock meanwhile)
 //   CompleteChunk(&c)      results in; batches are assembled in shard order.
-//   Take(now)              the consumer takes the next batch / end / error.
+//   HasResult(), Take(now) the consumer takes the next batch / end / error.
 //   Cancel()               the consumer went away.
 //
 // Slots. Slots are counted from the stream's first batch: slot s is sample
@@ -94,11 +94,12 @@ class StreamAssembler {
   // Hands back a chunk from TakeChunk with its results.
   void CompleteChunk(Chunk* chunk);
 
-  // Whether Take has something other than kPending.
+  // Whether Take has a result for the consumer.
   bool HasResult() const;
-  // The next batch (its queue_wait_us measured up to `now`), the end, the
-  // error, or kPending. Taking a batch moves the prefetch window.
-  BatchStream::Next Take(Clock::time_point now);
+  // The next batch (its queue_wait_us measured up to `now`), nullptr at the
+  // end, or the error. Requires HasResult(). Taking a batch moves the
+  // prefetch window.
+  BatchStream::NextResult Take(Clock::time_point now);
   // Drops everything not yet taken; Take answers CANCELLED from now on.
   // Idempotent.
   void Cancel();

@@ -11,26 +11,17 @@ StreamHandle::StreamHandle(std::shared_ptr<Scheduler> scheduler,
 
 StreamHandle::~StreamHandle() { Cancel(); }
 
-BatchStream::Next StreamHandle::Poll(std::function<void()> on_ready) {
-  return scheduler_->Poll(*stream_, std::move(on_ready));
+void StreamHandle::Next(NextCallback done) {
+  scheduler_->Next(*stream_, std::move(done));
 }
 
-absl::StatusOr<std::shared_ptr<const BatchData>> StreamHandle::NextBlocking() {
-  while (true) {
-    auto ready = std::make_shared<std::promise<void>>();
-    Next next = Poll([ready] { ready->set_value(); });
-    switch (next.kind) {
-      case Next::kBatch:
-        return next.batch;
-      case Next::kEnd:
-        return std::shared_ptr<const BatchData>();
-      case Next::kError:
-        return next.status;
-      case Next::kPending:
-        ready->get_future().wait();
-        break;
-    }
-  }
+BatchStream::NextResult BatchStream::NextBlocking() {
+  // The promise's state is shared, so `done` may finish touching it after
+  // the waiter has returned.
+  auto promise = std::make_shared<std::promise<NextResult>>();
+  std::future<NextResult> future = promise->get_future();
+  Next([promise](NextResult r) { promise->set_value(std::move(r)); });
+  return future.get();
 }
 
 void StreamHandle::Cancel() { scheduler_->Cancel(*stream_); }

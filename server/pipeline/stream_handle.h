@@ -6,7 +6,6 @@
 #ifndef NEARPREP_SERVER_PIPELINE_STREAM_HANDLE_H_
 #define NEARPREP_SERVER_PIPELINE_STREAM_HANDLE_H_
 
-#include <functional>
 #include <memory>
 
 #include "server/pipeline/pipeline.h"
@@ -20,8 +19,7 @@ class StreamHandle : public BatchStream {
                std::shared_ptr<Scheduler::Stream> stream);
   ~StreamHandle() override;
 
-  Next Poll(std::function<void()> on_ready) override;
-  absl::StatusOr<std::shared_ptr<const BatchData>> NextBlocking() override;
+  void Next(NextCallback done) override;
   void Cancel() override;
 
  private:

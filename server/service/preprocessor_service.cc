@@ -1,6 +1,5 @@
 #include "server/service/preprocessor_service.h"
 
-#include <functional>
 #include <string>
 #include <utility>
 
@@ -43,200 +42,81 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer,
 
 }  // namespace
 
-// State of one stream, shared by its reactor, the pipeline's on_ready
-// callbacks and the service's registry, so that a callback that arrives
-// after the RPC ended finds valid memory (and sees `finished`).
-//
-// Protocol: one thread at a time "runs" the stream (Kick); a Kick that
-// arrives while another thread runs sets `rerun` instead. Only the runner
-// calls StartWrite and Finish, so `reactor` is valid whenever it is used:
-// gRPC deletes the reactor (OnDone) only after Finish.
-struct PreprocessorService::StreamState {
-  PreprocessorService* service = nullptr;
-  std::mutex mu;
-  StreamReactor* reactor = nullptr;
-  std::shared_ptr<BatchStream> stream;
-  grpc::ByteBuffer write_buf;
-  size_t write_bytes = 0;
-  bool running = false;
-  bool rerun = false;
-  bool write_in_flight = false;
-  // Set while a Poll returned kPending and its on_ready has not fired.
-  std::shared_ptr<bool> waiting;
-  bool finished = false;
-  bool cancel_requested = false;
-  grpc::Status cancel_status;
-  uint64_t batches = 0;
-};
-
-class PreprocessorService::StreamReactor
+// One StreamBatches call. Exactly one of these is outstanding at a time: a
+// Next on the stream, a write, or (last) the Finish; whoever completes it
+// starts the next, so no lock or flag orders them. OnCancel only stops the
+// stream: the pending Next is then answered (CANCELLED) and its answer
+// finishes the call. Finish is therefore called only when no Next is
+// pending, and gRPC calls OnDone (which deletes the reactor) only after
+// Finish: a Next's `done` always finds the reactor alive.
+class PreprocessorService::BatchWriter
     : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // A stream refused before it started.
-  explicit StreamReactor(const grpc::Status& status) { Finish(status); }
+  explicit BatchWriter(const grpc::Status& status) { Finish(status); }
 
-  explicit StreamReactor(std::shared_ptr<StreamState> state)
-      : state_(std::move(state)) {}
-
-  static void Kick(const std::shared_ptr<StreamState>& s) {
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      if (s->running) {
-        s->rerun = true;
-        return;
-      }
-      s->running = true;
-    }
-    for (;;) {
-      Step(s);
-      std::lock_guard<std::mutex> l(s->mu);
-      if (!s->rerun) {
-        s->running = false;
-        return;
-      }
-      s->rerun = false;
-    }
+  BatchWriter(PreprocessorService* service,
+              std::shared_ptr<StreamRegistry::Entry> entry)
+      : service_(service), entry_(std::move(entry)) {
+    NextBatch();
   }
 
   void OnWriteDone(bool ok) override {
-    auto s = state_;
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      s->write_in_flight = false;
-      s->write_buf.Clear();
-      if (ok) {
-        s->batches++;
-        s->service->counters_.batches_sent.fetch_add(
-            1, std::memory_order_relaxed);
-        s->service->counters_.bytes_sent.fetch_add(
-            s->write_bytes, std::memory_order_relaxed);
-      } else if (!s->cancel_requested) {
-        // The client went away (or the server is shutting down).
-        s->cancel_requested = true;
-        s->cancel_status = grpc::Status(grpc::StatusCode::CANCELLED,
-                                        "stream write failed");
-      }
+    buffer_.Clear();  // Drops this batch's reference to its memory.
+    if (!ok) {
+      // The client went away (or the server is shutting down).
+      entry_->Stop(absl::CancelledError("stream write failed"));
+      End(entry_->stop_status());
+      return;
     }
-    if (!ok) CancelPipeline(s);
-    Kick(s);
+    ++batches_;
+    service_->counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
+    service_->counters_.bytes_sent.fetch_add(bytes_,
+                                             std::memory_order_relaxed);
+    NextBatch();
   }
 
   void OnCancel() override {
-    if (!state_) return;
-    auto s = state_;
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      if (!s->cancel_requested) {
-        s->cancel_requested = true;
-        s->cancel_status =
-            grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
-      }
-    }
-    CancelPipeline(s);
-    Kick(s);
+    if (entry_) entry_->Stop(absl::CancelledError("stream cancelled"));
   }
 
   void OnDone() override {
-    if (state_) {
-      std::shared_ptr<BatchStream> stream;
-      {
-        std::lock_guard<std::mutex> l(state_->mu);
-        stream = std::move(state_->stream);
-        state_->reactor = nullptr;
-      }
-      if (stream) stream->Cancel();
-      stream.reset();
-      state_->service->Unregister(state_);
-    }
+    if (entry_) service_->streams_.Close(entry_);
     delete this;
   }
 
-  static void CancelPipeline(const std::shared_ptr<StreamState>& s) {
-    std::shared_ptr<BatchStream> stream;
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      stream = s->stream;
-    }
-    if (stream) stream->Cancel();
-  }
-
  private:
-  // Finishes with `status`; called by the runner with s->mu held, which it
-  // releases before calling into gRPC (OnDone may run at once).
-  static void FinishLocked(const std::shared_ptr<StreamState>& s,
-                           std::unique_lock<std::mutex>* l,
-                           const grpc::Status& status) {
-    s->finished = true;
-    StreamReactor* reactor = s->reactor;
-    const uint64_t batches = s->batches;
-    l->unlock();
+  void NextBatch() {
+    entry_->stream().Next(
+        [this](BatchStream::NextResult result) { OnNext(std::move(result)); });
+  }
+
+  // The stream's answer: write it, or end the call.
+  void OnNext(BatchStream::NextResult result) {
+    if (entry_->stopped()) return End(entry_->stop_status());
+    if (!result.ok()) return End(result.status());
+    if (*result == nullptr) return End(absl::OkStatus());
+    buffer_ = SerializeBatch(std::move(*result));
+    bytes_ = buffer_.Length();
+    StartWrite(&buffer_);  // Last use of `this` until OnWriteDone.
+  }
+
+  void End(const absl::Status& status) {
     if (status.ok()) {
-      spdlog::debug("stream finished: {} batches", batches);
+      spdlog::debug("stream finished: {} batches", batches_);
     } else {
-      spdlog::info("stream ended after {} batches: {}: {}", batches,
-                   absl::StatusCodeToString(
-                       static_cast<absl::StatusCode>(status.error_code())),
-                   status.error_message());
+      spdlog::info("stream ended after {} batches: {}: {}", batches_,
+                   absl::StatusCodeToString(status.code()),
+                   std::string(status.message()));
     }
-    reactor->Finish(status);
+    Finish(ToGrpc(status));  // OnDone may run (and delete this) at once.
   }
 
-  // One step of the stream's state machine (runner only).
-  static void Step(const std::shared_ptr<StreamState>& s) {
-    std::unique_lock<std::mutex> l(s->mu);
-    if (s->finished || s->write_in_flight) return;
-    if (s->cancel_requested) {
-      FinishLocked(s, &l, s->cancel_status);
-      return;
-    }
-    if (s->waiting) return;  // on_ready will Kick.
-    std::shared_ptr<BatchStream> stream = s->stream;
-    l.unlock();
-
-    auto fired = std::make_shared<bool>(false);
-    BatchStream::Next next = stream->Poll([s, fired]() {
-      {
-        std::lock_guard<std::mutex> cl(s->mu);
-        *fired = true;
-        if (s->waiting == fired) s->waiting.reset();
-      }
-      Kick(s);
-    });
-
-    switch (next.kind) {
-      case BatchStream::Next::kPending: {
-        l.lock();
-        if (!*fired) s->waiting = fired;
-        // Else the callback already ran and set `rerun`.
-        l.unlock();  // Before `stream` may drop the last reference.
-        return;
-      }
-      case BatchStream::Next::kBatch: {
-        grpc::ByteBuffer buf = SerializeBatch(std::move(next.batch));
-        l.lock();
-        if (s->finished) return;
-        s->write_buf = std::move(buf);
-        s->write_bytes = s->write_buf.Length();
-        s->write_in_flight = true;
-        StreamReactor* reactor = s->reactor;
-        l.unlock();
-        reactor->StartWrite(&s->write_buf);
-        return;
-      }
-      case BatchStream::Next::kEnd: {
-        l.lock();
-        FinishLocked(s, &l, grpc::Status::OK);
-        return;
-      }
-      case BatchStream::Next::kError: {
-        l.lock();
-        FinishLocked(s, &l, ToGrpc(next.status));
-        return;
-      }
-    }
-  }
-
-  std::shared_ptr<StreamState> state_;
+  PreprocessorService* const service_ = nullptr;
+  const std::shared_ptr<StreamRegistry::Entry> entry_;
+  grpc::ByteBuffer buffer_;
+  size_t bytes_ = 0;
+  uint64_t batches_ = 0;
 };
 
 PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
@@ -246,7 +126,8 @@ PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
     : pipeline_(pipeline),
       limits_(limits),
       backend_why_(std::move(backend_why)),
-      start_time_(std::chrono::steady_clock::now()) {
+      start_time_(std::chrono::steady_clock::now()),
+      streams_(pipeline, limits.max_concurrent_streams) {
   for (const Dataset* d : datasets) datasets_[d->name()] = d;
 }
 
@@ -298,8 +179,8 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
   const PipelineCounters& p = pipeline_->counters();
   const BackendCounters& b = backend.counters();
   v1::Counters* c = info->mutable_counters();
-  c->set_streams_started(counters_.streams_started.load(kRelaxed));
-  c->set_streams_active(counters_.streams_active.load(kRelaxed));
+  c->set_streams_started(streams_.counters().streams_started.load(kRelaxed));
+  c->set_streams_active(streams_.counters().streams_active.load(kRelaxed));
   c->set_batches_sent(counters_.batches_sent.load(kRelaxed));
   c->set_samples_ok(p.samples_ok.load(kRelaxed));
   c->set_samples_failed(p.samples_failed.load(kRelaxed));
@@ -332,7 +213,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
     counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     spdlog::info("StreamBatches from {} refused: {}", context->peer(),
                  st.ToString());
-    return new StreamReactor(ToGrpc(st));
+    return new BatchWriter(ToGrpc(st));
   };
 
   v1::StreamBatchesRequest request;
@@ -344,83 +225,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
       limits_);
   if (!validated.ok()) return reject(validated.status());
 
-  auto state = std::make_shared<StreamState>();
-  state->service = this;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (draining_) {
-      return reject(absl::UnavailableError(
-          "server is shutting down; resume on another daemon"));
-    }
-    if (active_.size() >= limits_.max_concurrent_streams) {
-      return reject(absl::ResourceExhaustedError(
-          "streams: " + std::to_string(active_.size()) +
-          " active, at the server limit max_concurrent_streams = " +
-          std::to_string(limits_.max_concurrent_streams)));
-    }
-    active_.insert(state);  // Reserves the slot.
-  }
-  absl::StatusOr<std::unique_ptr<BatchStream>> stream =
-      pipeline_->OpenStream(*validated);
-  if (!stream.ok()) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      active_.erase(state);
-    }
-    streams_cv_.notify_all();
-    return reject(stream.status());
-  }
-  counters_.streams_started.fetch_add(1, std::memory_order_relaxed);
-  counters_.streams_active.fetch_add(1, std::memory_order_relaxed);
+  absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> entry =
+      streams_.Open(*validated);
+  if (!entry.ok()) return reject(entry.status());
   spdlog::debug("stream from {}: dataset={} batch_size={} shard={}/{} "
                 "start_batch={}",
                 context->peer(), request.dataset(), request.batch_size(),
                 validated->shard_index, validated->num_shards,
                 validated->start_batch);
-
-  state->stream = std::shared_ptr<BatchStream>(std::move(*stream));
-  auto* reactor = new StreamReactor(state);
-  state->reactor = reactor;
-  StreamReactor::Kick(state);
-  return reactor;
-}
-
-void PreprocessorService::Unregister(const std::shared_ptr<StreamState>& s) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    active_.erase(s);
-  }
-  counters_.streams_active.fetch_sub(1, std::memory_order_relaxed);
-  streams_cv_.notify_all();
-}
-
-void PreprocessorService::BeginDrain() {
-  std::lock_guard<std::mutex> l(mu_);
-  draining_ = true;
-}
-
-bool PreprocessorService::WaitForStreams(
-    std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> l(mu_);
-  return streams_cv_.wait_until(l, deadline, [this] { return active_.empty(); });
-}
-
-void PreprocessorService::CancelAll(const grpc::Status& status) {
-  std::vector<std::shared_ptr<StreamState>> streams;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    streams.assign(active_.begin(), active_.end());
-  }
-  for (const auto& s : streams) {
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      if (s->cancel_requested || s->finished) continue;
-      s->cancel_requested = true;
-      s->cancel_status = status;
-    }
-    StreamReactor::CancelPipeline(s);
-    StreamReactor::Kick(s);
-  }
+  return new BatchWriter(this, std::move(*entry));
 }
 
 }  // namespace nearprep

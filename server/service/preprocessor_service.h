@@ -1,13 +1,17 @@
 // The gRPC adapter of nearprep.v1.Preprocessor (callback API). Each handler
-// converts the request, forwards to the pipeline (which has no gRPC headers)
-// and converts the result back.
+// converts the request, forwards to code without gRPC headers
+// (request_validation.h, StreamRegistry, the pipeline) and converts the
+// result back.
 //
 // StreamBatches is registered "raw" so that batches can be written as
 // grpc::ByteBuffers that reference the pipeline's batch memory (see
 // batch_serializer.h); its request is parsed here, and malformed bytes are
-// INVALID_ARGUMENT. One ServerWriteReactor per stream: no thread per stream,
-// and the next batch is polled only when the previous write completed, so a
-// slow client slows its stream's prefetch window down (backpressure).
+// INVALID_ARGUMENT. One ServerWriteReactor per stream, in the shape of gRPC's
+// route_guide callback server: the constructor asks the stream for its first
+// result; each result is written (StartWrite) or ends the call (Finish); each
+// completed write (OnWriteDone) asks for the next. No thread per stream, and
+// the next batch is taken only when the previous write completed, so a slow
+// client slows its stream's prefetch window down (backpressure).
 //
 // Thread-safety: all methods are called concurrently by gRPC; the class is
 // thread-safe. It must outlive the grpc::Server it is registered with.
@@ -16,12 +20,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,13 +31,13 @@
 #include "server/data/dataset.h"
 #include "server/pipeline/pipeline.h"
 #include "server/service/request_validation.h"
+#include "server/service/stream_registry.h"
 
 namespace nearprep {
 
-// Live counters kept by the adapter (the pipeline and backend keep theirs).
+// Live counters kept by the adapter (the stream registry, the pipeline and
+// the backend keep theirs).
 struct ServiceCounters {
-  std::atomic<uint64_t> streams_started{0};
-  std::atomic<uint64_t> streams_active{0};
   std::atomic<uint64_t> batches_sent{0};
   std::atomic<uint64_t> bytes_sent{0};
   std::atomic<uint64_t> requests_rejected{0};
@@ -67,23 +67,15 @@ class PreprocessorService final
   // Fills `info` (also used by GetServerInfo).
   void FillServerInfo(v1::ServerInfo* info) const;
 
-  // Drain support. After BeginDrain new streams are refused with
-  // UNAVAILABLE; WaitForStreams blocks until no stream is active or the
-  // deadline passes (true when none is left); CancelAll ends every active
-  // stream with `status`.
-  void BeginDrain();
-  bool WaitForStreams(std::chrono::steady_clock::time_point deadline);
-  void CancelAll(const grpc::Status& status);
+  // Admission, live streams and draining (the daemon's shutdown uses it).
+  StreamRegistry& streams() { return streams_; }
 
   const ServiceCounters& counters() const { return counters_; }
 
  private:
-  class StreamReactor;
-  struct StreamState;
-  friend class StreamReactor;
+  class BatchWriter;
 
   const Dataset* FindDataset(const std::string& name) const;
-  void Unregister(const std::shared_ptr<StreamState>& s);
 
   std::map<std::string, const Dataset*> datasets_;
   Pipeline* pipeline_;
@@ -93,11 +85,7 @@ class PreprocessorService final
   std::string backend_why_;
   std::chrono::steady_clock::time_point start_time_;
   ServiceCounters counters_;
-
-  std::mutex mu_;
-  std::condition_variable streams_cv_;
-  bool draining_ = false;
-  std::set<std::shared_ptr<StreamState>> active_;
+  StreamRegistry streams_;
 };
 
 }  // namespace nearprep

@@ -167,7 +167,8 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
     if (server_ == nullptr) return;
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
-  service_->BeginDrain();
+  StreamRegistry& streams = service_->streams();
+  streams.BeginDrain();
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
@@ -186,13 +187,12 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
     server_->Shutdown(grpc_deadline);
     stopped.set_value();
   });
-  if (!service_->WaitForStreams(deadline)) {
+  if (!streams.WaitUntilEmpty(deadline)) {
     spdlog::warn("drain deadline reached; cancelling the remaining streams");
-    service_->CancelAll(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                     "server shutting down"));
+    streams.StopAll(absl::UnavailableError("server shutting down"));
     // Give the UNAVAILABLE statuses a moment to reach the clients.
-    service_->WaitForStreams(std::chrono::steady_clock::now() +
-                             std::chrono::milliseconds(200));
+    streams.WaitUntilEmpty(std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds(200));
   }
   while (stopped_future.wait_for(std::chrono::milliseconds(50)) !=
          std::future_status::ready) {

@@ -438,7 +438,7 @@ TEST_F(PipelineTest, DestroyingPipelineWithOpenStreamsDoesNotHang) {
   EXPECT_EQ(n.status().code(), absl::StatusCode::kCancelled);
 }
 
-TEST_F(PipelineTest, PollCallsEachCallbackExactlyOnce) {
+TEST_F(PipelineTest, NextAnswersEachCallExactlyOnce) {
   backend_->SetDelayUs(200);
   Pipeline pipeline(Options(2), backend_);
   StreamRequest req = SmallRequest(ds_.get());
@@ -446,65 +446,91 @@ TEST_F(PipelineTest, PollCallsEachCallbackExactlyOnce) {
   ASSERT_TRUE(stream.ok());
   std::mutex mu;
   std::condition_variable cv;
-  int registered = 0;
   std::vector<int> calls(1000, 0);
   std::vector<std::shared_ptr<const BatchData>> got;
+  const std::thread::id consumer = std::this_thread::get_id();
+  int asked = 0;
+  int inline_answers = 0;
   bool end = false;
-  while (!end) {
-    int my = registered;
-    BatchStream::Next next = (*stream)->Poll([&, my] {
+  while (!end && asked < 1000) {
+    const int my = asked++;
+    BatchStream::NextResult result;
+    (*stream)->Next([&, my](BatchStream::NextResult r) {
       std::lock_guard<std::mutex> lock(mu);
       ++calls[my];
+      result = std::move(r);
+      if (std::this_thread::get_id() == consumer) ++inline_answers;
       cv.notify_all();
     });
-    switch (next.kind) {
-      case BatchStream::Next::kBatch:
-        got.push_back(next.batch);
-        break;
-      case BatchStream::Next::kEnd:
-        end = true;
-        break;
-      case BatchStream::Next::kError:
-        FAIL() << next.status;
-      case BatchStream::Next::kPending: {
-        ++registered;
-        std::unique_lock<std::mutex> lock(mu);
-        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
-                                [&] { return calls[my] > 0; }));
-        break;
-      }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
+                              [&] { return calls[my] > 0; }));
+    }
+    ASSERT_TRUE(result.ok()) << result.status();
+    if (*result == nullptr) {
+      end = true;
+    } else {
+      got.push_back(*result);
     }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_GT(registered, 0);
-  for (int i = 0; i < registered; ++i) EXPECT_EQ(calls[i], 1) << i;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < asked; ++i) EXPECT_EQ(calls[i], 1) << i;
+  // The first answer needs the backend, so it comes from a worker.
+  EXPECT_LT(inline_answers, asked);
   auto want = ExpectedStream(Shard(*ds_, req), {}, req.batch_size, false);
   ExpectBatches(got, want, 0, req, *ds_);
+}
+
+TEST_F(PipelineTest, CancelAnswersAPendingNextOnAPipelineThread) {
+  backend_->SetDelayUs(20000);  // the first batch takes a while
+  Pipeline pipeline(Options(1, 1, 1), backend_);
+  auto stream = pipeline.OpenStream(SmallRequest(ds_.get()));
+  ASSERT_TRUE(stream.ok());
+  auto answer = std::make_shared<std::promise<BatchStream::NextResult>>();
+  auto thread = std::make_shared<std::promise<std::thread::id>>();
+  (*stream)->Next([answer, thread](BatchStream::NextResult r) {
+    thread->set_value(std::this_thread::get_id());
+    answer->set_value(std::move(r));
+  });
+  (*stream)->Cancel();
+  auto f = answer->get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(thread->get_future().get(), std::this_thread::get_id());
+  // Later calls are answered at once.
+  EXPECT_EQ((*stream)->NextBlocking().status().code(),
+            absl::StatusCode::kCancelled);
 }
 
 TEST_F(PipelineTest, QueueWaitMeasuresTimeBeforeTheConsumerTakesIt) {
   backend_->SetDelayUs(500);
   Pipeline pipeline(Options(1, 2, 1), backend_);
+  const uint64_t before = backend_->processed();
   auto stream = pipeline.OpenStream(SmallRequest(ds_.get()));
   ASSERT_TRUE(stream.ok());
-  // Find a batch we saw become ready (Poll pending, then the callback), hold
-  // it for 40 ms, and check the reported wait covers that.
-  bool measured = false;
-  while (!measured) {
-    auto ready = std::make_shared<std::promise<void>>();
-    auto next = (*stream)->Poll([ready] { ready->set_value(); });
-    if (next.kind == BatchStream::Next::kBatch) continue;
-    ASSERT_EQ(next.kind, BatchStream::Next::kPending);
-    ASSERT_EQ(ready->get_future().wait_for(std::chrono::seconds(10)),
-              std::future_status::ready);
-    std::this_thread::sleep_for(std::chrono::milliseconds(40));
-    next = (*stream)->Poll(nullptr);
-    if (next.kind == BatchStream::Next::kEnd) break;
-    ASSERT_EQ(next.kind, BatchStream::Next::kBatch);
-    EXPECT_GE(next.batch->queue_wait_us, 39000u);
-    measured = true;
+  auto first = (*stream)->NextBlocking();
+  ASSERT_TRUE(first.ok() && *first != nullptr);
+  // Depth 1: once batch 0 is taken, exactly batch 1 (samples 8..15) is
+  // made. Wait until the backend has started its last sample, leave the
+  // batch waiting for 60 ms, then take it: it waited at least ~40 ms (the
+  // last sample takes at most 2 ms of the margin).
+  for (int i = 0; i < 5000 && backend_->processed() - before < 16; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_TRUE(measured);
+  ASSERT_EQ(backend_->processed() - before, 16u);
+  const auto seen = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  auto second = (*stream)->NextBlocking();
+  const auto taken = std::chrono::steady_clock::now();
+  ASSERT_TRUE(second.ok() && *second != nullptr);
+  EXPECT_GE((*second)->queue_wait_us, 40000u);
+  EXPECT_LE((*second)->queue_wait_us,
+            static_cast<uint64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(
+                    taken - seen)
+                    .count()));
 }
 
 TEST_F(PipelineTest, MemoryLimitBoundsPrefetch) {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -66,34 +67,37 @@ class StreamAssemblerTest : public ::testing::Test {
     }
   }
 
-  // Takes results until the stream ends; `last` gets the final kEnd / kError
-  // (or kPending when the stream is not over).
+  // Takes results while there are any; `last` gets the end (OK) or the
+  // error, or stays nullopt when the stream is not over.
   std::vector<std::shared_ptr<const BatchData>> TakeBatches(
-      StreamAssembler& a, BatchStream::Next* last) {
+      StreamAssembler& a, std::optional<absl::Status>* last) {
     std::vector<std::shared_ptr<const BatchData>> out;
-    while (true) {
-      BatchStream::Next n = a.Take(StreamAssembler::Clock::now());
-      if (n.kind != BatchStream::Next::kBatch) {
-        *last = n;
+    last->reset();
+    while (a.HasResult()) {
+      BatchStream::NextResult r = a.Take(StreamAssembler::Clock::now());
+      if (!r.ok() || *r == nullptr) {
+        *last = r.status();
         return out;
       }
-      out.push_back(n.batch);
+      out.push_back(*r);
     }
+    return out;
   }
 
   // All of one stream, expecting a clean end.
   std::vector<std::shared_ptr<const BatchData>> RunAll(StreamAssembler& a) {
     a.Start(nullptr);
     std::vector<std::shared_ptr<const BatchData>> out;
-    BatchStream::Next last;
+    std::optional<absl::Status> last;
     while (true) {
       Pump(a);
       auto got = TakeBatches(a, &last);
       out.insert(out.end(), got.begin(), got.end());
-      if (last.kind != BatchStream::Next::kPending) break;
+      if (last.has_value()) break;
       if (!a.CanDispatch()) break;  // stuck: reported below
     }
-    EXPECT_EQ(last.kind, BatchStream::Next::kEnd) << last.status;
+    EXPECT_TRUE(last.has_value() && last->ok())
+        << (last ? last->ToString() : "stream did not end");
     return out;
   }
 
@@ -213,8 +217,9 @@ TEST_F(StreamAssemblerTest, PrefetchWindowMovesWhenTheConsumerTakes) {
   EXPECT_EQ(n, 8u);  // depth 2 x batch 4
   CompleteReversed(a, std::move(chunks));
   EXPECT_FALSE(a.CanDispatch());
-  ASSERT_EQ(a.Take(StreamAssembler::Clock::now()).kind,
-            BatchStream::Next::kBatch);
+  ASSERT_TRUE(a.HasResult());
+  auto batch = a.Take(StreamAssembler::Clock::now());
+  ASSERT_TRUE(batch.ok() && *batch != nullptr);
   chunks = TakeAll(a);
   n = 0;
   for (const auto& c : chunks) n += c->works.size();
@@ -239,14 +244,13 @@ TEST_F(StreamAssemblerTest, FailPolicyDeliversEarlierBatchesThenDataLoss) {
   StreamAssembler a(r, 8, &counters_);
   a.Start(nullptr);
   Pump(a);
-  BatchStream::Next last;
+  std::optional<absl::Status> last;
   auto got = TakeBatches(a, &last);
   ASSERT_EQ(got.size(), 2u);
   ExpectBatch(*got[1], {4, 5, 6, 7}, {}, 8, r);
-  ASSERT_EQ(last.kind, BatchStream::Next::kError);
-  EXPECT_EQ(last.status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(last.status.message().find("sample 9 "), std::string::npos)
-      << last.status;
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(last->message().find("sample 9 "), std::string::npos) << *last;
   EXPECT_TRUE(a.Terminal());
   EXPECT_FALSE(a.CanDispatch());
 }
@@ -257,9 +261,9 @@ TEST_F(StreamAssemblerTest, CancelDropsWhatWasNotTaken) {
   auto chunks = TakeAll(a);
   a.Cancel();
   CompleteReversed(a, std::move(chunks));  // late results are dropped
-  BatchStream::Next n = a.Take(StreamAssembler::Clock::now());
-  ASSERT_EQ(n.kind, BatchStream::Next::kError);
-  EXPECT_EQ(n.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(a.HasResult());
+  EXPECT_EQ(a.Take(StreamAssembler::Clock::now()).status().code(),
+            absl::StatusCode::kCancelled);
   EXPECT_FALSE(a.CanDispatch());
 }
 
@@ -278,7 +282,7 @@ TEST_F(StreamAssemblerTest, ResumeWithoutTokenValidatesThenReusesTheCache) {
   EXPECT_TRUE(chunks[0]->validation);
   CompleteReversed(a, std::move(chunks));
   Pump(a);
-  BatchStream::Next last;
+  std::optional<absl::Status> last;
   auto got = TakeBatches(a, &last);
   ASSERT_EQ(got.size(), 4u);  // positions 7..19: 4 + 4 + 4 + 1
   EXPECT_EQ(got[0]->batch_index, 1u);
@@ -306,9 +310,10 @@ TEST_F(StreamAssemblerTest, ResumeWithoutTokenPastTheEndIsEmpty) {
   StreamAssembler a(r, 8, &counters_);
   a.Start(std::make_shared<std::vector<int8_t>>(ds_->size(), kUnknown));
   Pump(a);
-  BatchStream::Next last;
+  std::optional<absl::Status> last;
   EXPECT_TRUE(TakeBatches(a, &last).empty());
-  EXPECT_EQ(last.kind, BatchStream::Next::kEnd);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_TRUE(last->ok()) << *last;
 }
 
 }  // namespace
