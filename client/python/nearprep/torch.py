@@ -13,6 +13,14 @@
 
 The dataset yields whole batches, so give the DataLoader batch_size=None.
 
+uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
+
+    ds = nearprep.torch.IterableDataset(..., dtype="uint8", layout="NHWC")
+    for images, labels in loader:
+        x = nearprep.torch.finish_uint8(images, mean=(0.485, 0.456, 0.406),
+                                        std=(0.229, 0.224, 0.225),
+                                        layout="channels_last", device="cuda")
+
 Splitting. The stream serves shard `shard_index` of `num_shards` (DDP:
 default rank / world_size of torch.distributed when initialised, else 0 / 1).
 With DataLoader(num_workers=W), worker w requests server shard
@@ -56,6 +64,81 @@ def to_torch(array):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # read-only buffer
         return torch.from_numpy(array)
+
+
+_LAYOUTS_OUT = ("NCHW", "NHWC", "channels_last")
+
+
+def finish_uint8(images, mean=None, std=None, *, layout="NCHW", input_layout="NHWC",
+                 device=None, dtype=torch.float32, non_blocking=True):
+    """Finishes a uint8 batch on the trainer's device: to float, x / 255,
+    then (x - mean[c]) / std[c] per channel (when given), in `layout`.
+
+    images        uint8 [n, h, w, 3] (input_layout "NHWC", the default) or
+                  [n, 3, h, w] ("NCHW"): a numpy array (Batch.images) or a
+                  tensor; copied to `device` as uint8 (4x fewer bytes than
+                  float32) with `non_blocking`
+    mean, std     3 floats each, or None (then only x / 255)
+    layout        "NCHW" (contiguous [n, 3, h, w]), "NHWC" (contiguous
+                  [n, h, w, 3]) or "channels_last" ([n, 3, h, w] shape in
+                  NHWC memory, torch.channels_last: what cuDNN convolutions
+                  prefer, and free when the input is NHWC)
+    device        torch device (default: the tensor's own, or CPU)
+    dtype         torch.float32, float16 or bfloat16 (the half types are
+                  computed in float32 and converted in a second pass)
+
+    One elementwise op writes the output: out = x * a[c] + b[c] with
+    a = 1 / (255 * std), b = -mean / std (float64, rounded once to float32),
+    torch.addcmul(b, x, a, out=out) over the permuted view of x, so the
+    layout change costs no separate copy. On CUDA, PyTorch's elementwise
+    kernels convert mixed input dtypes inside the kernel, so this is one
+    kernel launch reading uint8 (not measured here: this workplace has no
+    GPU); on CPU PyTorch first converts the uint8 input to a float
+    temporary. It differs from
+    ((x / 255) - mean) / std evaluated in float32 by a few float32 ulps;
+    tests/python/test_torch_finish.py states the tolerance. Against the
+    server's float32 output for the same request, the difference is the
+    8-bit quantisation: at most 0.5/255 before normalisation (see
+    docs/python.md for the measured error)."""
+    if layout not in _LAYOUTS_OUT:
+        raise InvalidArgumentError(f"layout: must be one of {_LAYOUTS_OUT}, got {layout!r}",
+                                   field="layout")
+    if input_layout not in ("NHWC", "NCHW"):
+        raise InvalidArgumentError(
+            f"input_layout: must be NHWC or NCHW, got {input_layout!r}", field="input_layout")
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise InvalidArgumentError(f"dtype: must be a float dtype, got {dtype}", field="dtype")
+    if (mean is None) != (std is None):
+        raise InvalidArgumentError("mean: give mean and std together", field="mean")
+    x = to_torch(images) if isinstance(images, np.ndarray) else images
+    if x.dtype != torch.uint8 or x.dim() != 4:
+        raise InvalidArgumentError(
+            f"images: must be a 4-D uint8 batch, got {x.dtype} {tuple(x.shape)}", field="images")
+    channels = x.shape[3] if input_layout == "NHWC" else x.shape[1]
+    mean = np.zeros(channels) if mean is None else np.asarray(mean, np.float64)
+    std = np.ones(channels) if std is None else np.asarray(std, np.float64)
+    if mean.shape != (channels,) or std.shape != (channels,) or not (std > 0).all():
+        raise InvalidArgumentError(
+            f"std: mean and std need {channels} values each, std > 0", field="std")
+    device = torch.device(device) if device is not None else x.device
+    x = x.to(device, non_blocking=non_blocking)
+    scale = torch.tensor(1.0 / (255.0 * std), dtype=torch.float32)
+    bias = torch.tensor(-mean / std, dtype=torch.float32)
+    if layout == "NHWC":
+        nhwc = x if input_layout == "NHWC" else x.permute(0, 2, 3, 1)
+        out = torch.empty(nhwc.shape, dtype=torch.float32, device=device)
+        shape = (1, 1, 1, channels)
+        src = nhwc
+    else:
+        src = x.permute(0, 3, 1, 2) if input_layout == "NHWC" else x
+        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+        out = torch.empty(src.shape, dtype=torch.float32, device=device,
+                          memory_format=fmt)
+        shape = (1, channels, 1, 1)
+    scale = scale.reshape(shape).to(device)
+    bias = bias.reshape(shape).to(device)
+    torch.addcmul(bias, src, scale, out=out)
+    return out if dtype == torch.float32 else out.to(dtype)
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
