@@ -20,7 +20,7 @@ BufferPool::~BufferPool() {
 
 uint8_t* BufferPool::Acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!free_.empty()) {
       uint8_t* p = free_.back();
       free_.pop_back();
@@ -29,7 +29,7 @@ uint8_t* BufferPool::Acquire() {
   }
   void* p = std::aligned_alloc(kAlign, RoundUp(bytes_ == 0 ? 1 : bytes_));
   if (p == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++allocated_;
   return static_cast<uint8_t*>(p);
 }
@@ -37,7 +37,7 @@ uint8_t* BufferPool::Acquire() {
 void BufferPool::Release(uint8_t* buffer) {
   if (buffer == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (free_.size() < max_cached_) {
       free_.push_back(buffer);
       return;
@@ -55,7 +55,7 @@ std::shared_ptr<void> BufferPool::Wrap(uint8_t* buffer) {
 }
 
 size_t BufferPool::allocated() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return allocated_;
 }
 

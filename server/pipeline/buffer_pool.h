@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace nearprep {
 
@@ -31,9 +33,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   // A buffer of buffer_bytes() bytes (contents unspecified), or nullptr when
   // memory is exhausted.
-  uint8_t* Acquire();
+  uint8_t* Acquire() ABSL_LOCKS_EXCLUDED(mu_);
   // Gives back a buffer obtained from Acquire().
-  void Release(uint8_t* buffer);
+  void Release(uint8_t* buffer) ABSL_LOCKS_EXCLUDED(mu_);
   // Ownership of `buffer` moves to the returned shared_ptr, whose deleter
   // calls Release.
   std::shared_ptr<void> Wrap(uint8_t* buffer);
@@ -44,9 +46,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  private:
   const size_t bytes_;
   const size_t max_cached_;
-  mutable std::mutex mu_;
-  std::vector<uint8_t*> free_;
-  size_t allocated_ = 0;
+  mutable absl::Mutex mu_;
+  std::vector<uint8_t*> free_ ABSL_GUARDED_BY(mu_);
+  size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace nearprep
