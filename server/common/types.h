@@ -13,8 +13,13 @@
 
 namespace nearprep {
 
-enum class CropMode { kNone = 0, kCenter = 1, kRandomResized = 2 };
-enum class Fidelity { kTfCompat = 0, kFast = 1 };
+enum class CropMode {
+  kNone = 0,
+  kCenter = 1,
+  kRandomResized = 2,
+  kResizeCenter = 3,  // Shorter side to resize_shorter, then centre crop.
+};
+enum class Fidelity { kTfCompat = 0, kFast = 1, kTorchvision = 2 };
 enum class DType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kUint8 = 3 };
 enum class Layout { kNHWC = 0, kNCHW = 1 };
 enum class ErrorPolicy { kSkip = 0, kFailStream = 1 };
@@ -36,6 +41,7 @@ struct TransformSpec {
   int width = 224;
   CropMode crop = CropMode::kNone;
   float center_fraction = 0.875f;
+  int resize_shorter = 256;  // kResizeCenter: the shorter side's new size.
   float scale_min = 0.08f, scale_max = 1.0f;
   float ratio_min = 3.0f / 4.0f, ratio_max = 4.0f / 3.0f;
   float flip_probability = 0.0f;

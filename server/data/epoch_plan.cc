@@ -7,6 +7,7 @@
 #include <numeric>
 #include <utility>
 
+#include "server/common/resize_center.h"
 #include "server/data/plan_math.h"
 
 namespace nearprep {
@@ -123,6 +124,10 @@ CropBox RandomResizedCropBox(const TransformSpec& spec, uint64_t seed,
   const double r_hi = static_cast<double>(spec.ratio_max);
   const double log_lo = PlanLog(r_lo);
   const double log_hi = PlanLog(r_hi);
+  // torchvision rounds with Python's round() (halves to even).
+  double (*round_side)(double) = spec.fidelity == Fidelity::kTorchvision
+                                ? &PlanRoundHalfEven
+                                : &PlanRound;
   for (int attempt = 1; attempt <= kRandomResizedCropAttempts; ++attempt) {
     const auto w = SampleParamWords(seed, epoch, sample_id,
                                     static_cast<uint32_t>(attempt));
@@ -130,8 +135,8 @@ CropBox RandomResizedCropBox(const TransformSpec& spec, uint64_t seed,
     const double u_ratio = static_cast<double>(UniformFloat(w[1]));
     const double target_area = area * (s_lo + u_scale * (s_hi - s_lo));
     const double aspect = PlanExp(log_lo + u_ratio * (log_hi - log_lo));
-    const double cw = PlanRound(std::sqrt(target_area * aspect));
-    const double ch = PlanRound(std::sqrt(target_area / aspect));
+    const double cw = round_side(std::sqrt(target_area * aspect));
+    const double ch = round_side(std::sqrt(target_area / aspect));
     // Written so that NaN fails the test.
     if (cw > 0.0 && cw <= wd && ch > 0.0 && ch <= hd) {
       CropBox box;
@@ -148,9 +153,9 @@ CropBox RandomResizedCropBox(const TransformSpec& spec, uint64_t seed,
   const double in_ratio = wd / hd;
   double cw = wd, ch = hd;
   if (in_ratio < r_lo) {
-    ch = PlanRound(wd / r_lo);
+    ch = round_side(wd / r_lo);
   } else if (in_ratio > r_hi) {
-    cw = PlanRound(hd * r_hi);
+    cw = round_side(hd * r_hi);
   }
   if (!(ch >= 1.0)) ch = 1.0;
   if (!(cw >= 1.0)) cw = 1.0;
@@ -193,6 +198,17 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
     case CropMode::kRandomResized:
       p.crop =
           RandomResizedCropBox(spec, seed, epoch, sample_id, height, width);
+      break;
+    case CropMode::kResizeCenter:
+      // TORCHVISION resizes the whole image and crops afterwards; the other
+      // fidelities resample the corresponding box of the decoded image.
+      if (spec.fidelity == Fidelity::kTorchvision || height <= 0 ||
+          width <= 0) {
+        p.crop = CropBox{0, 0, height > 0 ? height : 0, width > 0 ? width : 0};
+      } else {
+        p.crop = ResizeCenterSourceBox(height, width, spec.resize_shorter,
+                                       spec.height, spec.width);
+      }
       break;
   }
   return p;

@@ -64,4 +64,11 @@ double PlanRound(double x) {
   return (x - f >= 0.5) ? f + 1.0 : f;
 }
 
+double PlanRoundHalfEven(double x) {
+  const double f = std::floor(x);
+  const double d = x - f;  // Exact.
+  if (d != 0.5) return d > 0.5 ? f + 1.0 : f;
+  return std::fmod(f, 2.0) == 0.0 ? f : f + 1.0;
+}
+
 }  // namespace nearprep

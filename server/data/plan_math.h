@@ -21,6 +21,8 @@ double PlanLog(double x);
 double PlanExp(double x);
 // Round half away from zero for x >= 0 (like std::round; exact).
 double PlanRound(double x);
+// Round half to even (Python's round(), which torchvision uses), x >= 0.
+double PlanRoundHalfEven(double x);
 
 }  // namespace nearprep
 

@@ -28,6 +28,25 @@
 
 namespace nearprep {
 namespace internal {
+namespace {
+
+// Pillow's "CMYK;I" unpacking (invert) followed by its cmyk2rgb.
+inline int MulDiv255(int a, int b) {
+  const int t = a * b + 128;
+  return ((t >> 8) + t) >> 8;
+}
+
+void CmykRowToRgbPil(const uint8_t* cmyk, size_t width, uint8_t* rgb) {
+  for (size_t x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    const int nk = cmyk[3];  // 255 - (255 - k)
+    for (int c = 0; c < 3; ++c) {
+      const int v = nk - MulDiv255(255 - cmyk[c], nk);
+      rgb[c] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+    }
+  }
+}
+
+}  // namespace
 
 JpegSession::JpegSession() {
   std::memset(&cinfo_, 0, sizeof(cinfo_));
@@ -138,7 +157,7 @@ absl::Status JpegSession::Failure(absl::StatusCode code, const char* stage) {
 
 absl::Status JpegSession::ReadHeader(const uint8_t* data, size_t size,
                                      const DecodeLimits& limits,
-                                     JpegHeader* header) {
+                                     JpegHeader* header, JpegStyle style) {
   if (!Renew()) {
     return absl::ResourceExhaustedError("JPEG: cannot create decompressor");
   }
@@ -149,6 +168,7 @@ absl::Status JpegSession::ReadHeader(const uint8_t* data, size_t size,
     return absl::InvalidArgumentError("not a JPEG: no SOI marker");
   }
   cmyk_ = false;
+  style_ = style;
   err_.message[0] = '\0';
   err_.warning[0] = '\0';
   err_.msg_code = 0;
@@ -188,7 +208,8 @@ absl::Status JpegSession::ReadHeader(const uint8_t* data, size_t size,
   cmyk_ = cinfo_.jpeg_color_space == JCS_CMYK ||
           cinfo_.jpeg_color_space == JCS_YCCK;
   cinfo_.out_color_space = cmyk_ ? JCS_CMYK : JCS_RGB;
-  cinfo_.dct_method = JDCT_IFAST;
+  cinfo_.dct_method =
+      style_ == JpegStyle::kPil ? JDCT_ISLOW : JDCT_IFAST;
   cinfo_.do_fancy_upsampling = TRUE;
   cinfo_.scale_num = 1;
   cinfo_.scale_denom = 1;
@@ -218,6 +239,10 @@ void JpegSession::ReadRows(int rows, uint8_t* rgb) {
       ERREXIT(&cinfo_, JERR_INPUT_EOF);
     }
     uint8_t* out = rgb + y * stride;
+    if (style_ == JpegStyle::kPil) {
+      CmykRowToRgbPil(tmp, width, out);
+      continue;
+    }
     for (size_t x = 0; x < width; ++x) {
       const int c = tmp[4 * x], m = tmp[4 * x + 1], yy = tmp[4 * x + 2],
                 k = tmp[4 * x + 3];
@@ -371,11 +396,14 @@ absl::StatusOr<JpegHeader> ReadJpegHeader(const uint8_t* data, size_t size,
   return header;
 }
 
-absl::StatusOr<RgbImage> DecodeJpegTfCompat(const uint8_t* data, size_t size,
-                                            const DecodeLimits& limits) {
+namespace {
+
+absl::StatusOr<RgbImage> DecodeWhole(const uint8_t* data, size_t size,
+                                     const DecodeLimits& limits,
+                                     JpegStyle style) {
   internal::JpegSession& s = internal::JpegSession::ThreadLocal();
   JpegHeader header;
-  absl::Status st = s.ReadHeader(data, size, limits, &header);
+  absl::Status st = s.ReadHeader(data, size, limits, &header, style);
   if (!st.ok()) return st;
   RgbImage img;
   st = s.DecodeFull(&img.pixels);
@@ -383,6 +411,18 @@ absl::StatusOr<RgbImage> DecodeJpegTfCompat(const uint8_t* data, size_t size,
   img.height = header.height;
   img.width = header.width;
   return img;
+}
+
+}  // namespace
+
+absl::StatusOr<RgbImage> DecodeJpegTfCompat(const uint8_t* data, size_t size,
+                                            const DecodeLimits& limits) {
+  return DecodeWhole(data, size, limits, JpegStyle::kTensorFlow);
+}
+
+absl::StatusOr<RgbImage> DecodeJpegPil(const uint8_t* data, size_t size,
+                                       const DecodeLimits& limits) {
+  return DecodeWhole(data, size, limits, JpegStyle::kPil);
 }
 
 absl::StatusOr<RgbImage> DecodeJpegFast(const uint8_t* data, size_t size,

@@ -50,6 +50,19 @@ struct RgbImage {
   std::vector<uint8_t> pixels;
 };
 
+// Which library's decode to reproduce. Both use libjpeg-turbo with fancy
+// upsampling and block smoothing, and replicate grayscale to RGB.
+//  kTensorFlow: TF's decode_jpeg: JDCT_IFAST; CMYK/YCCK (libjpeg's CMYK
+//    output) to RGB with TF's rule (Adobe files: k*c/255, others:
+//    (255-k)*(255-c)/255, truncating).
+//  kPil: Pillow's Image.open(...).convert("RGB"): libjpeg's defaults
+//    (JDCT_ISLOW); every 4-component image is read as inverted CMYK
+//    ("CMYK;I", Pillow assumes Adobe's convention whatever the markers say)
+//    and converted with Pillow's cmyk2rgb: with c' = 255 - c etc.,
+//    r = nk - (c' * nk) / 255 where nk = k (rounded division as Pillow's
+//    MULDIV255: t = a*b + 128, ((t >> 8) + t) >> 8).
+enum class JpegStyle { kTensorFlow, kPil };
+
 // Reads only the header. Errors: INVALID_ARGUMENT "not a JPEG" / corrupt
 // header; RESOURCE_EXHAUSTED when height*width*components >= limit or a side
 // exceeds libjpeg's maximum of 65500 pixels.
@@ -63,6 +76,11 @@ absl::StatusOr<JpegHeader> ReadJpegHeader(const uint8_t* data, size_t size,
 // truncated header is INVALID_ARGUMENT.
 absl::StatusOr<RgbImage> DecodeJpegTfCompat(const uint8_t* data, size_t size,
                                             const DecodeLimits& limits);
+
+// Pillow's decode (JpegStyle::kPil) of the whole image, with the same error
+// rules as DecodeJpegTfCompat.
+absl::StatusOr<RgbImage> DecodeJpegPil(const uint8_t* data, size_t size,
+                                       const DecodeLimits& limits);
 
 // FAST decode of the region `crop` (in full-resolution pixels) of the image,
 // allowed to skip work: rows and MCU columns outside the crop are not

@@ -41,16 +41,18 @@ class JpegSession {
 
   // Parses the header of `data` (which must outlive the decode) and checks
   // the limit. INVALID_ARGUMENT / RESOURCE_EXHAUSTED as in jpeg_decoder.h.
+  // `style` picks the IDCT and the CMYK rule of the decodes that follow.
   absl::Status ReadHeader(const uint8_t* data, size_t size,
-                          const DecodeLimits& limits, JpegHeader* header);
+                          const DecodeLimits& limits, JpegHeader* header,
+                          JpegStyle style = JpegStyle::kTensorFlow);
 
-  // TF_COMPAT full decode to interleaved RGB (height*width*3 bytes, resized
+  // Full decode to interleaved RGB (height*width*3 bytes, resized
   // as needed), then reads on to the EOI marker as TensorFlow does.
   // DATA_LOSS on a libjpeg error or on reading past the end of the data;
   // libjpeg warnings (corrupt but decodable data) are counted, not errors.
   absl::Status DecodeFull(std::vector<uint8_t>* rgb);
 
-  // TF_COMPAT decode of the region `crop` of a baseline (sequential) image:
+  // Decode of the region `crop` of a baseline (sequential) image:
   // the same pixels as DecodeFull's image has there, with less work. Not for
   // progressive images (libjpeg's block smoothing of incomplete coefficients
   // looks at neighbouring blocks, which cropping changes), and callers fall
@@ -106,7 +108,7 @@ class JpegSession {
   bool Renew();
   absl::Status Failure(absl::StatusCode code, const char* stage);
   // Reads rows [0, rows) of the started decompression into `rgb` (stride
-  // output_width*3), converting CMYK with TensorFlow's integer rule.
+  // output_width*3), converting CMYK with the style's integer rule.
   void ReadRows(int rows, uint8_t* rgb);
 
   jpeg_decompress_struct cinfo_;
@@ -115,6 +117,7 @@ class JpegSession {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool cmyk_ = false;
+  JpegStyle style_ = JpegStyle::kTensorFlow;
   bool used_ = false;  // cinfo_ has read (part of) a stream since creation.
   std::vector<JSAMPROW> row_ptrs_;
   std::vector<uint8_t> cmyk_rows_;

@@ -37,6 +37,7 @@
 #include "server/image/preprocess_kernels.h"
 #include "server/image/tf_ops.h"
 #include "server/image/tf_ops_internal.h"
+#include "server/image/torchvision_preprocess.h"
 
 namespace nearprep {
 namespace internal {
@@ -433,12 +434,12 @@ void FusedTransform(const uint8_t* rgb, int in_w, const CropBox& crop,
   }
 }
 
-bool CropInside(const CropBox& c, int h, int w) {
+}  // namespace
+
+bool CropBoxInside(const CropBox& c, int h, int w) {
   return c.x >= 0 && c.y >= 0 && c.width > 0 && c.height > 0 &&
          c.x <= w - c.width && c.y <= h - c.height;
 }
-
-}  // namespace
 
 absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
                             const TransformSpec& spec, const OutputSpec& output,
@@ -447,6 +448,10 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
                             uint8_t* out, StageTimes* times) {
   if (spec.height <= 0 || spec.width <= 0) {
     return absl::InvalidArgumentError("transform: output size must be > 0");
+  }
+  if (spec.fidelity == Fidelity::kTorchvision) {
+    return PreprocessJpegTorchvision(data, size, spec, output, limits,
+                                     draw_params, params, out, times);
   }
   const Clock::time_point t0 = Clock::now();
   internal::JpegSession& session = internal::JpegSession::ThreadLocal();
@@ -459,7 +464,7 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
   p.source_width = header.width;
   if (spec.crop == CropMode::kNone) {
     p.crop = CropBox{0, 0, header.height, header.width};
-  } else if (!CropInside(p.crop, header.height, header.width)) {
+  } else if (!CropBoxInside(p.crop, header.height, header.width)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "crop box (", p.crop.y, ",", p.crop.x, ",", p.crop.height, "x",
         p.crop.width, ") outside the ", header.height, "x", header.width,
@@ -541,7 +546,7 @@ void TransformDecoded(const uint8_t* rgb, int height, int width,
     return;
   }
   CropBox crop = params.crop;
-  if (spec.crop == CropMode::kNone || !CropInside(crop, height, width)) {
+  if (spec.crop == CropMode::kNone || !CropBoxInside(crop, height, width)) {
     crop = CropBox{0, 0, height, width};
   }
   FusedTransform(rgb, width, crop, spec, output, params, out);

@@ -1,6 +1,7 @@
 // One sample, end to end on the CPU: encoded JPEG bytes -> finished tensor
 // slot. decode -> to float -> crop+resize -> flip -> brightness -> saturation
-// -> clip -> normalize -> pack, with TF_COMPAT or FAST fidelity.
+// -> clip -> normalize -> pack, with TF_COMPAT or FAST fidelity;
+// FIDELITY_TORCHVISION goes to torchvision_preprocess.h.
 //
 // Thread-safety: reentrant; scratch memory is per call (or thread-local).
 #ifndef NEARPREP_SERVER_IMAGE_PREPROCESS_H_
@@ -19,6 +20,9 @@ namespace nearprep {
 // (the crop box depends on it). Supplied by the caller so that this module
 // knows nothing about seeds or epochs.
 using ParamsFn = std::function<SampleParams(int height, int width)>;
+
+// True when `crop` is non-empty and lies inside an h x w image.
+bool CropBoxInside(const CropBox& crop, int h, int w);
 
 // Writes OutputSpec::SampleBytes(spec) bytes at `out`. On error `out` is left
 // unspecified and the status says why (see jpeg_decoder.h for the codes).

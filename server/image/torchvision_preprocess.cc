@@ -1,0 +1,226 @@
+// See torchvision_preprocess.h. Decode: only the input pixels the resize
+// window reads are decoded (JpegSession::DecodeCrop on baseline images:
+// the same pixels as the full decode there), the whole image for
+// progressive ones, and the full decode again whenever the region decode
+// meets damaged data, so results and errors are always the full decode's.
+#include "server/image/torchvision_preprocess.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/resize_center.h"
+#include "server/image/jpeg_session.h"
+#include "server/image/pil_resample.h"
+#include "server/image/tf_ops_internal.h"
+
+namespace nearprep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t MicrosBetween(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
+}
+
+// Output bytes of every (channel, resized value): the float32 steps of
+// ConvertImageDtype and Normalize, then the dtype conversion.
+struct ValueTables {
+  size_t esize = 4;
+  uint8_t bytes[3][256][4];
+};
+
+void BuildValueTables(const TransformSpec& spec, DType dtype,
+                      ValueTables* t) {
+  t->esize = DTypeSize(dtype);
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      float f = static_cast<float>(v) / 255.0f;
+      if (spec.clip) f = std::max(std::min(f, 1.0f), 0.0f);  // No-op here.
+      if (spec.normalize) f = (f - spec.mean[c]) / spec.std[c];
+      uint8_t* o = t->bytes[c][v];
+      switch (dtype) {
+        case DType::kFloat32:
+          std::memcpy(o, &f, 4);
+          break;
+        case DType::kFloat16: {
+          const uint16_t h = internal::FloatToHalf(f);
+          std::memcpy(o, &h, 2);
+          break;
+        }
+        case DType::kBFloat16: {
+          const uint16_t b = internal::FloatToBFloat16(f);
+          std::memcpy(o, &b, 2);
+          break;
+        }
+        case DType::kUint8:
+          o[0] = internal::FloatToU8(f);
+          break;
+      }
+    }
+  }
+}
+
+// Writes output row `y` (w pixels of interleaved RGB) into the tensor.
+void StoreRow(const uint8_t* rgb, int y, int h, int w, bool flip,
+              Layout layout, const ValueTables& t, uint8_t* out) {
+  const size_t es = t.esize;
+  if (layout == Layout::kNHWC) {
+    uint8_t* row = out + static_cast<size_t>(y) * w * 3 * es;
+    for (int x = 0; x < w; ++x) {
+      const int xo = flip ? w - 1 - x : x;
+      uint8_t* o = row + static_cast<size_t>(xo) * 3 * es;
+      for (int c = 0; c < 3; ++c) {
+        std::memcpy(o + c * es, t.bytes[c][rgb[3 * x + c]], es);
+      }
+    }
+    return;
+  }
+  const size_t plane = static_cast<size_t>(h) * w * es;
+  for (int c = 0; c < 3; ++c) {
+    uint8_t* row = out + c * plane + static_cast<size_t>(y) * w * es;
+    const auto& table = t.bytes[c];
+    if (es == 4) {
+      for (int x = 0; x < w; ++x) {
+        const int xo = flip ? w - 1 - x : x;
+        std::memcpy(row + static_cast<size_t>(xo) * 4, table[rgb[3 * x + c]],
+                    4);
+      }
+    } else {
+      for (int x = 0; x < w; ++x) {
+        const int xo = flip ? w - 1 - x : x;
+        std::memcpy(row + static_cast<size_t>(xo) * es, table[rgb[3 * x + c]],
+                    es);
+      }
+    }
+  }
+}
+
+struct Scratch {
+  std::vector<uint8_t> rgb;
+  PilResizer resizer;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
+absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
+                                       const TransformSpec& spec,
+                                       const OutputSpec& output,
+                                       const DecodeLimits& limits,
+                                       const ParamsFn& draw_params,
+                                       SampleParams* params, uint8_t* out,
+                                       StageTimes* times) {
+  if (spec.brightness_max_delta != 0.0f || spec.saturation_enabled) {
+    return absl::InvalidArgumentError(
+        "FIDELITY_TORCHVISION has no brightness or saturation augmentation");
+  }
+  const Clock::time_point t0 = Clock::now();
+  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
+  JpegHeader header;
+  absl::Status st =
+      session.ReadHeader(data, size, limits, &header, JpegStyle::kPil);
+  if (!st.ok()) return st;
+  SampleParams p = draw_params ? draw_params(header.height, header.width)
+                               : SampleParams();
+  p.source_height = header.height;
+  p.source_width = header.width;
+  const CropBox whole{0, 0, header.height, header.width};
+  // The resize input (a box of the decoded image), its target size and the
+  // window of the target that is the output.
+  CropBox input = whole;
+  int target_h = spec.height, target_w = spec.width;
+  CropBox window{0, 0, spec.height, spec.width};
+  if (spec.crop == CropMode::kNone || spec.crop == CropMode::kResizeCenter) {
+    p.crop = whole;
+  } else if (!CropBoxInside(p.crop, header.height, header.width)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "crop box (", p.crop.y, ",", p.crop.x, ",", p.crop.height, "x",
+        p.crop.width, ") outside the ", header.height, "x", header.width,
+        " image"));
+  } else {
+    input = p.crop;
+  }
+  if (spec.crop == CropMode::kResizeCenter) {
+    const ResizeCenterGeometry g =
+        TorchvisionResizeCenter(header.height, header.width,
+                                spec.resize_shorter, spec.height, spec.width);
+    if (!CropBoxInside(g.window, g.resized_height, g.resized_width)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transform: the ", spec.height, "x", spec.width,
+          " centre crop does not fit the resized ", g.resized_height, "x",
+          g.resized_width, " image"));
+    }
+    target_h = g.resized_height;
+    target_w = g.resized_width;
+    window = g.window;
+  }
+  // Input pixels the window reads, in decoded-image coordinates.
+  CropBox need = PilResizeSourceRegion(input.height, input.width, target_h,
+                                       target_w, window);
+  need.y += input.y;
+  need.x += input.x;
+
+  Scratch& sc = ThreadScratch();
+  RgbRegion src;
+  bool decoded = false;
+  const bool all = need.y == 0 && need.x == 0 &&
+                   need.height == header.height && need.width == header.width;
+  if (!all && !header.progressive) {
+    // Baseline region decode; damaged data (a warning) or an error sends
+    // it to the full decode below.
+    const int header_warnings = session.warnings();
+    int h = 0, w = 0;
+    CropBox in_buf;
+    st = session.DecodeCrop(need, &sc.rgb, &h, &w, &in_buf);
+    if (st.ok() && session.warnings() == header_warnings) {
+      src.stride = static_cast<size_t>(w) * 3;
+      src.data = sc.rgb.data() + static_cast<size_t>(in_buf.y) * src.stride +
+                 static_cast<size_t>(in_buf.x) * 3;
+      src.y0 = need.y;
+      src.x0 = need.x;
+      decoded = true;
+    } else {
+      st = session.ReadHeader(data, size, limits, &header, JpegStyle::kPil);
+      if (!st.ok()) return st;
+    }
+  }
+  if (!decoded) {
+    st = session.DecodeFull(&sc.rgb);
+    if (!st.ok()) return st;
+    src.stride = static_cast<size_t>(header.width) * 3;
+    src.data = sc.rgb.data();
+    src.y0 = 0;
+    src.x0 = 0;
+  }
+  src.height = need.height;
+  src.width = need.width;
+  // The resize works in the input box's coordinates.
+  src.y0 -= input.y;
+  src.x0 -= input.x;
+  const Clock::time_point t1 = Clock::now();
+
+  ValueTables tables;
+  BuildValueTables(spec, output.dtype, &tables);
+  sc.resizer.Resize(src, input.height, input.width, target_h, target_w, window,
+                    [&](int y, const uint8_t* rgb) {
+                      StoreRow(rgb, y, spec.height, spec.width, p.flip,
+                               output.layout, tables, out);
+                    });
+  const Clock::time_point t2 = Clock::now();
+  if (params != nullptr) *params = p;
+  if (times != nullptr) {
+    times->decode_us += MicrosBetween(t0, t1);
+    times->transform_us += MicrosBetween(t1, t2);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace nearprep
