@@ -83,12 +83,7 @@ KernelLevel ActiveKernelLevel() {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-uint64_t MicrosBetween(Clock::time_point a, Clock::time_point b) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
-}
+using internal::Clock;
 
 // Per-thread buffers, grown on demand and reused across images.
 struct Scratch {
@@ -282,24 +277,7 @@ void PackColumns(const float* planes, int x0, int w,
       const float v = src[x];
       const int xo = t.flip ? w - 1 - x : x;
       uint8_t* o = base + static_cast<size_t>(xo) * step * esize;
-      switch (t.dtype) {
-        case DType::kFloat32:
-          std::memcpy(o, &v, 4);
-          break;
-        case DType::kFloat16: {
-          const uint16_t b = internal::FloatToHalf(v);
-          std::memcpy(o, &b, 2);
-          break;
-        }
-        case DType::kBFloat16: {
-          const uint16_t b = internal::FloatToBFloat16(v);
-          std::memcpy(o, &b, 2);
-          break;
-        }
-        case DType::kUint8:
-          *o = internal::FloatToU8(v);
-          break;
-      }
+      internal::StoreElement(v, t.dtype, o);
     }
   }
 }
@@ -529,12 +507,7 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
       if (!st.ok()) return st;
     }
   }
-  const Clock::time_point t2 = Clock::now();
-  if (params != nullptr) *params = p;
-  if (times != nullptr) {
-    times->decode_us += MicrosBetween(t0, t1);
-    times->transform_us += MicrosBetween(t1, t2);
-  }
+  internal::ReportSample(p, t0, t1, params, times);
   return absl::OkStatus();
 }
 

@@ -7,12 +7,34 @@
 #define NEARPREP_SERVER_IMAGE_PREPROCESS_KERNELS_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #include "server/common/types.h"
 
 namespace nearprep {
 namespace internal {
+
+using Clock = std::chrono::steady_clock;
+
+// Whole microseconds from a to b (stage timings).
+inline uint64_t MicrosBetween(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
+}
+
+// Hands a finished sample's parameters and its decode (t0 to t1) and
+// transform (t1 to now) times to the caller's optional outputs.
+inline void ReportSample(const SampleParams& p, Clock::time_point t0,
+                         Clock::time_point t1, SampleParams* params,
+                         StageTimes* times) {
+  const Clock::time_point t2 = Clock::now();
+  if (params != nullptr) *params = p;
+  if (times != nullptr) {
+    times->decode_us += MicrosBetween(t0, t1);
+    times->transform_us += MicrosBetween(t1, t2);
+  }
+}
 
 // The per-row colour work after the vertical lerp.
 struct RowOps {

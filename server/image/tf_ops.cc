@@ -199,24 +199,7 @@ void PackOutput(const float* img, int h, int w, DType dtype, Layout layout,
     for (size_t c = 0; c < 3; ++c) {
       const float v = img[3 * p + c];
       const size_t idx = layout == Layout::kNHWC ? 3 * p + c : c * plane + p;
-      switch (dtype) {
-        case DType::kFloat32:
-          std::memcpy(out + 4 * idx, &v, 4);
-          break;
-        case DType::kFloat16: {
-          const uint16_t b = internal::FloatToHalf(v);
-          std::memcpy(out + 2 * idx, &b, 2);
-          break;
-        }
-        case DType::kBFloat16: {
-          const uint16_t b = internal::FloatToBFloat16(v);
-          std::memcpy(out + 2 * idx, &b, 2);
-          break;
-        }
-        case DType::kUint8:
-          out[idx] = internal::FloatToU8(v);
-          break;
-      }
+      internal::StoreElement(v, dtype, out + DTypeSize(dtype) * idx);
     }
   }
 }

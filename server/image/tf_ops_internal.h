@@ -1,6 +1,7 @@
 // Building blocks shared by the scalar reference ops (tf_ops.cc), the fused
 // fast path (preprocess.cc) and the tests: interpolation taps, the per-pixel
-// HSV round trip and the scalar dtype conversions. Not a public interface.
+// HSV round trip and the scalar dtype conversions (also used by the
+// torchvision path). Not a public interface.
 //
 // Thread-safety: pure functions; U8ToFloatTable() is initialised once.
 #ifndef NEARPREP_SERVER_IMAGE_TF_OPS_INTERNAL_H_
@@ -10,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "server/common/types.h"
 
 namespace nearprep {
 namespace internal {
@@ -84,6 +87,29 @@ inline uint8_t FloatToU8(float f) {
   const float s = c * 255.0f;
   const int t = static_cast<int>(s);  // s in [0, 255]: truncation.
   return static_cast<uint8_t>(t + (s - static_cast<float>(t) >= 0.5f ? 1 : 0));
+}
+
+// Stores `v` as one element of `dtype` at `o` (DTypeSize(dtype) bytes,
+// unaligned), with the conversions above.
+inline void StoreElement(float v, DType dtype, uint8_t* o) {
+  switch (dtype) {
+    case DType::kFloat32:
+      std::memcpy(o, &v, 4);
+      break;
+    case DType::kFloat16: {
+      const uint16_t b = FloatToHalf(v);
+      std::memcpy(o, &b, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t b = FloatToBFloat16(v);
+      std::memcpy(o, &b, 2);
+      break;
+    }
+    case DType::kUint8:
+      *o = FloatToU8(v);
+      break;
+  }
 }
 
 

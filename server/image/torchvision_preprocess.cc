@@ -14,17 +14,13 @@
 #include "server/common/resize_center.h"
 #include "server/image/jpeg_session.h"
 #include "server/image/pil_resample.h"
+#include "server/image/preprocess_kernels.h"
 #include "server/image/tf_ops_internal.h"
 
 namespace nearprep {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-uint64_t MicrosBetween(Clock::time_point a, Clock::time_point b) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
-}
+using internal::Clock;
 
 // Output bytes of every (channel, resized value): the float32 steps of
 // ConvertImageDtype and Normalize, then the dtype conversion.
@@ -41,25 +37,7 @@ void BuildValueTables(const TransformSpec& spec, DType dtype,
       float f = static_cast<float>(v) / 255.0f;
       if (spec.clip) f = std::max(std::min(f, 1.0f), 0.0f);  // No-op here.
       if (spec.normalize) f = (f - spec.mean[c]) / spec.std[c];
-      uint8_t* o = t->bytes[c][v];
-      switch (dtype) {
-        case DType::kFloat32:
-          std::memcpy(o, &f, 4);
-          break;
-        case DType::kFloat16: {
-          const uint16_t h = internal::FloatToHalf(f);
-          std::memcpy(o, &h, 2);
-          break;
-        }
-        case DType::kBFloat16: {
-          const uint16_t b = internal::FloatToBFloat16(f);
-          std::memcpy(o, &b, 2);
-          break;
-        }
-        case DType::kUint8:
-          o[0] = internal::FloatToU8(f);
-          break;
-      }
+      internal::StoreElement(f, dtype, t->bytes[c][v]);
     }
   }
 }
@@ -214,12 +192,7 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
                       StoreRow(rgb, y, spec.height, spec.width, p.flip,
                                output.layout, tables, out);
                     });
-  const Clock::time_point t2 = Clock::now();
-  if (params != nullptr) *params = p;
-  if (times != nullptr) {
-    times->decode_us += MicrosBetween(t0, t1);
-    times->transform_us += MicrosBetween(t1, t2);
-  }
+  internal::ReportSample(p, t0, t1, params, times);
   return absl::OkStatus();
 }
 
