@@ -20,6 +20,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch python3-yaml
   python3-kubernetes
   python3-dev pybind11-dev python3-pybind11
+  python3-pil python3-torchvision
 )
 
 if [ "${NEARPREP_SKIP_APT:-0}" != "1" ]; then
