@@ -1,27 +1,16 @@
-// A dataset the daemon owns: a root folder scanned once at start into a
-// manifest of samples with stable ids (index in the sorted relative paths).
+// A dataset the daemon owns: a manifest of samples with stable ids (index in
+// the sorted sample keys), listed once at start from a Storage
+// (server/storage/storage.h; a folder on disk unless a test passes another),
+// and read through that same storage.
 //
-// Formats:
-//  - image_folder: root/CLASS/FILE; label = index of CLASS among the sorted
-//    class folder names. Files directly under root are ignored.
-//  - file_list: a text file, one "relative/path label" per line ('#' starts a
-//    comment); ids follow the sorted relative paths too.
-// Entries that resolve outside the root (symlinks, "..") or that are not
-// regular files are refused at scan time (counted, logged) and never served;
-// ReadSample re-checks at open time (O_NOFOLLOW on the final component, and
-// the realpath prefix), so a file swapped for a symlink later is refused too.
+// Formats, and what is refused at listing time: server/storage/
+// sample_listing.h (image_folder, file_list). Entries that resolve outside
+// the root or that are not regular files are never served; ReadSample
+// re-checks at open time (every path component opened O_NOFOLLOW from the
+// real root), so a file swapped for a symlink later is refused too.
 //
-// Details: names starting with '.' are ignored (hidden files and folders);
-// extensions match case-insensitively; a symlink whose target stays inside
-// the root is served (opened through its resolved path, every component with
-// O_NOFOLLOW, so nothing swapped in later can lead outside); a symlinked
-// folder inside a class folder is not followed (refused). file_list: each
-// line is "path label" split at the last run of blanks (paths may contain
-// spaces); labels in [0, 2^31); absolute paths, ".." components, missing
-// files and duplicates are refused; class_names() is empty and num_classes()
-// is the largest label + 1.
-//
-// Thread-safety: immutable after Open(); ReadSample is safe from any thread.
+// Thread-safety: immutable after Open(); ReadSample and OpenSample are safe
+// from any thread.
 #ifndef NEARPREP_SERVER_DATA_DATASET_H_
 #define NEARPREP_SERVER_DATA_DATASET_H_
 
@@ -32,6 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/storage/sample_listing.h"
+#include "server/storage/storage.h"
 
 namespace nearprep {
 
@@ -52,11 +44,24 @@ struct DatasetConfig {
   uint64_t max_file_bytes = uint64_t{64} << 20;
 };
 
+// A sample opened for reading: its bytes are [offset, offset + size) of
+// `file`.
+struct SampleFile {
+  std::unique_ptr<RandomAccessFile> file;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 class Dataset {
  public:
-  // Scans the root. NOT_FOUND if root is missing; INVALID_ARGUMENT for a bad
-  // format or an unreadable list file.
+  // Lists the folder c.root (a PosixStorage). NOT_FOUND if root is missing
+  // or not a folder; INVALID_ARGUMENT for a bad format or an unreadable
+  // list file.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const DatasetConfig& c);
+  // Lists the dataset from `storage` (c.root is not used), e.g. a
+  // MemStorage in tests. Same errors.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(
+      const DatasetConfig& c, std::shared_ptr<const Storage> storage);
 
   const std::string& name() const { return config_.name; }
   const DatasetConfig& config() const { return config_; }
@@ -66,20 +71,31 @@ class Dataset {
   uint32_t num_classes() const { return num_classes_; }
   uint64_t num_refused() const { return num_refused_; }
 
-  // Reads the whole file of sample `id` into *out (resized). Errors:
-  // NOT_FOUND (gone), PERMISSION_DENIED (outside the root / symlink / not
-  // regular), RESOURCE_EXHAUSTED (over max_file_bytes), DATA_LOSS (I/O),
-  // OUT_OF_RANGE (id >= size()).
+  const Storage& storage() const { return *storage_; }
+
+  // Reads the bytes of sample `id` into *out (resized; a file that shrank
+  // since it was opened gives what is there). Errors: NOT_FOUND (gone),
+  // PERMISSION_DENIED (outside the root / symlink / not regular),
+  // RESOURCE_EXHAUSTED (over max_file_bytes), DATA_LOSS (I/O), OUT_OF_RANGE
+  // (id >= size()). Messages: "dataset 'NAME': PATH: reason".
   absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out) const;
+
+  // Opens sample `id` (with `options`, e.g. O_DIRECT for a P2P reader) and
+  // checks its size against max_file_bytes; the caller reads
+  // result.size bytes at result.offset. Same errors as ReadSample.
+  absl::StatusOr<SampleFile> OpenSample(uint64_t id,
+                                        const OpenOptions& options) const;
 
  private:
   explicit Dataset(DatasetConfig c) : config_(std::move(c)) {}
+  // "dataset 'NAME': PATH: " + what.
+  std::string Where(uint64_t id, absl::string_view what) const;
+
   DatasetConfig config_;
-  std::string real_root_;
+  std::shared_ptr<const Storage> storage_;
   std::vector<Sample> samples_;
-  // Per sample: the path opened by ReadSample, relative to real_root_ (the
-  // symlink-free form of samples_[id].path).
-  std::vector<std::string> open_paths_;
+  // Per sample: where its bytes are (ListedSample::file, offset, size).
+  std::vector<ListedSample> listed_;
   std::vector<std::string> class_names_;
   uint32_t num_classes_ = 0;
   uint64_t num_refused_ = 0;

@@ -2,8 +2,6 @@
 // headers. See fpga_backend.h for the data path and the fallback rules.
 #include "server/fpga/fpga_backend.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,46 +54,6 @@ uint32_t Hi(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 bool CropInside(const CropBox& c, int h, int w) {
   return c.x >= 0 && c.y >= 0 && c.width > 0 && c.height > 0 &&
          c.x <= w - c.width && c.y <= h - c.height;
-}
-
-// Opens sample `id` for O_DIRECT reads without following any symlink below
-// the dataset root (every component O_NOFOLLOW). -1 when that is not
-// possible for whatever reason: the caller then uses Dataset::ReadSample,
-// which applies the dataset's full rules and reports the real error.
-int OpenDirect(const Dataset& ds, uint64_t id) {
-  if (id >= ds.size()) return -1;
-  const std::string& rel = ds.samples()[id].path;
-  int dir = ::open(ds.config().root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return -1;
-  size_t start = 0;
-  while (true) {
-    const size_t slash = rel.find('/', start);
-    const std::string comp = rel.substr(start, slash == std::string::npos
-                                                   ? std::string::npos
-                                                   : slash - start);
-    if (comp.empty() || comp == "." || comp == "..") {
-      ::close(dir);
-      return -1;
-    }
-    if (slash == std::string::npos) {
-      const int fd = ::openat(dir, comp.c_str(),
-                              O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
-      ::close(dir);
-      if (fd < 0) return -1;
-      struct stat st;
-      if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        return -1;
-      }
-      return fd;
-    }
-    const int next = ::openat(dir, comp.c_str(),
-                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    ::close(dir);
-    if (next < 0) return -1;
-    dir = next;
-    start = slash + 1;
-  }
 }
 
 }  // namespace
@@ -267,49 +225,40 @@ class FpgaBackend::Impl {
     uint64_t size = 0;
     bool staged = false;
 
-    // P2P path: O_DIRECT pread straight into the (p2p) buffer mapping.
+    // P2P path: O_DIRECT read straight into the (p2p) buffer mapping,
+    // through the dataset's storage (the same O_NOFOLLOW walk as every
+    // read). Anything unusual (open refused, empty, too big, unaligned
+    // range, short or refused read) takes the buffered path, which reports
+    // the real error if there is one.
     if (s->p2p && s->direct_ok && config.use_o_direct) {
-      const int fd = OpenDirect(*ctx.dataset, sample->sample_id);
-      if (fd >= 0) {
-        struct stat st;
-        const bool stat_ok = ::fstat(fd, &st) == 0 && st.st_size > 0 &&
-                             static_cast<uint64_t>(st.st_size) <=
-                                 ctx.dataset->config().max_file_bytes &&
-                             static_cast<uint64_t>(st.st_size) < (uint64_t{1} << 32);
-        if (stat_ok) {
-          size = static_cast<uint64_t>(st.st_size);
-          const uint64_t rounded = AlignUp(size);
-          if (offset + rounded > s->jpeg_capacity) {
-            ::close(fd);
-            if (s->entries.empty()) {
-              stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
-              return StageResult::kFallback;
-            }
-            return StageResult::kFull;
+      OpenOptions direct;
+      direct.direct = true;
+      absl::StatusOr<SampleFile> f =
+          ctx.dataset->OpenSample(sample->sample_id, direct);
+      if (f.ok() && f->size > 0 && f->size < (uint64_t{1} << 32) &&
+          f->offset % kAlign == 0) {
+        size = f->size;
+        const uint64_t rounded = AlignUp(size);
+        if (offset + rounded > s->jpeg_capacity) {
+          if (s->entries.empty()) {
+            stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
+            return StageResult::kFallback;
           }
-          uint64_t got = 0;
-          while (got < rounded) {
-            const ssize_t r = ::pread(fd, s->jpeg_map + offset + got,
-                                      rounded - got, static_cast<off_t>(got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) {
-              if (errno == EINVAL) {
-                // Buffer or offset not aligned as O_DIRECT needs (the noop
-                // shim's malloc'd buffers), or the file system refuses it.
-                s->direct_ok = false;
-              }
-              break;
-            }
-            if (r == 0) break;
-            got += static_cast<uint64_t>(r);
-          }
-          if (got >= size) {
-            staged = true;
-            counters->p2p_reads.fetch_add(size, std::memory_order_relaxed);
-            stats->direct_reads.fetch_add(1, std::memory_order_relaxed);
-          }
+          return StageResult::kFull;
         }
-        ::close(fd);
+        size_t got = 0;
+        const absl::Status rs = f->file->Read(
+            f->offset, static_cast<size_t>(rounded), s->jpeg_map + offset, &got);
+        if (absl::IsInvalidArgument(rs)) {
+          // Buffer or offset not aligned as O_DIRECT needs (the noop
+          // shim's malloc'd buffers), or the file system refuses it.
+          s->direct_ok = false;
+        }
+        if (rs.ok() && got >= size) {
+          staged = true;
+          counters->p2p_reads.fetch_add(size, std::memory_order_relaxed);
+          stats->direct_reads.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     }
 

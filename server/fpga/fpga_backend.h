@@ -6,11 +6,12 @@
 //  1. Staging. The chunk is cut into runs of up to max_images_per_run
 //     images. Each image's JPEG bytes are placed at a 4 KiB aligned offset of
 //     the run's input buffer. P2P path: the input buffer is allocated with
-//     xrt::bo::flags::p2p and the file is pread() with O_DIRECT straight into
-//     its mapping, so the NVMe DMA lands in FPGA memory. Buffered path (no
-//     p2p bo, mapping or file offset not aligned, O_DIRECT refused, symlinked
-//     sample): Dataset::ReadSample into host memory, copied into the mapping,
-//     then bo.sync(to device). counters().p2p_reads / buffered_reads count
+//     xrt::bo::flags::p2p and the sample is opened through the dataset's
+//     storage with O_DIRECT (Dataset::OpenSample: the same O_NOFOLLOW walk
+//     as every read) and read straight into its mapping, so the NVMe DMA
+//     lands in FPGA memory. Buffered path (no p2p bo, mapping or file offset
+//     not aligned, O_DIRECT refused): Dataset::ReadSample into host memory,
+//     copied into the mapping, then bo.sync(to device). counters().p2p_reads / buffered_reads count
 //     the bytes of each path.
 //  2. Parameters are resolved on the host: ReadJpegHeader (dimensions) +
 //     DrawSampleParams (crop box, flip, brightness, saturation), written to

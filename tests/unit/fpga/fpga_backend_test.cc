@@ -156,7 +156,7 @@ class FpgaBackendTest : public ::testing::Test {
     ASSERT_EQ(dataset_->size(), 22u);
   }
 
-  testing_internal::TempDir dir_;
+  testing_common::TempDir dir_;
   std::unique_ptr<Dataset> dataset_;
   CpuBackend cpu_;
 };

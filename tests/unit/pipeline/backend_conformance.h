@@ -36,6 +36,7 @@
 #include "server/pipeline/backend.h"
 #include "server/pipeline/cpu_backend.h"
 #include "tests/unit/pipeline/fake_backend.h"
+#include "tests/common/temp_dir.h"
 #include "tests/unit/pipeline/test_images.h"
 
 namespace nearprep {
@@ -154,7 +155,7 @@ class BackendConformanceTest
     ASSERT_NE(backend_, nullptr);
   }
 
-  testing_internal::TempDir dir_;
+  testing_common::TempDir dir_;
   std::unique_ptr<Dataset> dataset_;
   std::vector<uint64_t> ids_;
   std::vector<bool> bad_;

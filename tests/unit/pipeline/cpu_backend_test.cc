@@ -36,7 +36,7 @@ class CpuBackendTest : public ::testing::Test {
     ASSERT_TRUE(ds.ok()) << ds.status();
     dataset_ = std::move(ds).value();
   }
-  testing_internal::TempDir dir_;
+  testing_common::TempDir dir_;
   std::unique_ptr<Dataset> dataset_;
 };
 

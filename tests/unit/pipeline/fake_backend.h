@@ -1,6 +1,6 @@
 // Test doubles for the pipeline: a Backend that writes a deterministic byte
 // pattern per sample id (so assembly can be checked without JPEG code) and
-// fails chosen ids, and a helper that builds a throw-away image_folder
+// fails chosen ids, and a helper that builds an in-memory image_folder
 // dataset of dummy files.
 //
 // Thread-safety: FakeBackend::Process is thread-safe (atomics and a mutex);
@@ -8,16 +8,11 @@
 #ifndef NEARPREP_TESTS_UNIT_PIPELINE_FAKE_BACKEND_H_
 #define NEARPREP_TESTS_UNIT_PIPELINE_FAKE_BACKEND_H_
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,7 +23,7 @@
 #include "absl/status/status.h"
 #include "server/data/dataset.h"
 #include "server/pipeline/backend.h"
-#include "tests/common/temp_dir.h"
+#include "server/storage/mem_storage.h"
 
 namespace nearprep {
 namespace testing_internal {
@@ -106,25 +101,19 @@ class FakeBackend : public Backend {
   std::vector<uint64_t> call_seeds_;
 };
 
-using testing_common::TempDir;
-
 // An image_folder dataset of `n` dummy files spread over `classes` class
-// folders: file i is "c<i % classes>/s<i>.jpg" (zero padded), so ids follow
-// the sorted paths.
-inline std::unique_ptr<Dataset> MakeDummyDataset(const std::string& root,
-                                                 int n, int classes) {
+// folders, held in memory: file i is "c<i % classes>/s<i>.jpg" (zero
+// padded), so ids follow the sorted paths.
+inline std::unique_ptr<Dataset> MakeDummyDataset(int n, int classes) {
+  auto storage = std::make_shared<MemStorage>();
   for (int i = 0; i < n; ++i) {
-    char dir[32], file[32];
-    std::snprintf(dir, sizeof dir, "c%02d", i % classes);
-    std::snprintf(file, sizeof file, "s%05d.jpg", i);
-    std::filesystem::create_directories(std::filesystem::path(root) / dir);
-    std::ofstream(std::filesystem::path(root) / dir / file) << "not a jpeg "
-                                                            << i;
+    char path[48];
+    std::snprintf(path, sizeof path, "c%02d/s%05d.jpg", i % classes, i);
+    storage->AddFile(path, "not a jpeg " + std::to_string(i));
   }
   DatasetConfig config;
   config.name = "dummy";
-  config.root = root;
-  auto ds = Dataset::Open(config);
+  auto ds = Dataset::Open(config, storage);
   if (!ds.ok()) return nullptr;
   return std::move(ds).value();
 }

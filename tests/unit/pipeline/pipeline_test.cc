@@ -21,7 +21,6 @@ namespace {
 using testing_internal::FakeBackend;
 using testing_internal::FakePattern;
 using testing_internal::MakeDummyDataset;
-using testing_internal::TempDir;
 
 // What a batch must contain, computed independently of the pipeline.
 struct ExpectedBatch {
@@ -165,7 +164,7 @@ std::string Bytes(const std::vector<std::shared_ptr<const BatchData>>& bs) {
 class PipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ds_ = MakeDummyDataset(dir_.path(), 50, 3);
+    ds_ = MakeDummyDataset(50, 3);
     ASSERT_NE(ds_, nullptr);
     ASSERT_EQ(ds_->size(), 50u);
     backend_ = std::make_shared<FakeBackend>();
@@ -178,7 +177,6 @@ class PipelineTest : public ::testing::Test {
     return o;
   }
 
-  TempDir dir_;
   std::unique_ptr<Dataset> ds_;
   std::shared_ptr<FakeBackend> backend_;
 };

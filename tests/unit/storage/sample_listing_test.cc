@@ -1,0 +1,106 @@
+// Dataset listings over a MemStorage: the image_folder and file_list rules
+// without a disk (the posix-only rules, symlinks and FIFOs, are in
+// tests/unit/data/dataset_test.cc).
+#include "server/storage/sample_listing.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/storage/mem_storage.h"
+
+namespace nearprep {
+namespace {
+
+ListingOptions ImageFolder() {
+  ListingOptions o;
+  o.name = "m";
+  o.extensions = {".jpg", ".jpeg", ".png"};
+  return o;
+}
+
+std::vector<std::string> Keys(const SampleListing& l) {
+  std::vector<std::string> keys;
+  for (const auto& s : l.samples) keys.push_back(s.key);
+  return keys;
+}
+
+TEST(SampleListingTest, ImageFolderFromMemory) {
+  MemStorage mem;
+  mem.AddFile("zebra/b.jpg", std::string("zb"));
+  mem.AddFile("zebra/a.JPEG", std::string("zaa"));
+  mem.AddFile("apple/1.png", std::string("a1"));
+  mem.AddFile("apple/notes.txt", std::string("ignored"));
+  mem.AddFile("apple/.hidden.jpg", std::string("ignored"));
+  mem.AddFile("apple/sub/deep.jpg", std::string("deep"));
+  mem.AddFile("top.jpg", std::string("ignored: directly under the root"));
+  mem.AddFile(".git/x.jpg", std::string("hidden folder"));
+  mem.AddDir("empty_class");
+  auto l = ListSamples(mem, ImageFolder());
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->class_names,
+            (std::vector<std::string>{"apple", "empty_class", "zebra"}));
+  EXPECT_EQ(l->num_classes, 3u);
+  EXPECT_EQ(l->refused, 0u);
+  EXPECT_EQ(Keys(*l), (std::vector<std::string>{"apple/1.png",
+                                                "apple/sub/deep.jpg",
+                                                "zebra/a.JPEG", "zebra/b.jpg"}));
+  const ListedSample& s = l->samples[2];
+  EXPECT_EQ(s.file, "zebra/a.JPEG");
+  EXPECT_EQ(s.size, 3u);
+  EXPECT_EQ(s.label, 2);
+  EXPECT_TRUE(s.whole_file);
+  EXPECT_EQ(s.offset, 0u);
+}
+
+TEST(SampleListingTest, FileListFromMemory) {
+  MemStorage mem;
+  mem.AddFile("imgs/a.jpg", std::string("a"));
+  mem.AddFile("imgs/b.jpg", std::string("bb"));
+  mem.AddDir("afolder");
+  mem.AddFile("list.txt", std::string("# comment\n"
+                                      "imgs/b.jpg 3\n"
+                                      "./imgs//a.jpg\t1  # trailing\n"
+                                      "imgs/../x.jpg 2\n"
+                                      "/abs.jpg 1\n"
+                                      "imgs/missing.jpg 1\n"
+                                      "imgs/b.jpg 4\n"
+                                      "afolder 1"));
+  ListingOptions o;
+  o.name = "m";
+  o.format = "file_list";
+  o.list_file = "list.txt";
+  auto l = ListSamples(mem, o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Keys(*l), (std::vector<std::string>{"imgs/a.jpg", "imgs/b.jpg"}));
+  EXPECT_EQ(l->samples[0].label, 1);
+  EXPECT_EQ(l->samples[1].label, 3);
+  EXPECT_EQ(l->samples[1].size, 2u);
+  EXPECT_EQ(l->num_classes, 4u);
+  EXPECT_EQ(l->refused, 5u);  // '..', absolute, missing, duplicate, folder
+  EXPECT_TRUE(l->class_names.empty());
+}
+
+TEST(SampleListingTest, Errors) {
+  MemStorage mem;
+  ListingOptions o = ImageFolder();
+  o.format = "lmdb";
+  auto bad = ListSamples(mem, o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "dataset 'm': unknown format 'lmdb' (image_folder or file_list)");
+  o.format = "file_list";
+  o.list_file = "none.txt";
+  auto missing = ListSamples(mem, o);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().message(),
+            "dataset 'm': cannot read list file mem:/none.txt");
+  mem.AddFile("l.txt", std::string("ok.jpg 1\nbroken\n"));
+  o.list_file = "l.txt";
+  auto line = ListSamples(mem, o);
+  EXPECT_EQ(line.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(line.status().message().find("line 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nearprep
