@@ -99,6 +99,19 @@ class PosixFile : public RandomAccessFile {
   bool direct_;
 };
 
+// The open file `*fd` (taken over) when it is a regular file.
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> FileFromFd(Fd* fd,
+                                                             bool direct) {
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return ErrnoStatus(errno);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::PermissionDeniedError("not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  return std::unique_ptr<RandomAccessFile>(
+      new PosixFile(fd->Release(), size, direct));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PosixStorage>> PosixStorage::Create(
@@ -177,14 +190,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PosixStorage::Open(
                O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
                    (options.direct ? O_DIRECT : 0)));
   if (fd.get() < 0) return ErrnoStatus(errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::PermissionDeniedError("not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  return std::unique_ptr<RandomAccessFile>(
-      new PosixFile(fd.Release(), size, options.direct));
+  return FileFromFd(&fd, options.direct);
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PosixStorage::OpenNoFollow(
@@ -212,14 +218,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PosixStorage::OpenNoFollow(
                      (direct ? O_DIRECT : 0)));
   if (fd.get() < 0) return ErrnoStatus(errno);
   dir.Reset(-1);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::PermissionDeniedError("not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  return std::unique_ptr<RandomAccessFile>(
-      new PosixFile(fd.Release(), size, direct));
+  return FileFromFd(&fd, direct);
 }
 
 }  // namespace nearprep
