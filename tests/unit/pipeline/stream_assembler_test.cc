@@ -24,7 +24,7 @@ constexpr size_t kChunk = 3;
 class StreamAssemblerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ds_ = MakeDummyDataset(dir_.path(), 20, 2);
+    ds_ = MakeDummyDataset(20, 2);
     ASSERT_NE(ds_, nullptr);
   }
 
@@ -121,7 +121,6 @@ class StreamAssemblerTest : public ::testing::Test {
     }
   }
 
-  testing_common::TempDir dir_;
   std::unique_ptr<Dataset> ds_;
   FakeBackend backend_;
   PipelineCounters counters_;
