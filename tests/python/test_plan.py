@@ -126,6 +126,49 @@ def test_order_and_shard_match_cpp(n, seed, epoch, shuffle, shard, shards):
     assert got["shard"] == plan.shard_samples(order, shard, shards)
 
 
+@needs_dump
+@pytest.mark.parametrize("n,seed,epoch,b,k,w,shard,shards", [
+    (1000, 42, 0, 37, 8, 256, 0, 1),
+    (1000, 42, 1, 37, 8, 256, 2, 3),
+    (997, (1 << 40) + 7, (1 << 33) + 5, 10, 3, 50, 1, 2),
+    (100, 1, 0, 1, 1, 1, 0, 1),       # block permutation of single samples
+    (100, 1, 0, 200, 4, 7, 0, 1),     # one block: windows only
+    (53, 5, 2, 4, 100, 1, 0, 1),      # more lanes than blocks, no window
+    (0, 9, 9, 5, 2, 3, 0, 1),
+])
+def test_block_shuffle_matches_cpp(n, seed, epoch, b, k, w, shard, shards):
+    got = _dump(n=n, seed=seed, epoch=epoch, shuffle=1, shard_index=shard,
+                num_shards=shards, block_samples=b, open_blocks=k, window=w)
+    order = plan.block_shuffled_order(n, seed, epoch, b, k, w)
+    assert sorted(order) == list(range(n))
+    assert got["order"] == order
+    assert got["shard"] == plan.shard_samples(order, shard, shards)
+
+
+def test_block_shuffle_reads_blocks_and_mixes_them():
+    n, b, k = 4000, 40, 8
+    order = plan.block_shuffled_order(n, 3, 0, b, k, window=1)
+    # Without a window, the first K*B positions hold exactly K whole blocks,
+    # interleaved one sample per lane per round.
+    first = order[:k * b]
+    blocks = sorted({i // b for i in first})
+    assert len(blocks) == k
+    assert sorted(first) == sorted(i for blk in blocks for i in range(blk * b, (blk + 1) * b))
+    assert [i // b for i in order[:k]] == [i // b for i in order[k:2 * k]]
+    # Within a block, records come in file order (one sequential read).
+    for blk in blocks:
+        seq = [i for i in first if i // b == blk]
+        assert seq == sorted(seq)
+    # The window shuffle keeps window membership and permutes inside.
+    windowed = plan.block_shuffled_order(n, 3, 0, b, k, window=100)
+    for s in range(0, n, 100):
+        assert sorted(windowed[s:s + 100]) == sorted(order[s:s + 100])
+    assert windowed != order
+    # Epochs differ; the global shuffle is not the block shuffle.
+    assert plan.block_shuffled_order(n, 3, 1, b, k, 100) != windowed
+    assert plan.epoch_order(n, 3, 0, True) != windowed
+
+
 _SIZES = [(375, 500), (500, 375), (1, 1), (1, 1000), (1000, 1), (7, 3),
           (4000, 3000), (17, 4096), (64, 64), (333, 334)]
 

@@ -165,6 +165,65 @@ def epoch_order(num_samples: int, seed: int, epoch: int,
     return order
 
 
+K_TAG_BLOCK_PERMUTATION = 3
+K_TAG_WINDOW_SHUFFLE = 4
+
+
+def block_permutation_draw(seed: int, epoch: int, i: int) -> int:
+    w3 = ((((epoch >> 32) & 0xFFFFFF) << 8) | K_TAG_BLOCK_PERMUTATION) & _M32
+    out = philox4x32((i & _M32, (i >> 32) & _M32, epoch & _M32, w3), _key(seed))
+    return out[0] | (out[1] << 32)
+
+
+def window_draw(seed: int, epoch: int, window: int, i: int) -> int:
+    w3 = ((((window >> 32) & 0xFFFFFF) << 8) | K_TAG_WINDOW_SHUFFLE) & _M32
+    out = philox4x32((i & _M32, window & _M32, epoch & _M32, w3), _key(seed))
+    return out[0] | (out[1] << 32)
+
+
+def block_shuffled_order(num_samples: int, seed: int, epoch: int,
+                         block_samples: int, open_blocks: int = 8,
+                         window: int = 256) -> List[int]:
+    """The block shuffle (docs/protocol.md): a Philox permutation of blocks
+    of block_samples consecutive ids, interleaved over open_blocks lanes,
+    then shuffled within aligned windows of `window` positions."""
+    b, k, w = max(block_samples, 1), max(open_blocks, 1), max(window, 1)
+    n = num_samples
+    nb = (n + b - 1) // b
+    perm = list(range(nb))
+    for i in range(nb - 1, 0, -1):
+        j = block_permutation_draw(seed, epoch, i) % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    lanes = []  # [next id, end]
+    opened = 0
+    while len(lanes) < k and opened < nb:
+        blk = perm[opened]
+        opened += 1
+        lanes.append([blk * b, min(n, (blk + 1) * b)])
+    order: List[int] = []
+    while lanes:
+        lane = 0
+        while lane < len(lanes):
+            order.append(lanes[lane][0])
+            lanes[lane][0] += 1
+            if lanes[lane][0] == lanes[lane][1]:
+                if opened < nb:
+                    blk = perm[opened]
+                    opened += 1
+                    lanes[lane] = [blk * b, min(n, (blk + 1) * b)]
+                else:
+                    del lanes[lane]
+                    continue
+            lane += 1
+    for start in range(0, n, w):
+        win = start // w
+        length = min(w, n - start)
+        for i in range(length - 1, 0, -1):
+            j = window_draw(seed, epoch, win, i) % (i + 1)
+            order[start + i], order[start + j] = order[start + j], order[start + i]
+    return order
+
+
 def shard_samples(order: Sequence[int], shard_index: int,
                   num_shards: int) -> List[int]:
     if num_shards == 0:

@@ -8,6 +8,8 @@
 //   scale_max ratio_min ratio_max flip brightness sat_lower sat_upper
 //   (saturation is enabled when sat_lower or sat_upper is non-zero)
 //   params=K      parameters of sample ids 0..K-1
+//   block_samples=B open_blocks=K window=W   with B > 0: the block shuffle
+//                 (server/data/block_shuffle.h) instead of the global one
 //   sizes=HxW,HxW,...  image size of sample id i is sizes[i % len]
 //   philox=c0,c1,c2,c3,k0,k1  (repeatable) raw Philox outputs
 // Float arguments are decimal or 0x-prefixed float32 bit patterns; floats
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "server/data/block_shuffle.h"
 #include "server/data/epoch_plan.h"
 
 namespace {
@@ -72,6 +75,8 @@ int main(int argc, char** argv) {
   nearprep::TransformSpec spec;
   std::vector<std::pair<int, int>> sizes = {{375, 500}};
   std::vector<std::vector<uint64_t>> philox;
+  nearprep::BlockShuffleParams block;
+  block.block_samples = 0;  // 0: global shuffle.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
@@ -115,6 +120,12 @@ int main(int argc, char** argv) {
       spec.saturation_lower = ParseFloat(v);
     else if (k == "sat_upper")
       spec.saturation_upper = ParseFloat(v);
+    else if (k == "block_samples")
+      block.block_samples = u;
+    else if (k == "open_blocks")
+      block.open_blocks = static_cast<uint32_t>(u);
+    else if (k == "window")
+      block.window = static_cast<uint32_t>(u);
     else if (k == "philox")
       philox.push_back(ParseList(v));
     else if (k == "sizes") {
@@ -142,7 +153,10 @@ int main(int argc, char** argv) {
   spec.saturation_enabled =
       spec.saturation_lower != 0.0f || spec.saturation_upper != 0.0f;
 
-  const auto order = nearprep::EpochOrder(n, seed, epoch, shuffle);
+  const auto order =
+      block.block_samples > 0 && shuffle
+          ? nearprep::BlockShuffledOrder(n, seed, epoch, block)
+          : nearprep::EpochOrder(n, seed, epoch, shuffle);
   std::printf("{");
   PrintList("order", order);
   std::printf(",\n");
