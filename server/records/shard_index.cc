@@ -1,0 +1,326 @@
+#include "server/records/shard_index.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/records/tar_shard.h"
+#include "server/records/tf_example.h"
+#include "server/records/tfrecord.h"
+
+namespace nearprep::records {
+namespace {
+
+constexpr char kMagic[] = "nearprep-shard-index 1";
+
+std::string Escape(const std::string& s) {
+  if (s.empty()) return "-";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c <= 0x20 || c == '%' || c >= 0x7f || (s.size() == 1 && c == '-')) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+bool Unescape(const std::string& s, std::string* out) {
+  out->clear();
+  if (s == "-") return true;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out->push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size()) return false;
+    const std::string hex = s.substr(i + 1, 2);
+    char* end = nullptr;
+    const long v = std::strtol(hex.c_str(), &end, 16);
+    if (end != hex.c_str() + 2) return false;
+    out->push_back(static_cast<char>(v));
+    i += 2;
+  }
+  return true;
+}
+
+// Fills a TFRecord entry from one record's data.
+void TfRecordEntry(const RecordSpan& span, const uint8_t* data,
+                   const absl::Status& crc, const IndexOptions& options,
+                   const std::string& name, IndexEntry* e) {
+  e->record_offset = span.offset;
+  e->record_bytes = span.length + kTfRecordOverheadBytes;
+  if (!crc.ok()) {
+    e->error = std::string(crc.message());
+    return;
+  }
+  auto f = LocateExampleFields(data, span.length, options.image_key,
+                               options.label_key);
+  if (!f.ok()) {
+    e->error = absl::StrCat(name, " offset ", span.offset, ": ",
+                            f.status().message());
+    return;
+  }
+  e->payload_offset = span.offset + kTfRecordHeaderBytes + f->image_offset;
+  e->payload_bytes = f->image_size;
+  e->has_label = f->has_label;
+  e->label = f->label;
+}
+
+}  // namespace
+
+std::string IndexOptions::Fingerprint() const {
+  if (format == "tfrecord") {
+    return absl::StrCat("tfrecord image_key=", Escape(image_key),
+                        " label_key=", Escape(label_key));
+  }
+  return format;
+}
+
+absl::StatusOr<ShardIndex> BuildShardIndex(const std::string& name,
+                                           uint64_t shard_bytes,
+                                           int64_t shard_mtime_ns,
+                                           const RangeReader& read,
+                                           const IndexOptions& options) {
+  ShardIndex index;
+  index.format = options.format;
+  index.shard_bytes = shard_bytes;
+  index.shard_mtime_ns = shard_mtime_ns;
+  index.options = options.Fingerprint();
+  if (options.format == "tfrecord") {
+    TfRecordScan scan = ScanTfRecords(
+        name, shard_bytes, read,
+        [&](const RecordSpan& span, const uint8_t* data,
+            const absl::Status& crc) {
+          IndexEntry e;
+          TfRecordEntry(span, data, crc, options, name, &e);
+          index.entries.push_back(std::move(e));
+        },
+        options.block_bytes);
+    index.scan_bytes_read = scan.bytes_read;
+    index.scan_reads = scan.reads_issued;
+    if (scan.damage.code() == absl::StatusCode::kInvalidArgument) {
+      return scan.damage;
+    }
+    if (!scan.damage.ok()) {
+      index.damage = std::string(scan.damage.message());
+      index.damaged_at = scan.damaged_at;
+    }
+    return index;
+  }
+  if (options.format == "tar") {
+    TarScan scan = ScanTarMembers(name, shard_bytes, read);
+    if (scan.damage.code() == absl::StatusCode::kInvalidArgument) {
+      return scan.damage;
+    }
+    if (!scan.damage.ok()) {
+      index.damage = std::string(scan.damage.message());
+      index.damaged_at = scan.damaged_at;
+    }
+    uint64_t without_image = 0;
+    const auto samples = GroupWebDataset(
+        scan.members,
+        [&](uint64_t off, uint64_t n, std::string* text) -> absl::Status {
+          text->resize(n);
+          auto r = read(off, n, reinterpret_cast<uint8_t*>(text->data()));
+          if (!r.ok()) return r.status();
+          text->resize(*r);
+          return absl::OkStatus();
+        },
+        &without_image);
+    for (const auto& s : samples) {
+      IndexEntry e;
+      e.record_offset = s.image_offset;
+      e.record_bytes = s.image_size;
+      e.payload_offset = s.image_offset;
+      e.payload_bytes = s.image_size;
+      e.has_label = s.has_label;
+      e.label = s.label;
+      e.key = s.key;
+      if (!s.status.ok()) {
+        e.error = absl::StrCat(name, ": ", s.status.message());
+      }
+      index.entries.push_back(std::move(e));
+    }
+    return index;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown record format '", options.format,
+                   "' (known: tfrecord, tar)"));
+}
+
+absl::StatusOr<ShardIndex> BuildTfRecordIndexFromDali(
+    const std::string& name, uint64_t shard_bytes, int64_t shard_mtime_ns,
+    const RangeReader& read, const IndexOptions& options,
+    const std::string& dali_index_text) {
+  ShardIndex index;
+  index.format = "tfrecord";
+  index.shard_bytes = shard_bytes;
+  index.shard_mtime_ns = shard_mtime_ns;
+  index.options = options.Fingerprint();
+  uint64_t expect = 0;
+  int line_no = 0;
+  std::vector<uint8_t> buf;
+  for (absl::string_view line : absl::StrSplit(dali_index_text, '\n')) {
+    ++line_no;
+    if (line.empty()) continue;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    uint64_t off = 0, size = 0;
+    if (f.size() < 2 || !absl::SimpleAtoi(f[0], &off) ||
+        !absl::SimpleAtoi(f[1], &size) || off != expect ||
+        size < kTfRecordOverheadBytes || size > shard_bytes - off ||
+        off > shard_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ".idx line ", line_no, ": not a DALI index entry that fits "
+          "this shard (want \"OFFSET SIZE\" with offsets contiguous from 0)"));
+    }
+    buf.resize(size);
+    size_t got = 0;
+    while (got < size) {
+      auto r = read(off + got, size - got, buf.data() + got);
+      if (!r.ok()) return r.status();
+      if (*r == 0) break;
+      got += *r;
+    }
+    index.scan_bytes_read += got;
+    ++index.scan_reads;
+    auto length = got >= kTfRecordHeaderBytes
+                      ? ParseTfRecordHeader(buf.data())
+                      : absl::StatusOr<uint64_t>(
+                            absl::DataLossError("short read"));
+    if (!length.ok() || *length + kTfRecordOverheadBytes != size ||
+        got != size) {
+      index.damage = absl::StrCat(name, " offset ", off,
+                                  ": record does not match the DALI index");
+      index.damaged_at = off;
+      return index;
+    }
+    absl::Status crc = CheckTfRecordData(buf.data() + kTfRecordHeaderBytes,
+                                         *length,
+                                         buf.data() + kTfRecordHeaderBytes +
+                                             *length);
+    if (!crc.ok()) {
+      crc = absl::DataLossError(
+          absl::StrCat(name, " offset ", off, ": ", crc.message()));
+    }
+    IndexEntry e;
+    TfRecordEntry(RecordSpan{off, *length}, buf.data() + kTfRecordHeaderBytes,
+                  crc, options, name, &e);
+    index.entries.push_back(std::move(e));
+    expect = off + size;
+  }
+  if (expect != shard_bytes) {
+    index.damage = absl::StrCat(name, " offset ", expect,
+                                ": the DALI index ends before the shard");
+    index.damaged_at = expect;
+  }
+  return index;
+}
+
+std::string SerializeShardIndex(const ShardIndex& index) {
+  std::string out = absl::StrCat(kMagic, "\nformat ", index.format,
+                                 "\nshard_bytes ", index.shard_bytes,
+                                 "\nshard_mtime_ns ", index.shard_mtime_ns,
+                                 "\noptions ", index.options, "\n");
+  if (!index.damage.empty()) {
+    absl::StrAppend(&out, "damage ", index.damaged_at, " ",
+                    Escape(index.damage), "\n");
+  }
+  absl::StrAppend(&out, "entries ", index.entries.size(), "\n");
+  for (const auto& e : index.entries) {
+    absl::StrAppend(&out, e.record_offset, " ", e.record_bytes, " ",
+                    e.payload_offset, " ", e.payload_bytes, " ",
+                    e.has_label ? absl::StrCat(e.label) : std::string("-"),
+                    " ", Escape(e.key));
+    if (!e.error.empty()) absl::StrAppend(&out, " ", Escape(e.error));
+    out += "\n";
+  }
+  return out;
+}
+
+absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
+  ShardIndex index;
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  size_t i = 0;
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard index line ", i + 1, ": ", why));
+  };
+  auto next = [&](absl::string_view key, std::string* value) {
+    while (i < lines.size() && !lines[i].empty() && lines[i][0] == '#') ++i;
+    if (i >= lines.size()) return false;
+    const std::string& l = lines[i];
+    if (l.size() < key.size() + 1 || absl::string_view(l).substr(0, key.size()) != key ||
+        l[key.size()] != ' ') {
+      return false;
+    }
+    *value = l.substr(key.size() + 1);
+    ++i;
+    return true;
+  };
+  if (lines.empty() || lines[0] != kMagic) return bad("not a shard index");
+  i = 1;
+  std::string v;
+  if (!next("format", &index.format)) return bad("want 'format'");
+  if (!next("shard_bytes", &v) || !absl::SimpleAtoi(v, &index.shard_bytes)) {
+    return bad("want 'shard_bytes N'");
+  }
+  if (!next("shard_mtime_ns", &v) ||
+      !absl::SimpleAtoi(v, &index.shard_mtime_ns)) {
+    return bad("want 'shard_mtime_ns N'");
+  }
+  if (!next("options", &index.options)) return bad("want 'options'");
+  if (next("damage", &v)) {
+    const size_t sp = v.find(' ');
+    if (sp == std::string::npos ||
+        !absl::SimpleAtoi(v.substr(0, sp), &index.damaged_at) ||
+        !Unescape(v.substr(sp + 1), &index.damage)) {
+      return bad("malformed 'damage'");
+    }
+  }
+  uint64_t n = 0;
+  if (!next("entries", &v) || !absl::SimpleAtoi(v, &n)) {
+    return bad("want 'entries N'");
+  }
+  for (uint64_t k = 0; k < n; ++k, ++i) {
+    if (i >= lines.size()) return bad("missing entries");
+    std::vector<std::string> f = absl::StrSplit(lines[i], ' ');
+    IndexEntry e;
+    if (f.size() < 6 || f.size() > 7 ||
+        !absl::SimpleAtoi(f[0], &e.record_offset) ||
+        !absl::SimpleAtoi(f[1], &e.record_bytes) ||
+        !absl::SimpleAtoi(f[2], &e.payload_offset) ||
+        !absl::SimpleAtoi(f[3], &e.payload_bytes) ||
+        !Unescape(f[5], &e.key) ||
+        (f.size() == 7 && !Unescape(f[6], &e.error))) {
+      return bad("malformed entry");
+    }
+    if (f[4] != "-") {
+      if (!absl::SimpleAtoi(f[4], &e.label)) return bad("malformed label");
+      e.has_label = true;
+    }
+    if (e.payload_offset > index.shard_bytes ||
+        e.payload_bytes > index.shard_bytes - e.payload_offset) {
+      return bad("entry outside the shard");
+    }
+    index.entries.push_back(std::move(e));
+  }
+  return index;
+}
+
+bool IndexMatches(const ShardIndex& index, uint64_t shard_bytes,
+                  int64_t shard_mtime_ns, const IndexOptions& options) {
+  return index.shard_bytes == shard_bytes &&
+         index.shard_mtime_ns == shard_mtime_ns &&
+         index.format == options.format &&
+         index.options == options.Fingerprint();
+}
+
+}  // namespace nearprep::records

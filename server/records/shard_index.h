@@ -1,0 +1,100 @@
+// The index of one record shard: where each sample's image bytes are, its
+// label, and whether it is known to be bad. Built by scanning the shard once
+// (large sequential reads), then cached as a small text file next to the
+// shard or in a cache folder, and trusted while the shard's size and mtime
+// and the options that shaped it are unchanged.
+//
+// Cached form (text, one line per entry; '#' lines are comments):
+//   nearprep-shard-index 1
+//   format tfrecord|tar
+//   shard_bytes N
+//   shard_mtime_ns N
+//   options <the IndexOptions fingerprint>
+//   damage OFFSET MESSAGE...            (only when the scan stopped early)
+//   entries N
+//   RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES LABEL|- KEY|- [ERROR...]
+// KEY is the tar sample key, percent-escaped (bytes <= 0x20, '%' and
+// >= 0x7f as %XX), or '-'. PAYLOAD_OFFSET is absolute in the shard. ERROR,
+// when present, is the message of the DATA_LOSS the sample fails with.
+// DALI's tfrecord2idx index ("OFFSET SIZE" per record) is read to skip the
+// framing scan when a FILE.idx sits beside a TFRecord shard: the records
+// are still parsed and their CRCs checked.
+//
+// Thread-safety: pure functions.
+#ifndef NEARPREP_SERVER_RECORDS_SHARD_INDEX_H_
+#define NEARPREP_SERVER_RECORDS_SHARD_INDEX_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/records/range_reader.h"
+
+namespace nearprep::records {
+
+struct IndexOptions {
+  std::string format;  // "tfrecord" or "tar"
+  // TFRecord: the Example features holding the image and the label.
+  std::string image_key = "image/encoded";
+  std::string label_key = "image/class/label";
+  // Scan read size.
+  size_t block_bytes = size_t{4} << 20;
+  // What changes the index (not block_bytes).
+  std::string Fingerprint() const;
+};
+
+struct IndexEntry {
+  uint64_t record_offset = 0;  // TFRecord: header start; tar: image data.
+  uint64_t record_bytes = 0;   // TFRecord: header + data + footer.
+  uint64_t payload_offset = 0; // Absolute offset of the image bytes.
+  uint64_t payload_bytes = 0;
+  bool has_label = false;
+  int64_t label = 0;
+  std::string key;    // Tar: the WebDataset key.
+  std::string error;  // Non-empty: the sample fails with DATA_LOSS(error).
+};
+
+struct ShardIndex {
+  std::string format;
+  uint64_t shard_bytes = 0;
+  int64_t shard_mtime_ns = 0;
+  std::string options;  // IndexOptions::Fingerprint()
+  std::vector<IndexEntry> entries;
+  // Where the scan stopped (damaged framing, truncation): entries end before
+  // it; empty when the whole shard was read.
+  std::string damage;
+  uint64_t damaged_at = 0;
+  // The scan's own read counters (not cached).
+  uint64_t scan_bytes_read = 0;
+  uint64_t scan_reads = 0;
+};
+
+// Scans a shard. INVALID_ARGUMENT for a shard that cannot be served at all
+// (compressed, not a tar file); a shard damaged part-way is OK with
+// `damage` set.
+absl::StatusOr<ShardIndex> BuildShardIndex(const std::string& name,
+                                           uint64_t shard_bytes,
+                                           int64_t shard_mtime_ns,
+                                           const RangeReader& read,
+                                           const IndexOptions& options);
+
+// TFRecord with DALI's index: records at the given (offset, size) are
+// parsed instead of scanning the framing.
+absl::StatusOr<ShardIndex> BuildTfRecordIndexFromDali(
+    const std::string& name, uint64_t shard_bytes, int64_t shard_mtime_ns,
+    const RangeReader& read, const IndexOptions& options,
+    const std::string& dali_index_text);
+
+std::string SerializeShardIndex(const ShardIndex& index);
+// INVALID_ARGUMENT naming the line for a malformed index.
+absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text);
+
+// True when a cached index still describes the shard.
+bool IndexMatches(const ShardIndex& index, uint64_t shard_bytes,
+                  int64_t shard_mtime_ns, const IndexOptions& options);
+
+}  // namespace nearprep::records
+
+#endif  // NEARPREP_SERVER_RECORDS_SHARD_INDEX_H_
