@@ -10,6 +10,8 @@
 //    --tls-key FILE] [--tls-server-name NAME])
 //   nearprep bench    --dataset DIR [--threads N] [--batch-size B]
 //   nearprep mkdataset --out DIR [--classes C --per-class K --with-bad-files]
+//   nearprep pack     --source DIR | --from-tfrecord F... --out DIR
+//                     [--format tfrecord|tar] [--shard-size BYTES]
 //
 // Exit status: 0 on success, 1 on an error (printed to stderr), 2 on bad
 // flags.
@@ -28,6 +30,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cpp/pack/pack.h"
 #include "client/cpp/src/batch_json.h"
 #include "client/cpp/src/contact_sheet.h"
 #include "client/cpp/src/load_runner.h"
@@ -337,6 +340,60 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
   return 0;
 }
 
+// Parses "256MiB", "4M", "1000" into bytes; 0 on a malformed size.
+uint64_t ParseSize(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  if (i == 0) return 0;
+  const uint64_t v = std::strtoull(s.substr(0, i).c_str(), nullptr, 10);
+  const std::string unit = s.substr(i);
+  if (unit.empty() || unit == "B") return v;
+  if (unit == "K" || unit == "KiB") return v << 10;
+  if (unit == "M" || unit == "MiB") return v << 20;
+  if (unit == "G" || unit == "GiB") return v << 30;
+  return 0;
+}
+
+int RunPack(PackOptions o, const std::string& size) {
+  o.shard_bytes = ParseSize(size);
+  if (o.shard_bytes == 0) {
+    return Fail(absl::InvalidArgumentError("--shard-size: malformed size '" +
+                                           size + "'"));
+  }
+  if (o.source_root.empty() == o.from_tfrecord.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "give exactly one of --source DIR and --from-tfrecord FILE..."));
+  }
+  if (!o.list_file.empty()) o.source_format = "file_list";
+  const bool tty = ::isatty(2);
+  uint64_t bytes = 0;
+  o.progress = [&](uint64_t done, uint64_t total, uint64_t n) {
+    bytes += n;
+    if (!(tty || done % 1000 == 0 || done == total)) return;
+    if (total > 0) {
+      const int width = 30;
+      const int fill = static_cast<int>(width * done / total);
+      std::fprintf(stderr, "%s[%s%s] %llu/%llu samples, %.1f MB%s",
+                   tty ? "\r" : "", std::string(fill, '#').c_str(),
+                   std::string(width - fill, '.').c_str(),
+                   static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total), bytes / 1e6,
+                   tty ? "" : "\n");
+    } else {
+      std::fprintf(stderr, "%s%llu records, %.1f MB%s", tty ? "\r" : "",
+                   static_cast<unsigned long long>(done), bytes / 1e6,
+                   tty ? "" : "\n");
+    }
+  };
+  auto r = Pack(o);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!r.ok()) return Fail(r.status());
+  std::printf("wrote %llu samples in %zu %s shards (%.1f MB) to %s\n",
+              static_cast<unsigned long long>(r->samples), r->shards.size(),
+              o.format.c_str(), r->bytes / 1e6, o.out_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace nearprep
 
@@ -416,6 +473,25 @@ int main(int argc, char** argv) {
   mk->add_flag("--with-bad-files", mk_bad,
                "add corrupt/truncated/empty/non-JPEG/huge-header files in bad/");
 
+  CLI::App* pack = app.add_subcommand(
+      "pack", "write a dataset as TFRecord or tar shards with indexes");
+  PackOptions pack_o;
+  std::string pack_size = "256MiB";
+  pack->add_option("--source", pack_o.source_root,
+                   "image-folder (or file-list) dataset root");
+  pack->add_option("--list-file", pack_o.list_file,
+                   "file_list source: the list file");
+  pack->add_option("--from-tfrecord", pack_o.from_tfrecord,
+                   "TFRecord files to rewrite uncompressed (GZIP/ZLIB ok)");
+  pack->add_option("--out", pack_o.out_dir, "output folder")->required();
+  pack->add_option("--format", pack_o.format, "tfrecord or tar")
+      ->capture_default_str();
+  pack->add_option("--prefix", pack_o.prefix, "shard file name prefix")
+      ->capture_default_str();
+  pack->add_option("--shard-size", pack_size,
+                   "shard size (bytes; K/M/G/KiB/MiB/GiB suffixes)")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -448,6 +524,7 @@ int main(int argc, char** argv) {
         "-DNEARPREP_BUILD_BENCH=ON)"));
 #endif
   }
+  if (pack->parsed()) return RunPack(pack_o, pack_size);
   if (mk->parsed()) {
     MkDatasetOptions o;
     o.output_dir = mk_out;
