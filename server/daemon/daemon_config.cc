@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace nearprep {
@@ -121,7 +122,9 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
   const std::string prefix = absl::StrCat("datasets[", index, "].");
   NP_RETURN_IF_ERROR(CheckKeys(
       n, source, prefix,
-      {"name", "format", "root", "list_file", "extensions", "max_file_bytes"}));
+      {"name", "format", "root", "list_file", "extensions", "max_file_bytes",
+       "shard_pattern", "image_key", "label_key", "label_offset",
+       "index_cache"}));
   NP_RETURN_IF_ERROR(Get(n, "name", source, prefix, &d->name));
   NP_RETURN_IF_ERROR(Get(n, "format", source, prefix, &d->format));
   NP_RETURN_IF_ERROR(Get(n, "root", source, prefix, &d->root));
@@ -129,6 +132,19 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
   NP_RETURN_IF_ERROR(Get(n, "extensions", source, prefix, &d->extensions));
   NP_RETURN_IF_ERROR(GetInt(n, "max_file_bytes", source, prefix,
                             &d->max_file_bytes, 1, /*bytes=*/true));
+  NP_RETURN_IF_ERROR(Get(n, "shard_pattern", source, prefix, &d->shard_pattern));
+  NP_RETURN_IF_ERROR(Get(n, "image_key", source, prefix, &d->image_key));
+  NP_RETURN_IF_ERROR(Get(n, "label_key", source, prefix, &d->label_key));
+  if (const YAML::Node lo = n["label_offset"]; lo) {
+    int64_t v = 0;
+    if (!lo.IsScalar() || !absl::SimpleAtoi(lo.Scalar(), &v) ||
+        v < -(int64_t{1} << 31) || v > (int64_t{1} << 31)) {
+      return Bad(Where(source, prefix + "label_offset", lo),
+                 "must be an integer in [-2^31, 2^31]");
+    }
+    d->label_offset = v;
+  }
+  NP_RETURN_IF_ERROR(Get(n, "index_cache", source, prefix, &d->index_cache));
   if (d->name.empty()) return Bad(Where(source, prefix + "name", n), "required");
   if (d->root.empty()) return Bad(Where(source, prefix + "root", n), "required");
   return absl::OkStatus();
@@ -179,12 +195,27 @@ absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
     return absl::InvalidArgumentError(
-        "--dataset: expected NAME=ROOT or NAME=ROOT,list=FILE, got '" + text +
-        "'");
+        "--dataset: expected NAME=ROOT, NAME=ROOT,list=FILE or "
+        "NAME=ROOT,format=tfrecord|tar, got '" +
+        text + "'");
   }
   DatasetConfig d;
   d.name = text.substr(0, eq);
   std::string rest = text.substr(eq + 1);
+  const size_t fmt = rest.find(",format=");
+  if (fmt != std::string::npos) {
+    d.format = rest.substr(fmt + 8);
+    d.root = rest.substr(0, fmt);
+    if (d.format != "tfrecord" && d.format != "tar") {
+      return absl::InvalidArgumentError(
+          "--dataset: format= must be tfrecord or tar, got '" + text + "'");
+    }
+    if (d.root.empty()) {
+      return absl::InvalidArgumentError("--dataset: empty ROOT in '" + text +
+                                        "'");
+    }
+    return d;
+  }
   const size_t list = rest.find(",list=");
   if (list != std::string::npos) {
     d.format = "file_list";
@@ -360,9 +391,11 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
       return Bad(at + ".name", "duplicate dataset name '" + d.name + "'");
     }
     if (d.root.empty()) return Bad(at + ".root", "required");
-    if (d.format != "image_folder" && d.format != "file_list") {
+    if (d.format != "image_folder" && d.format != "file_list" &&
+        d.format != "tfrecord" && d.format != "tar") {
       return Bad(at + ".format",
-                 "must be image_folder or file_list; got '" + d.format + "'");
+                 "must be image_folder, file_list, tfrecord or tar; got '" +
+                     d.format + "'");
     }
     if (d.format == "file_list" && d.list_file.empty()) {
       return Bad(at + ".list_file", "required with format file_list");

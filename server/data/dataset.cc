@@ -1,9 +1,12 @@
 // See dataset.h.
 #include "server/data/dataset.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/data/block_shuffle.h"
+#include "server/records/tfrecord.h"
 #include "server/storage/posix_storage.h"
 #include "spdlog/spdlog.h"
 
@@ -33,6 +36,22 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   options.format = c.format;
   options.list_file = c.list_file;
   options.extensions = c.extensions;
+  options.shard_pattern = c.shard_pattern;
+  options.image_key = c.image_key;
+  options.label_key = c.label_key;
+  options.label_offset = c.label_offset;
+  std::shared_ptr<const Storage> index_cache;
+  if (!c.index_cache.empty()) {
+    absl::StatusOr<std::unique_ptr<PosixStorage>> cache =
+        PosixStorage::Create(c.index_cache);
+    if (!cache.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset '", c.name, "': index_cache: ",
+                       cache.status().message()));
+    }
+    index_cache = std::move(cache).value();
+    options.index_cache = index_cache.get();
+  }
   absl::StatusOr<SampleListing> listing = ListSamples(*storage, options);
   if (!listing.ok()) return listing.status();
 
@@ -41,21 +60,65 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   ds->class_names_ = std::move(listing->class_names);
   ds->num_classes_ = listing->num_classes;
   ds->num_refused_ = listing->refused;
+  ds->num_shards_ = listing->num_shards;
+  ds->total_bytes_ = listing->total_bytes;
+  ds->index_cache_ = std::move(index_cache);
   ds->listed_ = std::move(listing->samples);
   ds->samples_.reserve(ds->listed_.size());
   for (size_t i = 0; i < ds->listed_.size(); ++i) {
     ds->samples_.push_back(Sample{static_cast<uint64_t>(i), ds->listed_[i].key,
                                   ds->listed_[i].label});
   }
-  spdlog::info("dataset '{}': {} samples, {} classes, {} refused ({})", c.name,
-               ds->samples_.size(), ds->num_classes_, ds->num_refused_,
-               c.format);
+  spdlog::info("dataset '{}': {} samples, {} classes, {} refused ({}{})",
+               c.name, ds->samples_.size(), ds->num_classes_,
+               ds->num_refused_, c.format,
+               ds->num_shards_ == 0
+                   ? std::string()
+                   : absl::StrCat(", ", ds->num_shards_, " shards, ",
+                                  listing->indexes_cached,
+                                  " indexes from cache, scan read ",
+                                  listing->scan_bytes_read, " bytes in ",
+                                  listing->scan_reads, " reads"));
   return ds;
+}
+
+absl::Status Dataset::CheckRecordAndKeepPayload(
+    uint64_t id, std::vector<uint8_t>* record) const {
+  const ListedSample& where = listed_[id];
+  const auto at = [&](absl::string_view what) {
+    return absl::DataLossError(Where(
+        id, absl::StrCat(where.file, " offset ", where.record_offset, ": ",
+                         what)));
+  };
+  if (record->size() != where.record_bytes ||
+      record->size() < records::kTfRecordOverheadBytes) {
+    return at("truncated record (the shard shrank since it was indexed)");
+  }
+  absl::StatusOr<uint64_t> length = records::ParseTfRecordHeader(record->data());
+  if (!length.ok()) return at(length.status().message());
+  if (*length + records::kTfRecordOverheadBytes != record->size()) {
+    return at("record length changed since the shard was indexed");
+  }
+  const uint8_t* data = record->data() + records::kTfRecordHeaderBytes;
+  absl::Status crc = records::CheckTfRecordData(data, *length, data + *length);
+  if (!crc.ok()) return at(crc.message());
+  const uint64_t start = where.offset - where.record_offset;
+  if (start < records::kTfRecordHeaderBytes ||
+      start + where.size > records::kTfRecordHeaderBytes + *length) {
+    return at("image bytes outside the record");
+  }
+  std::memmove(record->data(), record->data() + start, where.size);
+  record->resize(where.size);
+  return absl::OkStatus();
 }
 
 std::string Dataset::Where(uint64_t id, absl::string_view what) const {
   return absl::StrCat("dataset '", config_.name, "': ", samples_[id].path,
                       ": ", what);
+}
+
+uint64_t Dataset::block_samples() const {
+  return BlockSamplesFor(samples_.size(), total_bytes_);
 }
 
 absl::StatusOr<SampleFile> Dataset::OpenSample(
@@ -66,6 +129,9 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
                                               samples_.size(), ")"));
   }
   const ListedSample& where = listed_[id];
+  if (!where.error.empty()) {
+    return absl::DataLossError(Where(id, where.error));
+  }
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
       storage_->Open(where.file, options);
   if (!file.ok()) {
@@ -87,9 +153,19 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
 absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out) const {
   absl::StatusOr<SampleFile> f = OpenSample(id, OpenOptions{});
   if (!f.ok()) return f.status();
-  const absl::Status s = ReadRange(*f->file, f->offset, f->size, out);
+  const ListedSample& where = listed_[id];
+  if (where.record_bytes == 0) {
+    const absl::Status s = ReadRange(*f->file, f->offset, f->size, out);
+    if (!s.ok()) return absl::DataLossError(Where(id, s.message()));
+    return absl::OkStatus();
+  }
+  // A TFRecord sample: read the whole record (one read), check its framing
+  // and CRCs again (the shard may have changed since it was indexed), then
+  // keep the image bytes.
+  const absl::Status s =
+      ReadRange(*f->file, where.record_offset, where.record_bytes, out);
   if (!s.ok()) return absl::DataLossError(Where(id, s.message()));
-  return absl::OkStatus();
+  return CheckRecordAndKeepPayload(id, out);
 }
 
 }  // namespace nearprep

@@ -35,13 +35,21 @@ struct Sample {
 
 struct DatasetConfig {
   std::string name;
-  std::string format = "image_folder";  // or "file_list"
+  std::string format = "image_folder";  // file_list, tfrecord, tar
   std::string root;
   std::string list_file;  // file_list only; relative to root or absolute.
   // File extensions accepted by image_folder (lower-case, with dot).
   std::vector<std::string> extensions = {".jpg", ".jpeg", ".png", ".bmp"};
   // Maximum bytes of one file; larger files are refused when read.
   uint64_t max_file_bytes = uint64_t{64} << 20;
+  // Record formats (tfrecord, tar): see ListingOptions in
+  // server/storage/sample_listing.h.
+  std::string shard_pattern = "*";
+  std::string image_key = "image/encoded";
+  std::string label_key = "image/class/label";
+  int64_t label_offset = 0;
+  // Folder where shard indexes are cached; empty: beside each shard.
+  std::string index_cache;
 };
 
 // A sample opened for reading: its bytes are [offset, offset + size) of
@@ -70,6 +78,12 @@ class Dataset {
   const std::vector<std::string>& class_names() const { return class_names_; }
   uint32_t num_classes() const { return num_classes_; }
   uint64_t num_refused() const { return num_refused_; }
+  // Record formats: shard files served (0 otherwise).
+  uint64_t num_shards() const { return num_shards_; }
+  // Sum of the samples' encoded sizes when listed.
+  uint64_t total_bytes() const { return total_bytes_; }
+  // SHUFFLE_MODE_BLOCK's default block: about 4 MiB of samples.
+  uint64_t block_samples() const;
 
   const Storage& storage() const { return *storage_; }
 
@@ -88,6 +102,10 @@ class Dataset {
 
  private:
   explicit Dataset(DatasetConfig c) : config_(std::move(c)) {}
+  // Keeps the image bytes of a TFRecord record read whole, after checking
+  // its framing and CRCs; DATA_LOSS naming shard and offset otherwise.
+  absl::Status CheckRecordAndKeepPayload(uint64_t id,
+                                         std::vector<uint8_t>* record) const;
   // "dataset 'NAME': PATH: " + what.
   std::string Where(uint64_t id, absl::string_view what) const;
 
@@ -99,6 +117,9 @@ class Dataset {
   std::vector<std::string> class_names_;
   uint32_t num_classes_ = 0;
   uint64_t num_refused_ = 0;
+  uint64_t num_shards_ = 0;
+  uint64_t total_bytes_ = 0;
+  std::shared_ptr<const Storage> index_cache_;
 };
 
 }  // namespace nearprep

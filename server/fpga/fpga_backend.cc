@@ -265,7 +265,8 @@ class FpgaBackend::Impl {
     // Buffered path: the dataset's own reader, then a copy into the mapping.
     if (!staged) {
       thread_local std::vector<uint8_t> buf;
-      const absl::Status st = ctx.dataset->ReadSample(sample->sample_id, &buf);
+      const absl::Status st =
+          ctx.dataset->ReadSample(sample->sample_id, &buf, ctx.read_hint);
       if (!st.ok()) {
         sample->status = st;
         sample->times.read_us = MicrosSince(t0);

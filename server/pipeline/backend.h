@@ -37,6 +37,9 @@ struct WorkContext {
   DecodeLimits limits;
   uint64_t seed = 0;
   uint64_t epoch = 0;
+  // How the stream reads (Dataset::ReadSample's hint): block-shuffle
+  // streams read record shards one block at a time.
+  ReadHint read_hint;
 };
 
 // One sample to process, and its result.

@@ -37,7 +37,7 @@ void CpuBackend::ProcessOne(const WorkContext& ctx, const Reader& reader,
     } else if (ctx.dataset == nullptr) {
       s->status = absl::FailedPreconditionError("no dataset in WorkContext");
     } else {
-      s->status = ctx.dataset->ReadSample(s->sample_id, buffer);
+      s->status = ctx.dataset->ReadSample(s->sample_id, buffer, ctx.read_hint);
     }
     const uint64_t read_us = MicrosSince(t0);
     if (!s->status.ok()) {

@@ -61,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/common/types.h"
+#include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
 #include "server/pipeline/backend.h"
 
@@ -80,6 +81,10 @@ struct StreamRequest {
   WorkContext context;
   uint32_t batch_size = 32;
   bool shuffle = false;
+  // With shuffle: the block shuffle (server/data/block_shuffle.h) with
+  // these resolved parameters instead of the global one.
+  bool block_shuffle = false;
+  BlockShuffleParams block;
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
   uint64_t start_batch = 0;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/data/block_shuffle.h"
 #include "server/data/epoch_plan.h"
 
 namespace nearprep {
@@ -55,10 +56,15 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
                                  PipelineCounters* counters)
     : req_(request),
       counters_(counters),
-      shard_(ShardSamples(EpochOrder(request.context.dataset->size(),
-                                     request.context.seed,
-                                     request.context.epoch, request.shuffle),
-                          request.shard_index, request.num_shards)),
+      shard_(ShardSamples(
+          request.shuffle && request.block_shuffle
+              ? BlockShuffledOrder(request.context.dataset->size(),
+                                   request.context.seed,
+                                   request.context.epoch, request.block)
+              : EpochOrder(request.context.dataset->size(),
+                           request.context.seed, request.context.epoch,
+                           request.shuffle),
+          request.shard_index, request.num_shards)),
       batch_(request.batch_size),
       sample_bytes_(request.context.output.SampleBytes(request.context.spec)),
       depth_(DepthFor(request, prefetch_depth)),

@@ -150,6 +150,9 @@ grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
     info->set_num_classes(d->num_classes());
     for (const std::string& c : d->class_names()) info->add_class_names(c);
     info->set_num_refused(d->num_refused());
+    info->set_num_shards(d->num_shards());
+    info->set_total_bytes(d->total_bytes());
+    info->set_block_samples(d->block_samples());
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/data/block_shuffle.h"
 
 namespace nearprep {
 namespace {
@@ -221,6 +222,20 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
       !st.ok()) {
     return st;
   }
+  if (auto st = CheckEnum("shuffle_mode", request.shuffle_mode(), 1);
+      !st.ok()) {
+    return st;
+  }
+  if (request.block_shuffle().open_blocks() > 1024) {
+    return Invalid("block_shuffle.open_blocks",
+                   absl::StrCat("must be in [0, 1024], got ",
+                                request.block_shuffle().open_blocks()));
+  }
+  if (request.block_shuffle().window() > (1u << 20)) {
+    return Invalid("block_shuffle.window",
+                   absl::StrCat("must be in [0, 1048576], got ",
+                                request.block_shuffle().window()));
+  }
   if (!request.has_transform()) {
     return Invalid("transform", "required (height and width at least)");
   }
@@ -265,6 +280,16 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   r.context.epoch = request.epoch();
   r.batch_size = request.batch_size();
   r.shuffle = request.shuffle();
+  if (r.shuffle && request.shuffle_mode() == v1::SHUFFLE_MODE_BLOCK) {
+    const auto& b = request.block_shuffle();
+    r.block_shuffle = true;
+    r.block.block_samples =
+        b.block_samples() != 0 ? b.block_samples() : dataset->block_samples();
+    r.block.open_blocks =
+        b.open_blocks() != 0 ? b.open_blocks() : kDefaultOpenBlocks;
+    r.block.window = b.window() != 0 ? b.window() : kDefaultShuffleWindow;
+    r.context.read_hint.block_samples = r.block.block_samples;
+  }
   r.shard_index = request.shard_index();
   r.num_shards = num_shards;
   r.start_batch = request.start_batch();

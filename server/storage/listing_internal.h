@@ -34,6 +34,11 @@ absl::Status ListImageFolder(const Storage& storage,
                              SampleListing* listing);
 absl::Status ListFileList(const Storage& storage, const ListingOptions& options,
                           Refusals* refusals, SampleListing* listing);
+// tfrecord and tar; fills num_shards and the scan counters too. Samples
+// come out in id order (not to be re-sorted).
+absl::Status ListRecordShards(const Storage& storage,
+                              const ListingOptions& options,
+                              Refusals* refusals, SampleListing* listing);
 
 }  // namespace listing_internal
 }  // namespace nearprep

@@ -96,8 +96,14 @@ absl::Status MemStorage::ListDir(const std::string& path,
 absl::StatusOr<FileInfo> MemStorage::Lstat(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(path);
-  if (it != files_.end()) return FileInfo{FileType::kRegular, it->second->size()};
-  if (IsDirLocked(path)) return FileInfo{FileType::kDirectory, 0};
+  if (it != files_.end()) {
+    // The mtime of an in-memory file: its content's address, which changes
+    // whenever the file is replaced (enough for cache validation).
+    return FileInfo{FileType::kRegular, it->second->size(),
+                    static_cast<int64_t>(
+                        reinterpret_cast<uintptr_t>(it->second.get()))};
+  }
+  if (IsDirLocked(path)) return FileInfo{FileType::kDirectory, 0, 0};
   return absl::NotFoundError(kNotFound);
 }
 
@@ -110,6 +116,12 @@ absl::StatusOr<std::string> MemStorage::Resolve(const std::string& path) const {
   absl::StatusOr<FileInfo> info = Lstat(path);
   if (!info.ok()) return info.status();
   return path;
+}
+
+absl::Status MemStorage::WriteFile(const std::string& path,
+                                   const std::string& bytes) const {
+  const_cast<MemStorage*>(this)->AddFile(path, bytes);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemStorage::Open(

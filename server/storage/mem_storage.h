@@ -50,6 +50,9 @@ class MemStorage : public Storage {
   absl::StatusOr<std::string> Resolve(const std::string& path) const override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path, const OpenOptions& options) const override;
+  // Like AddFile (the storage is logically const: a cache write).
+  absl::Status WriteFile(const std::string& path,
+                         const std::string& bytes) const override;
 
  private:
   bool IsDirLocked(const std::string& path) const;

@@ -58,6 +58,10 @@ absl::Status ErrnoStatus(int err) {
   }
 }
 
+int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 FileType TypeOf(mode_t mode) {
   if (S_ISREG(mode)) return FileType::kRegular;
   if (S_ISDIR(mode)) return FileType::kDirectory;
@@ -130,6 +134,42 @@ absl::StatusOr<std::unique_ptr<PosixStorage>> PosixStorage::Create(
   return std::unique_ptr<PosixStorage>(new PosixStorage(std::move(real_root)));
 }
 
+absl::Status PosixStorage::WriteFile(const std::string& path,
+                                     const std::string& bytes) const {
+  if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) {
+    return absl::InvalidArgumentError("not a clean relative path");
+  }
+  const std::string target = Describe(path);
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                        0644);
+  if (fd < 0) {
+    return errno == EACCES || errno == EROFS || errno == EPERM
+               ? absl::PermissionDeniedError(std::strerror(errno))
+               : absl::DataLossError(std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::DataLossError(std::string("write: ") + std::strerror(err));
+    }
+    done += static_cast<size_t>(w);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(std::string("rename: ") + std::strerror(err));
+  }
+  return absl::OkStatus();
+}
+
 std::string PosixStorage::Describe(const std::string& path) const {
   if (path.empty()) return real_root_;
   if (path[0] == '/') return path;
@@ -154,13 +194,15 @@ absl::Status PosixStorage::ListDir(const std::string& path,
 absl::StatusOr<FileInfo> PosixStorage::Lstat(const std::string& path) const {
   struct stat st;
   if (::lstat(Describe(path).c_str(), &st) != 0) return ErrnoStatus(errno);
-  return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size)};
+  return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size),
+                  MtimeNs(st)};
 }
 
 absl::StatusOr<FileInfo> PosixStorage::Stat(const std::string& path) const {
   struct stat st;
   if (::stat(Describe(path).c_str(), &st) != 0) return ErrnoStatus(errno);
-  return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size)};
+  return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size),
+                  MtimeNs(st)};
 }
 
 absl::StatusOr<std::string> PosixStorage::Resolve(

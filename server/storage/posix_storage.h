@@ -44,6 +44,8 @@ class PosixStorage : public Storage {
   absl::StatusOr<std::string> Resolve(const std::string& path) const override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path, const OpenOptions& options) const override;
+  absl::Status WriteFile(const std::string& path,
+                         const std::string& bytes) const override;
 
  private:
   explicit PosixStorage(std::string real_root)

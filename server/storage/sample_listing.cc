@@ -27,12 +27,13 @@ void Refusals::Refuse(const std::string& path, absl::string_view why) {
 
 absl::Status CheckListingFormat(const std::string& name,
                                 const std::string& format) {
-  if (format == "image_folder" || format == "file_list") {
+  if (format == "image_folder" || format == "file_list" ||
+      format == "tfrecord" || format == "tar") {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("dataset '", name, "': unknown format '", format,
-                   "' (image_folder or file_list)"));
+                   "' (image_folder, file_list, tfrecord or tar)"));
 }
 
 absl::StatusOr<SampleListing> ListSamples(const Storage& storage,
@@ -41,17 +42,25 @@ absl::StatusOr<SampleListing> ListSamples(const Storage& storage,
   if (!s.ok()) return s;
   listing_internal::Refusals refusals(options.name);
   SampleListing listing;
+  const bool records =
+      options.format == "tfrecord" || options.format == "tar";
   if (options.format == "image_folder") {
     s = listing_internal::ListImageFolder(storage, options, &refusals,
                                           &listing);
+  } else if (records) {
+    s = listing_internal::ListRecordShards(storage, options, &refusals,
+                                           &listing);
   } else {
     s = listing_internal::ListFileList(storage, options, &refusals, &listing);
   }
   if (!s.ok()) return s;
-  std::sort(listing.samples.begin(), listing.samples.end(),
-            [](const ListedSample& a, const ListedSample& b) {
-              return a.key < b.key;
-            });
+  if (!records) {  // Record formats list in id order already.
+    std::sort(listing.samples.begin(), listing.samples.end(),
+              [](const ListedSample& a, const ListedSample& b) {
+                return a.key < b.key;
+              });
+  }
+  for (const auto& sample : listing.samples) listing.total_bytes += sample.size;
   listing.refused = refusals.count();
   return listing;
 }

@@ -9,6 +9,21 @@
 //    root are ignored.
 //  - file_list (file_list_listing.cc): a text file, one "relative/path
 //    label" per line ('#' starts a comment).
+//  - tfrecord, tar (record_listing.cc): record shards (the regular files of
+//    the root matching `shard_pattern`, sorted by name; index files
+//    *.nearprep-index and DALI's *.idx are not shards). Sample ids run over
+//    the shards in that order, then records in file order; a sample's key
+//    is "SHARD#RECORD" (RECORD zero-padded to 10 digits). Each shard is
+//    scanned once into an index (server/records/shard_index.h), cached as
+//    SHARD.nearprep-index beside it or in ListingOptions::index_cache, and
+//    reused while the shard's size and mtime are unchanged. A shard that
+//    cannot be served (compressed, not a tar file) is refused whole; one
+//    damaged part-way (bad framing, truncated) is served up to the damage
+//    and its tail is refused (both counted once in `refused` and logged
+//    with shard and offset). A record whose framing is intact but whose
+//    content is bad (data CRC, no image feature, a label that is not an
+//    integer) is listed with `error` set: it fails with DATA_LOSS wherever
+//    it is read, so the sample ids of the others never move.
 // A format that packs many samples into one container file (a record shard)
 // lists each sample as a byte range of that file: ListedSample::whole_file
 // = false with its offset and size. Add a format as one more
@@ -49,6 +64,18 @@ struct ListingOptions {
   std::string list_file;
   // image_folder: accepted file extensions (with dot, any case).
   std::vector<std::string> extensions;
+  // tfrecord, tar: which files of the root are shards (fnmatch pattern on
+  // the file name; "*" = every regular, non-hidden file).
+  std::string shard_pattern = "*";
+  // tfrecord: the Example features of the image and the label.
+  std::string image_key = "image/encoded";
+  std::string label_key = "image/class/label";
+  // tfrecord, tar: added to every label (TensorFlow's ImageNet scripts
+  // store 1..1000 with 0 for background: use -1).
+  int64_t label_offset = 0;
+  // Where shard indexes are cached: nullptr = beside each shard (in the
+  // dataset's storage; skipped if it is read-only).
+  const Storage* index_cache = nullptr;
 };
 
 // One sample, as listed.
@@ -65,6 +92,14 @@ struct ListedSample {
   uint64_t offset = 0;
   uint64_t size = 0;  // bytes when listed
   int64_t label = 0;
+  // Record formats: the enclosing record, read whole so its CRC can be
+  // checked (tfrecord: record_bytes > 0; the image is [offset, offset+size)
+  // inside it). tar: 0.
+  uint64_t record_offset = 0;
+  uint64_t record_bytes = 0;
+  // Non-empty: the sample is known bad; reading it fails with DATA_LOSS
+  // and this message (it names the shard and offset).
+  std::string error;
 };
 
 struct SampleListing {
@@ -72,6 +107,12 @@ struct SampleListing {
   std::vector<std::string> class_names;  // image_folder: label -> name
   uint32_t num_classes = 0;
   uint64_t refused = 0;
+  uint64_t num_shards = 0;   // record formats
+  uint64_t total_bytes = 0;  // sum of the samples' sizes
+  // Scan counters of record formats (0 when every index came from cache).
+  uint64_t scan_bytes_read = 0;
+  uint64_t scan_reads = 0;
+  uint64_t indexes_cached = 0;  // indexes reused from the cache
 };
 
 // OK when `format` is one ListSamples knows; else INVALID_ARGUMENT naming

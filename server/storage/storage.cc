@@ -6,6 +6,10 @@
 
 namespace nearprep {
 
+absl::Status Storage::WriteFile(const std::string&, const std::string&) const {
+  return absl::UnimplementedError("this storage is read-only");
+}
+
 absl::Status ReadRange(const RandomAccessFile& file, uint64_t offset,
                        uint64_t n, std::vector<uint8_t>* out) {
   if (n > std::numeric_limits<size_t>::max()) {

@@ -41,6 +41,9 @@ enum class FileType { kRegular, kDirectory, kSymlink, kOther };
 struct FileInfo {
   FileType type = FileType::kOther;
   uint64_t size = 0;  // bytes (regular files)
+  // Last modification, in ns since the epoch (posix: st_mtim); record
+  // shard indexes are trusted while size and mtime are unchanged.
+  int64_t mtime_ns = 0;
 };
 
 struct OpenOptions {
@@ -100,6 +103,13 @@ class Storage {
   // socket is PERMISSION_DENIED ("not a regular file"); opening never blocks.
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path, const OpenOptions& options) const = 0;
+
+  // Replaces file `path` (its folder must exist) with `bytes`, atomically
+  // (readers see the old or the new file, never a mix). Used for caches
+  // (record shard indexes). UNIMPLEMENTED where the storage is read-only;
+  // PERMISSION_DENIED where the folder is not writable.
+  virtual absl::Status WriteFile(const std::string& path,
+                                 const std::string& bytes) const;
 };
 
 // Reads bytes [offset, offset + n) of `file` into *out (resized to what was

@@ -70,6 +70,16 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
       ->capture_default_str();
   app->add_option("--epoch", epoch, "epoch number")->capture_default_str();
   app->add_flag("--shuffle", shuffle, "shuffle the epoch order");
+  app->add_option("--shuffle-mode", shuffle_mode,
+                  "global | block (large sequential reads; docs/protocol.md)")
+      ->check(CLI::IsMember({"global", "block"}))
+      ->capture_default_str();
+  app->add_option("--block-samples", block_samples,
+                  "block shuffle: samples per block (0: the dataset's)");
+  app->add_option("--open-blocks", open_blocks,
+                  "block shuffle: blocks interleaved (0: 8)");
+  app->add_option("--window", window,
+                  "block shuffle: shuffle window in samples (0: 256)");
   app->add_option("--shard", shard, "shard i/n")->capture_default_str();
   app->add_flag("--drop-remainder", drop_remainder,
                 "drop a final partial batch");
@@ -121,6 +131,12 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   r.set_seed(seed);
   r.set_epoch(epoch);
   r.set_shuffle(shuffle);
+  if (shuffle_mode == "block") {
+    r.set_shuffle_mode(v1::SHUFFLE_MODE_BLOCK);
+    r.mutable_block_shuffle()->set_block_samples(block_samples);
+    r.mutable_block_shuffle()->set_open_blocks(open_blocks);
+    r.mutable_block_shuffle()->set_window(window);
+  }
   absl::StatusOr<std::pair<uint32_t, uint32_t>> sh = ParseShard(shard);
   if (!sh.ok()) return sh.status();
   r.set_shard_index(sh->first);

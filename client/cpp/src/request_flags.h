@@ -52,6 +52,10 @@ struct RequestFlags {
   uint64_t seed = 0;
   uint64_t epoch = 0;
   bool shuffle = false;
+  std::string shuffle_mode = "global";  // or "block" (docs/protocol.md)
+  uint64_t block_samples = 0;           // 0: the dataset's
+  uint32_t open_blocks = 0;             // 0: 8
+  uint32_t window = 0;                  // 0: 256
   std::string shard = "0/1";
   bool drop_remainder = false;
   uint32_t height = 224;

@@ -23,6 +23,7 @@ FIDELITIES = {"tf_compat": 0, "fast": 1}
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
 LAYOUTS = {"nhwc": 0, "nchw": 1}
 ERROR_POLICIES = {"skip": 0, "fail_stream": 1, "fail": 1}
+SHUFFLE_MODES = {"global": 0, "block": 1}
 
 # Keyword arguments batches() accepts besides dataset (documented there).
 REQUEST_KEYS = (
@@ -30,7 +31,8 @@ REQUEST_KEYS = (
     "start_batch", "start_position", "max_batches", "drop_remainder",
     "height", "width", "crop", "center_fraction", "scale", "ratio",
     "flip_probability", "brightness_max_delta", "saturation", "clip", "mean",
-    "std", "fidelity", "dtype", "layout", "error_policy", "include_params")
+    "std", "fidelity", "dtype", "layout", "error_policy", "include_params",
+    "shuffle_mode", "block_samples", "open_blocks", "window")
 
 
 def _bad(field, why, value):
@@ -114,6 +116,14 @@ def build_request(pb2, dataset, **kw):
     req.seed = _int("seed", g("seed", 0), 0, _U64)
     req.epoch = _int("epoch", g("epoch", 0), 0, _U64)
     req.shuffle = _bool("shuffle", g("shuffle", False))
+    req.shuffle_mode = _enum("shuffle_mode", g("shuffle_mode", "global"),
+                             SHUFFLE_MODES)
+    req.block_shuffle.block_samples = _int(
+        "block_shuffle.block_samples", g("block_samples", 0), 0, _U64)
+    req.block_shuffle.open_blocks = _int(
+        "block_shuffle.open_blocks", g("open_blocks", 0), 0, 1024)
+    req.block_shuffle.window = _int(
+        "block_shuffle.window", g("window", 0), 0, 1 << 20)
     num_shards = _int("num_shards", g("num_shards", 1), 1, _U32)
     shard_index = _int("shard_index", g("shard_index", 0), 0, _U32)
     if shard_index >= num_shards:
