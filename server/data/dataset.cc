@@ -1,6 +1,8 @@
 // See dataset.h.
 #include "server/data/dataset.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -63,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   ds->num_shards_ = listing->num_shards;
   ds->total_bytes_ = listing->total_bytes;
   ds->index_cache_ = std::move(index_cache);
+  ds->block_cache_ = std::make_unique<BlockCache>(c.block_cache_bytes);
   ds->listed_ = std::move(listing->samples);
   ds->samples_.reserve(ds->listed_.size());
   for (size_t i = 0; i < ds->listed_.size(); ++i) {
@@ -112,6 +115,103 @@ absl::Status Dataset::CheckRecordAndKeepPayload(
   return absl::OkStatus();
 }
 
+namespace {
+
+// Where a listed record starts and ends in its file.
+uint64_t RecordBegin(const ListedSample& s) {
+  return s.record_bytes ? s.record_offset : s.offset;
+}
+uint64_t RecordEnd(const ListedSample& s) {
+  return s.record_bytes ? s.record_offset + s.record_bytes : s.offset + s.size;
+}
+
+// Blocks larger than this are not worth holding: read samples one by one.
+constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+}  // namespace
+
+absl::StatusOr<Block> Dataset::ReadBlock(const std::string& file,
+                                         uint64_t offset,
+                                         uint64_t size) const {
+  const uint64_t a = kDirectIoAlignment;
+  const uint64_t begin = offset / a * a;
+  const uint64_t end = (offset + size + a - 1) / a * a;
+  Block block;
+  block.offset = begin;
+  uint8_t* raw = static_cast<uint8_t*>(std::aligned_alloc(a, end - begin));
+  if (raw == nullptr) return absl::ResourceExhaustedError("block allocation");
+  block.data = std::shared_ptr<uint8_t>(raw, AlignedFree());
+  auto read_with = [&](bool direct) -> absl::Status {
+    OpenOptions o;
+    o.direct = direct;
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(file, o);
+    if (!f.ok()) return f.status();
+    size_t got = 0;
+    absl::Status s = (*f)->Read(begin, end - begin, raw, &got);
+    if (s.ok()) block.size = got;
+    return s;
+  };
+  absl::Status s = read_with(/*direct=*/true);
+  if (s.ok()) {
+    counters_.direct_reads.fetch_add(1, std::memory_order_relaxed);
+  } else if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+    // The file system refuses O_DIRECT (tmpfs, some overlays): buffered.
+    counters_.buffered_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    s = read_with(/*direct=*/false);
+  }
+  if (!s.ok()) return s;
+  counters_.reads.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes.fetch_add(block.size, std::memory_order_relaxed);
+  return block;
+}
+
+absl::Status Dataset::ReadFromBlock(uint64_t id, uint64_t block_samples,
+                                    std::vector<uint8_t>* out) const {
+  const ListedSample& where = listed_[id];
+  // The block's samples that live in this sample's file (a block may span
+  // two shards; each part is read on its own).
+  const uint64_t first = id / block_samples * block_samples;
+  const uint64_t last =
+      std::min<uint64_t>(first + block_samples, listed_.size());
+  uint64_t lo = id, hi = id + 1;
+  while (lo > first && listed_[lo - 1].file == where.file &&
+         !listed_[lo - 1].whole_file) {
+    --lo;
+  }
+  while (hi < last && listed_[hi].file == where.file &&
+         !listed_[hi].whole_file) {
+    ++hi;
+  }
+  uint64_t begin = RecordBegin(listed_[lo]), end = RecordEnd(listed_[lo]);
+  for (uint64_t i = lo + 1; i < hi; ++i) {
+    begin = std::min(begin, RecordBegin(listed_[i]));
+    end = std::max(end, RecordEnd(listed_[i]));
+  }
+  if (end - begin > kMaxBlockBytes) return ReadSample(id, out, ReadHint{});
+  bool loaded = false;
+  absl::StatusOr<Block> block = block_cache_->GetOrLoad(
+      BlockCache::Key{where.file, begin, end - begin},
+      [&] { return ReadBlock(where.file, begin, end - begin); }, &loaded);
+  if (!block.ok()) {
+    return absl::Status(block.status().code(), Where(id, block.status().message()));
+  }
+  (loaded ? counters_.block_misses : counters_.block_hits)
+      .fetch_add(1, std::memory_order_relaxed);
+  const uint64_t rb = RecordBegin(where), re = RecordEnd(where);
+  if (re > block->offset + block->size) {
+    return absl::DataLossError(
+        Where(id, "truncated record (the shard shrank since it was indexed)"));
+  }
+  const uint8_t* src = block->data.get() + (rb - block->offset);
+  out->assign(src, src + (re - rb));
+  if (where.record_bytes == 0) return absl::OkStatus();
+  return CheckRecordAndKeepPayload(id, out);
+}
+
 std::string Dataset::Where(uint64_t id, absl::string_view what) const {
   return absl::StrCat("dataset '", config_.name, "': ", samples_[id].path,
                       ": ", what);
@@ -151,9 +251,22 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
 }
 
 absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out) const {
+  return ReadSample(id, out, ReadHint{});
+}
+
+absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out,
+                                 const ReadHint& hint) const {
+  if (hint.block_samples > 0 && id < listed_.size() &&
+      !listed_[id].whole_file && listed_[id].error.empty()) {
+    return ReadFromBlock(id, hint.block_samples, out);
+  }
   absl::StatusOr<SampleFile> f = OpenSample(id, OpenOptions{});
   if (!f.ok()) return f.status();
   const ListedSample& where = listed_[id];
+  counters_.reads.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes.fetch_add(
+      where.record_bytes ? where.record_bytes : f->size,
+      std::memory_order_relaxed);
   if (where.record_bytes == 0) {
     const absl::Status s = ReadRange(*f->file, f->offset, f->size, out);
     if (!s.ok()) return absl::DataLossError(Where(id, s.message()));

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/data/block_cache.h"
 #include "server/storage/sample_listing.h"
 #include "server/storage/storage.h"
 
@@ -50,6 +51,17 @@ struct DatasetConfig {
   int64_t label_offset = 0;
   // Folder where shard indexes are cached; empty: beside each shard.
   std::string index_cache;
+  // Record formats: bytes of blocks held for block-shuffle reads
+  // (block_cache.h), shared by the dataset's streams.
+  uint64_t block_cache_bytes = uint64_t{256} << 20;
+};
+
+// How a reader is going to read (a hint; the bytes are the same either way).
+struct ReadHint {
+  // > 0: the caller reads in block-shuffle order with blocks of this many
+  // samples; a record dataset then reads each block's records in one large
+  // read and serves the block's samples from it.
+  uint64_t block_samples = 0;
 };
 
 // A sample opened for reading: its bytes are [offset, offset + size) of
@@ -93,6 +105,11 @@ class Dataset {
   // RESOURCE_EXHAUSTED (over max_file_bytes), DATA_LOSS (I/O), OUT_OF_RANGE
   // (id >= size()). Messages: "dataset 'NAME': PATH: reason".
   absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out) const;
+  absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out,
+                          const ReadHint& hint) const;
+
+  // What the dataset's reads cost storage (read sizes: bytes / reads).
+  const ReadCounters& read_counters() const { return counters_; }
 
   // Opens sample `id` (with `options`, e.g. O_DIRECT for a P2P reader) and
   // checks its size against max_file_bytes; the caller reads
@@ -120,6 +137,16 @@ class Dataset {
   uint64_t num_shards_ = 0;
   uint64_t total_bytes_ = 0;
   std::shared_ptr<const Storage> index_cache_;
+  mutable ReadCounters counters_;
+  std::unique_ptr<BlockCache> block_cache_;
+
+  // The block-read path of ReadSample (record formats).
+  absl::Status ReadFromBlock(uint64_t id, uint64_t block_samples,
+                             std::vector<uint8_t>* out) const;
+  // One aligned read of [offset, offset + size) of `file` (O_DIRECT when
+  // the file system takes it).
+  absl::StatusOr<Block> ReadBlock(const std::string& file, uint64_t offset,
+                                  uint64_t size) const;
 };
 
 }  // namespace nearprep
