@@ -764,6 +764,11 @@ TEST(Fuzz, StreamRequest) {
   RunTarget("stream_request", &FuzzStreamRequest, RequestSeeds(), Kind::kProto, 20000);
 }
 
+TEST(Fuzz, Records) {
+  spdlog::set_level(spdlog::level::off);
+  RunTarget("records", &FuzzRecords, RecordSeeds(), Kind::kJpeg, 20000);
+}
+
 TEST(Fuzz, FileList) {
   spdlog::set_level(spdlog::level::off);  // refusals are logged otherwise
   RunTarget("file_list", &FuzzFileList, FileListSeeds(), Kind::kText, 200);

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -71,6 +72,11 @@ int FuzzFileList(const uint8_t* data, size_t size);
 //  FPGA kernel C simulation (nearprep_preprocess) on the bytes as one JPEG,
 //  with guard zones around its output and scratch buffers.
 int FuzzFpgaKernel(const uint8_t* data, size_t size);
+//  Record shards: the bytes as a TFRecord shard, a tar shard, one Example
+//  and a cached shard index (server/records).
+int FuzzRecords(const uint8_t* data, size_t size);
+// Seeds of the records target (a TFRecord shard, a tar shard, an index).
+std::vector<std::vector<uint8_t>> RecordSeeds();
 
 }  // namespace fuzz
 }  // namespace nearprep
