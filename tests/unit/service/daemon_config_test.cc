@@ -54,6 +54,12 @@ TEST(DaemonConfigTest, ParsesDatasetFlags) {
   EXPECT_FALSE(ParseDatasetFlag("noequals").ok());
   EXPECT_FALSE(ParseDatasetFlag("=/root").ok());
   EXPECT_FALSE(ParseDatasetFlag("x=").ok());
+  auto t = ParseDatasetFlag("t=/data/tf,format=tfrecord");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->format, "tfrecord");
+  EXPECT_EQ(t->root, "/data/tf");
+  EXPECT_FALSE(ParseDatasetFlag("t=/data/tf,format=lmdb").ok());
+  EXPECT_FALSE(ParseDatasetFlag("t=,format=tar").ok());
 }
 
 TEST(DaemonConfigTest, YamlFileThenFlagsOverride) {
@@ -119,7 +125,9 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
       {"datasets: [{name: a}]\n", "datasets[0].root"},
       {"datasets: [{name: a, root: /a}, {name: a, root: /b}]\n",
        "datasets[1].name"},
-      {"datasets: [{name: a, root: /a, format: tar}]\n", "datasets[0].format"},
+      {"datasets: [{name: a, root: /a, format: lmdb}]\n", "datasets[0].format"},
+      {"datasets: [{name: a, root: /a, format: tfrecord, label_offset: x}]\n",
+       "datasets[0].label_offset"},
       {"datasets: [{name: a, root: /a, colour: red}]\n", "datasets[0].colour"},
       {"datasets: {name: a}\n", "datasets"},
       {"port: [1, 2\n", "not valid YAML"},

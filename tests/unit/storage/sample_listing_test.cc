@@ -88,7 +88,7 @@ TEST(SampleListingTest, Errors) {
   auto bad = ListSamples(mem, o);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
-            "dataset 'm': unknown format 'lmdb' (image_folder or file_list)");
+            "dataset 'm': unknown format 'lmdb' (image_folder, file_list, tfrecord or tar)");
   o.format = "file_list";
   o.list_file = "none.txt";
   auto missing = ListSamples(mem, o);
