@@ -16,7 +16,7 @@ namespace {
 class StreamRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ds_ = testing_internal::MakeDummyDataset(dir_.path(), 40, 2);
+    ds_ = testing_internal::MakeDummyDataset(40, 2);
     ASSERT_NE(ds_, nullptr);
     backend_ = std::make_shared<testing_internal::FakeBackend>();
     PipelineOptions o;
@@ -34,7 +34,6 @@ class StreamRegistryTest : public ::testing::Test {
     return r;
   }
 
-  testing_common::TempDir dir_;
   std::unique_ptr<Dataset> ds_;
   std::shared_ptr<testing_internal::FakeBackend> backend_;
   std::unique_ptr<Pipeline> pipeline_;
