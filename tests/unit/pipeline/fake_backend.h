@@ -1,7 +1,7 @@
 // Test doubles for the pipeline: a Backend that writes a deterministic byte
 // pattern per sample id (so assembly can be checked without JPEG code) and
-// fails chosen ids, and a helper that builds an in-memory image_folder
-// dataset of dummy files.
+// fails chosen ids, and helpers that build an image_folder dataset of dummy
+// files (in memory, or in a folder).
 //
 // Thread-safety: FakeBackend::Process is thread-safe (atomics and a mutex);
 // configure it before the pipeline runs.
@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,19 +103,42 @@ class FakeBackend : public Backend {
   std::vector<uint64_t> call_seeds_;
 };
 
-// An image_folder dataset of `n` dummy files spread over `classes` class
-// folders, held in memory: file i is "c<i % classes>/s<i>.jpg" (zero
+// Dummy file i of MakeDummyDataset: "c<i % classes>/s<i>.jpg" (zero
 // padded), so ids follow the sorted paths.
+inline std::string DummyPath(int i, int classes) {
+  char path[48];
+  std::snprintf(path, sizeof path, "c%02d/s%05d.jpg", i % classes, i);
+  return path;
+}
+
+// An image_folder dataset of `n` dummy files (DummyPath) spread over
+// `classes` class folders, held in memory.
 inline std::unique_ptr<Dataset> MakeDummyDataset(int n, int classes) {
   auto storage = std::make_shared<MemStorage>();
   for (int i = 0; i < n; ++i) {
-    char path[48];
-    std::snprintf(path, sizeof path, "c%02d/s%05d.jpg", i % classes, i);
-    storage->AddFile(path, "not a jpeg " + std::to_string(i));
+    storage->AddFile(DummyPath(i, classes), "not a jpeg " + std::to_string(i));
   }
   DatasetConfig config;
   config.name = "dummy";
   auto ds = Dataset::Open(config, storage);
+  if (!ds.ok()) return nullptr;
+  return std::move(ds).value();
+}
+
+// The same dataset written under folder `root`, for tests that need it on
+// disk (a server opens its datasets by folder).
+inline std::unique_ptr<Dataset> MakeDummyDataset(const std::string& root,
+                                                 int n, int classes) {
+  for (int i = 0; i < n; ++i) {
+    const std::filesystem::path p =
+        std::filesystem::path(root) / DummyPath(i, classes);
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << "not a jpeg " << i;
+  }
+  DatasetConfig config;
+  config.name = "dummy";
+  config.root = root;
+  auto ds = Dataset::Open(config);
   if (!ds.ok()) return nullptr;
   return std::move(ds).value();
 }
