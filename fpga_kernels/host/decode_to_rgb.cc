@@ -1,42 +1,133 @@
-// Host-side decode helper; see decode_to_rgb.h.
+// Host-side decode helpers; see decode_to_rgb.h.
 #include "decode_to_rgb.h"
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "dataflow.h"
+#include "hls_compat.h"
 #include "nearprep_kernel_abi.h"
 
 namespace nearprep_fpga {
+namespace {
 
-uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values,
-                         int* height, int* width, uint8_t** rgb_owned,
-                         DecodeCycles* cycles) {
+inline int ReadU16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
+
+// Stands in for ReadControl + BurstRead: one job, the image's bytes.
+void FeedImage(const uint8_t* data, uint32_t size, uint64_t max_values,
+               hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<uint8_t, kByteDepth>& bytes) {
+  ImageJob j = ImageJob();
+  j.status = kStatusOk;
+  j.jpeg_size = size;
+  j.flags = kFlagWholeImage;
+  j.max_values = max_values;
+  job_out.write(j);
+  for (uint32_t i = 0; i < size; ++i) bytes.write(data[i]);
+}
+
+struct Collected {
+  uint32_t status = kStatusNotRun;
+  int height = 0, width = 0;
+  std::vector<uint8_t> rgb;
+  uint64_t entropy_iterations = 0, idct_iterations = 0;
+};
+
+// Stands in for the rest of the network: RGB pixels and the verdicts.
+void CollectRgb(hls::stream<ImageJob, kJobDepth>& job_in, hls::stream<Rgb, kPixelDepth>& rgb,
+                hls::stream<StageStatus, kStatusDepth>& huffman,
+                hls::stream<StageStatus, kStatusDepth>& idct, Collected* out) {
+  const ImageJob j = job_in.read();
+  out->status = j.status;
+  if (j.status != kStatusOk) return;
+  out->height = j.height;
+  out->width = j.width;
+  const size_t n = static_cast<size_t>(j.height) * j.width;
+  out->rgb.resize(n * 3);
+  for (size_t i = 0; i < n; ++i) {
+    const Rgb px = rgb.read();
+    for (int c = 0; c < 3; ++c) out->rgb[i * 3 + c] = px.c[c];
+  }
+  const StageStatus hs = huffman.read();
+  const StageStatus is = idct.read();
+  out->status = hs.status != kStatusOk ? hs.status : is.status;
+  out->entropy_iterations = hs.iterations;
+  out->idct_iterations = is.iterations;
+}
+
+}  // namespace
+
+uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values, int* height,
+                         int* width, uint8_t** rgb_owned, DecodeCycles* cycles) {
   *rgb_owned = nullptr;
-  JpegInfo info;
-  uint32_t st = ParseJpegHeaders(data, size, &info);
-  if (st != kStatusOk) return st;
-  if (static_cast<uint64_t>(info.width) * info.height * 3 >= max_values ||
-      info.width > kMaxWidth) {
-    return kStatusTooLarge;
+  Collected got;
+  {
+    hls::stream<ImageJob, kJobDepth> j_header("j_header"), j_destuff("j_destuff"),
+        j_huff("j_huff"), j_assemble("j_assemble"), j_idct("j_idct"), j_raster("j_raster"),
+        j_upsample("j_upsample"), j_done("j_done");
+    hls::stream<uint8_t, kByteDepth> jpeg_bytes("jpeg_bytes"), scan_bytes("scan_bytes");
+    hls::stream<uint8_t, kTableDepth> tables("tables");
+    hls::stream<int16_t, kQuantDepth> quant("quant");
+    hls::stream<ScanToken, kTokenDepth> tokens("tokens");
+    hls::stream<CoefToken, kTokenDepth> coefs("coefs");
+    hls::stream<Block, kBlockDepth> blocks("blocks");
+    hls::stream<SampleRow, kRowDepth> rows("rows");
+    hls::stream<uint8_t, kPixelDepth> luma("luma");
+    hls::stream<ChromaPair, kPixelDepth> chroma("chroma");
+    hls::stream<Rgb, kPixelDepth> rgb("rgb");
+    hls::stream<StageStatus, kStatusDepth> huff_status("huff_status"), idct_status("idct_status");
+    NEARPREP_DATAFLOW_BEGIN("decode_to_rgb");
+    NEARPREP_PROCESS(FeedImage(data, size, max_values, j_header, jpeg_bytes));
+    NEARPREP_PROCESS(ParseHeader(1, j_header, jpeg_bytes, j_destuff, scan_bytes, tables, quant));
+    NEARPREP_PROCESS(Destuff(1, j_destuff, scan_bytes, j_huff, tokens));
+    NEARPREP_PROCESS(HuffmanDecode(1, j_huff, tables, tokens, j_assemble, coefs, huff_status));
+    NEARPREP_PROCESS(AssembleBlocks(1, j_assemble, coefs, j_idct, blocks));
+    NEARPREP_PROCESS(Idct(1, j_idct, quant, blocks, j_raster, rows, idct_status));
+    NEARPREP_PROCESS(McuRowsToRaster(1, j_raster, rows, j_upsample, luma, chroma));
+    NEARPREP_PROCESS(UpsampleColor(1, j_upsample, luma, chroma, j_done, rgb));
+    NEARPREP_PROCESS(CollectRgb(j_done, rgb, huff_status, idct_status, &got));
+    NEARPREP_DATAFLOW_END();
   }
-  const uint64_t rgb_off = AssignPlanes(&info);
-  const uint64_t need = ScratchBytesNeeded(info);
-  uint8_t* scratch = static_cast<uint8_t*>(std::malloc(need));
-  if (!scratch) return kStatusTooLarge;
-  st = DecodeScan(data, size, info, scratch, cycles);
-  if (st != kStatusOk) {
-    std::free(scratch);
-    return st;
+  if (cycles != nullptr && got.status == kStatusOk) {
+    cycles->entropy += got.entropy_iterations;
+    cycles->idct += got.idct_iterations;
+    cycles->color += static_cast<uint64_t>(got.height) * got.width;
   }
-  PlanesToRgb(info, scratch, rgb_off, cycles);
-  const uint64_t n = static_cast<uint64_t>(info.width) * info.height * 3;
-  std::memmove(scratch, scratch + rgb_off, n);
-  *rgb_owned = scratch;
-  *height = info.height;
-  *width = info.width;
+  if (got.status != kStatusOk) return got.status;
+  uint8_t* rgb = static_cast<uint8_t*>(std::malloc(got.rgb.size() > 0 ? got.rgb.size() : 1));
+  if (rgb == nullptr) return kStatusTooLarge;
+  std::memcpy(rgb, got.rgb.data(), got.rgb.size());
+  *rgb_owned = rgb;
+  *height = got.height;
+  *width = got.width;
   return kStatusOk;
 }
 
 void FreeRgb(uint8_t* rgb) { std::free(rgb); }
+
+uint32_t PeekJpegSize(const uint8_t* data, uint32_t size, int* height, int* width,
+                      int* components) {
+  if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) return kStatusCorrupt;
+  uint32_t p = 2;
+  for (int guard = 0; guard < 100000; ++guard) {
+    while (p < size && data[p] != 0xFF) ++p;  // tolerate junk; libjpeg warns
+    while (p < size && data[p] == 0xFF) ++p;
+    if (p >= size) return kStatusCorrupt;
+    const int m = data[p++];
+    if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) continue;
+    if (size - p < 2) return kStatusCorrupt;
+    const int len = ReadU16(data + p);
+    if (len < 2 || static_cast<uint32_t>(len) > size - p) return kStatusCorrupt;
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      if (len < 8) return kStatusCorrupt;
+      *height = ReadU16(data + p + 3);
+      *width = ReadU16(data + p + 5);
+      *components = data[p + 7];
+      return kStatusOk;
+    }
+    p += len;
+  }
+  return kStatusCorrupt;
+}
 
 }  // namespace nearprep_fpga

@@ -1,59 +1,67 @@
-// hls_compat.h: the few Vitis HLS types the nearprep kernels use.
+// hls_compat.h: the few Vitis HLS types and constructs the nearprep kernel
+// uses, with one spelling for synthesis and C simulation.
 //
 // Under Vitis HLS (__SYNTHESIS__ defined) this pulls in the real headers
-// (hls_stream.h, ap_int.h). Everywhere else (g++ C simulation, unit tests,
-// the host library that runs the C-sim kernel) it provides small std-based
-// stand-ins with the same member names, so the kernel sources compile
-// unchanged with g++ -Wno-unknown-pragmas.
+// (hls_stream.h, ap_int.h) and NEARPREP_PROCESS(call) is just the call: the
+// calls of a DATAFLOW region in program order, as HLS wants them. Everywhere
+// else (g++ C simulation, unit tests, the host library that runs the C-sim
+// kernel) it provides std-based stand-ins with the same member names:
+// hls::stream is a bounded blocking FIFO of the stream's depth and every
+// NEARPREP_PROCESS runs on its own thread (hls_sim.h), so a dataflow network
+// that would deadlock in hardware deadlocks (and is reported) in C simulation.
 //
-// Thread-safety: hls::stream is not synchronised (like the C-sim model of
-// Vitis, a stream is used by one producer and one consumer in program order).
+// Thread-safety: see hls_sim.h (one producer and one consumer per stream).
 #ifndef NEARPREP_FPGA_KERNELS_HLS_COMPAT_H_
 #define NEARPREP_FPGA_KERNELS_HLS_COMPAT_H_
+
+#include <cstdint>
 
 #ifdef __SYNTHESIS__
 #include <ap_int.h>
 #include <hls_stream.h>
+
+// One 512-bit memory word (the m_axi data width of the JPEG and tensor ports).
+typedef ap_uint<512> WideWord;
+inline uint8_t WordByte(const WideWord& w, int i) {
+  return static_cast<uint8_t>(w.range(8 * i + 7, 8 * i));
+}
+inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.range(8 * i + 7, 8 * i) = b; }
+
+#define NEARPREP_DATAFLOW_BEGIN(name)
+#define NEARPREP_PROCESS(...) __VA_ARGS__
+#define NEARPREP_DATAFLOW_END()
+#define NEARPREP_SIM_WORK(stage, iterations, loop_entries)
 #else
-#include <cstdint>
-#include <deque>
-#include <type_traits>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
-namespace hls {
+#include "hls_sim.h"
 
-// FIFO with Vitis' blocking read/write names. Reading an empty stream is a
-// design error in dataflow code; the stand-in returns a value-initialised T
-// instead of hanging so that a C-sim bug shows up as a wrong result.
-template <typename T>
-class stream {
- public:
-  stream() = default;
-  explicit stream(const char* /*name*/) {}
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
-  void write(const T& v) { q_.push_back(v); }
-  T read() {
-    if (q_.empty()) return T();
-    T v = q_.front();
-    q_.pop_front();
-    return v;
-  }
-  bool read_nb(T& v) {
-    if (q_.empty()) return false;
-    v = read();
-    return true;
-  }
-  bool empty() const { return q_.empty(); }
-  bool full() const { return false; }
-  size_t size() const { return q_.size(); }
-  stream& operator<<(const T& v) { write(v); return *this; }
-  stream& operator>>(T& v) { v = read(); return *this; }
-
- private:
-  std::deque<T> q_;
+struct WideWord {
+  uint8_t b[64];
 };
+inline uint8_t WordByte(const WideWord& w, int i) { return w.b[i]; }
+inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }
 
-}  // namespace hls
+// Per-image work of a process (pipelined-loop iterations and loop entries),
+// summed per process name by C simulation for the cycle model (hls_sim.h).
+#define NEARPREP_SIM_WORK(stage, iterations, loop_entries) \
+  ::hls_sim::AddWork(stage, iterations, loop_entries)
+
+// A DATAFLOW region: each NEARPREP_PROCESS on its own thread; the END joins
+// them and aborts with the report if the network deadlocked (a kernel that
+// hangs in hardware must not pass C simulation).
+#define NEARPREP_DATAFLOW_BEGIN(name) ::hls_sim::Region nearprep_region_(name);
+#define NEARPREP_PROCESS(...) nearprep_region_.Spawn([&] { __VA_ARGS__; })
+#define NEARPREP_DATAFLOW_END()                                        \
+  do {                                                                 \
+    const std::string nearprep_report_ = nearprep_region_.Join();      \
+    if (!nearprep_report_.empty()) {                                   \
+      std::fprintf(stderr, "%s\n", nearprep_report_.c_str());          \
+      std::abort();                                                    \
+    }                                                                  \
+  } while (0)
 
 // ap_uint<N> / ap_int<N> stand-ins for N <= 64: value kept in the smallest
 // fitting std integer, wrapped to N bits on every assignment.

@@ -5,9 +5,10 @@
 //    depth the synthesised FIFO gets): write() blocks while it is full,
 //    read() blocks while it is empty, exactly as the hardware handshake does.
 //  - hls_sim::Region runs each dataflow process on its own thread
-//    (NEARPREP_PROCESS in hls_compat.h) and joins them. A process that blocks
-//    while every other live process of the region is blocked too, with no
-//    stream operation completing for kStallGraceMs, is a deadlock: the region
+//    (NEARPREP_PROCESS in hls_compat.h) and joins them. When every live
+//    process of the region has been blocked on a stream for kStallGraceMs
+//    (a woken process leaves the blocked count as soon as it runs, so a
+//    wake-up in flight cannot look like a deadlock), it is one: the region
 //    records which stream and operation it was, wakes every process with an
 //    hls_sim::Deadlock exception and Join() returns the report. This is what
 //    an undersized FIFO or a process that reads more tokens than its producer
@@ -34,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace hls_sim {
@@ -47,6 +49,18 @@ class Region;
 
 // The region of the calling thread (set for a process's thread).
 Region*& CurrentRegion();
+
+// Wake-ups a thread has put off (see hls::stream): sent before the thread
+// blocks, when its process ends, and at the latest by the waiter's own poll.
+class Wakeable {
+ public:
+  virtual void SendDeferredWake() = 0;
+
+ protected:
+  ~Wakeable() = default;
+};
+void DeferWake(Wakeable* w);
+void SendDeferredWakes();
 
 class Region {
  public:
@@ -64,23 +78,23 @@ class Region {
 
   const std::string& report() const { return report_; }
 
-  // Stream side. Called with no stream lock held.
-  void OnProgress() { progress_.fetch_add(1, std::memory_order_relaxed); }
   // Blocks on `ready` (checked under `lock`) with deadlock detection.
   void Wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
             const std::function<bool()>& ready, const char* stream, const char* op);
 
  private:
-  static constexpr int kStallGraceMs = 1000;
+  static constexpr int kStallGraceMs = 2000;
   void Declare(const std::string& report);
+
+  std::string Waits();  // the blocked operations, for the report
 
   const char* name_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::string report_;
+  std::vector<std::string> waits_;  // guarded by mu_: "'stream' op" per blocked process
   std::atomic<int> live_{0};
   std::atomic<int> blocked_{0};
-  std::atomic<uint64_t> progress_{0};
   std::atomic<bool> aborted_{false};
   bool joined_ = false;
 };
@@ -88,13 +102,29 @@ class Region {
 // Backstop timeout for one blocking operation (ms).
 int64_t TimeoutMs();
 
+// Work counters for the cycle model: per process, the iterations of its
+// pipelined loops (each is one initiation at II=1) and how many times such a
+// loop was entered (each entry pays the pipeline's fill and drain). Summed
+// over every region of the process (thread-safe); TakeWork returns the sums
+// and resets them.
+struct Work {
+  uint64_t images = 0, iterations = 0, loop_entries = 0;
+};
+void AddWork(const char* stage, uint64_t iterations, uint64_t loop_entries);
+std::vector<std::pair<std::string, Work>> TakeWork();
+
 }  // namespace hls_sim
 
 namespace hls {
 
+// Speed: a blocked writer is woken once the FIFO is half empty, a blocked
+// reader once it is half full, or earlier when the other side blocks or ends
+// (a C-simulation economy of thread switches; the blocking semantics, and so
+// any deadlock, are those of the FIFO).
 template <typename T, int DEPTH = 2>
-class stream {
+class stream final : public hls_sim::Wakeable {
   static_assert(DEPTH >= 1, "a FIFO holds at least one element");
+  static constexpr size_t kHalf = DEPTH >= 8 ? DEPTH / 2 : 1;
 
  public:
   stream() : name_("stream") {}
@@ -103,51 +133,44 @@ class stream {
   stream& operator=(const stream&) = delete;
 
   void write(const T& v) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      Block(lock, [this] { return q_.size() < static_cast<size_t>(DEPTH); }, "write (full)");
-      q_.push_back(v);
-      if (q_.size() > max_fill_) max_fill_ = q_.size();
-      ++writes_;
-    }
-    cv_.notify_all();
-    Progress();
+    std::unique_lock<std::mutex> lock(mu_);
+    Block(lock, [this] { return q_.size() < static_cast<size_t>(DEPTH); }, "write (full)",
+          &writer_waiting_);
+    q_.push_back(v);
+    if (q_.size() > max_fill_) max_fill_ = q_.size();
+    ++writes_;
+    if (reader_waiting_) Wake(lock, q_.size() >= kHalf);
   }
   T read() {
-    T v;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      Block(lock, [this] { return !q_.empty(); }, "read (empty)");
-      v = q_.front();
-      q_.pop_front();
-      ++reads_;
-    }
-    cv_.notify_all();
-    Progress();
+    std::unique_lock<std::mutex> lock(mu_);
+    Block(lock, [this] { return !q_.empty(); }, "read (empty)", &reader_waiting_);
+    T v = q_.front();
+    q_.pop_front();
+    ++reads_;
+    if (writer_waiting_) Wake(lock, q_.size() + kHalf <= static_cast<size_t>(DEPTH));
     return v;
   }
   bool read_nb(T& v) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (q_.empty()) return false;
-      v = q_.front();
-      q_.pop_front();
-      ++reads_;
-    }
-    cv_.notify_all();
-    Progress();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (q_.empty()) return false;
+    v = q_.front();
+    q_.pop_front();
+    ++reads_;
+    if (writer_waiting_) Wake(lock, true);
     return true;
   }
   bool write_nb(const T& v) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (q_.size() >= static_cast<size_t>(DEPTH)) return false;
-      q_.push_back(v);
-      ++writes_;
-    }
-    cv_.notify_all();
-    Progress();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (q_.size() >= static_cast<size_t>(DEPTH)) return false;
+    q_.push_back(v);
+    ++writes_;
+    if (reader_waiting_) Wake(lock, true);
     return true;
+  }
+  void SendDeferredWake() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    deferred_ = false;
+    cv_.notify_all();
   }
   bool empty() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -181,21 +204,32 @@ class stream {
   }
 
  private:
+  void Wake(std::unique_lock<std::mutex>& lock, bool now) {
+    if (now) {
+      cv_.notify_all();
+    } else if (!deferred_) {
+      deferred_ = true;
+      lock.unlock();
+      hls_sim::DeferWake(this);
+    }
+  }
   template <typename Ready>
-  void Block(std::unique_lock<std::mutex>& lock, Ready ready, const char* op) {
+  void Block(std::unique_lock<std::mutex>& lock, Ready ready, const char* op, bool* waiting) {
     if (ready()) return;
     hls_sim::Region* r = hls_sim::CurrentRegion();
     if (r != nullptr) {
+      lock.unlock();
+      hls_sim::SendDeferredWakes();  // this thread is about to block
+      lock.lock();
+      if (ready()) return;
+      *waiting = true;
       r->Wait(lock, cv_, ready, name_, op);
+      *waiting = false;
       return;
     }
     // Outside a region (a single-threaded caller): blocking can never end.
     throw hls_sim::Deadlock{std::string("stream '") + name_ + "': " + op +
                             " outside a dataflow region would block forever"};
-  }
-  static void Progress() {
-    hls_sim::Region* r = hls_sim::CurrentRegion();
-    if (r != nullptr) r->OnProgress();
   }
 
   const char* name_;
@@ -204,6 +238,8 @@ class stream {
   std::deque<T> q_;
   size_t max_fill_ = 0;
   uint64_t writes_ = 0, reads_ = 0;
+  bool reader_waiting_ = false, writer_waiting_ = false;
+  bool deferred_ = false;  // in some thread's deferred-wake list
 };
 
 }  // namespace hls

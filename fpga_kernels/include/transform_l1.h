@@ -22,21 +22,30 @@ struct TransformConfig {
   float std[3] = {1, 1, 1};
 };
 
-struct ImageParams {
-  bool flip = false;
-  float delta = 0.0f;
-  bool saturation = false;
-  float factor = 1.0f;
-  int crop_y = 0, crop_x = 0, crop_h = 0, crop_w = 0;
-};
+// uint8 sample -> [0, 1] float, as the CPU path converts.
+constexpr float kInv255 = static_cast<float>(1.0 / 255.0);
 
 // Bytes of one output tensor.
 uint64_t OutputBytes(const TransformConfig& cfg);
 
-// rgb: h x w x 3 uint8. Writes OutputBytes(cfg) bytes at out. The crop must
-// lie inside the image (the caller checks).
-void TransformImage(const uint8_t* rgb, int h, int w, const TransformConfig& cfg,
-                    const ImageParams& p, uint8_t* out);
+// One bilinear tap: source indices and the weight of hi.
+struct Tap {
+  int lo, hi;
+  float lerp;
+};
+
+// TF's compute_interpolation_weights with HalfPixelScaler: output index i of
+// a resize with scale in_size / out_size.
+Tap MakeTap(int i, float scale, int in_size);
+
+// The augment / clip / normalise chain of one bilinear-resized pixel (px in
+// [0,1] units), in the CPU path's operation order.
+void AugmentPixel(float px[3], float delta, bool saturation, float factor, bool clip,
+                  bool normalize, const float mean[3], const float std[3]);
+
+// One output element of dtype 0 f32, 1 f16, 2 bf16, 3 u8, little endian into
+// out[0..ElementBytes).
+void PackElement(float v, int dtype, uint8_t* out);
 
 // TF's adjust_saturation on one pixel.
 void SaturatePixel(float* r, float* g, float* b, float factor);

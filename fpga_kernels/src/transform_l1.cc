@@ -6,17 +6,10 @@
 #include <cstring>
 
 namespace nearprep_fpga {
-namespace {
-
-constexpr float kInv255 = static_cast<float>(1.0 / 255.0);
-
-struct Tap {
-  int lo, hi;
-  float lerp;
-};
 
 // TF's compute_interpolation_weights with HalfPixelScaler.
-inline Tap MakeTap(int i, float scale, int in_size) {
+Tap MakeTap(int i, float scale, int in_size) {
+#pragma HLS INLINE
   const float in = (static_cast<float>(i) + 0.5f) * scale - 0.5f;
   const float in_f = std::floor(in);
   Tap t;
@@ -26,7 +19,7 @@ inline Tap MakeTap(int i, float scale, int in_size) {
   return t;
 }
 
-inline float U8(const uint8_t* p) { return static_cast<float>(*p) * kInv255; }
+namespace {
 
 inline uint32_t FloatBits(float f) {
   uint32_t u;
@@ -121,78 +114,44 @@ uint64_t OutputBytes(const TransformConfig& cfg) {
   return static_cast<uint64_t>(cfg.out_h) * cfg.out_w * 3 * el;
 }
 
-void TransformImage(const uint8_t* rgb, int h, int w, const TransformConfig& cfg,
-                    const ImageParams& p, uint8_t* out) {
-  (void)h;
-  const int oh = cfg.out_h, ow = cfg.out_w;
-  const float sy = static_cast<float>(p.crop_h) / static_cast<float>(oh);
-  const float sx = static_cast<float>(p.crop_w) / static_cast<float>(ow);
-  const bool copy = p.crop_h == oh && p.crop_w == ow;
-  const uint64_t plane = static_cast<uint64_t>(oh) * ow;
-out_rows:
-  for (int i = 0; i < oh; ++i) {
-    const Tap ty = copy ? Tap{i, i, 0.0f} : MakeTap(i, sy, p.crop_h);
-    const uint8_t* top_row = rgb + (static_cast<uint64_t>(p.crop_y + ty.lo) * w + p.crop_x) * 3;
-    const uint8_t* bot_row = rgb + (static_cast<uint64_t>(p.crop_y + ty.hi) * w + p.crop_x) * 3;
-  out_cols:
-    for (int j = 0; j < ow; ++j) {
-#pragma HLS PIPELINE II = 1
-      const int src_j = p.flip ? ow - 1 - j : j;
-      const Tap tx = copy ? Tap{src_j, src_j, 0.0f} : MakeTap(src_j, sx, p.crop_w);
-      float px[3];
-      for (int c = 0; c < 3; ++c) {
-        if (copy) {
-          px[c] = U8(top_row + tx.lo * 3 + c);
-          continue;
-        }
-        const float tl = U8(top_row + tx.lo * 3 + c);
-        const float tr = U8(top_row + tx.hi * 3 + c);
-        const float bl = U8(bot_row + tx.lo * 3 + c);
-        const float br = U8(bot_row + tx.hi * 3 + c);
-        const float top = tl + (tr - tl) * tx.lerp;
-        const float bot = bl + (br - bl) * tx.lerp;
-        px[c] = top + (bot - top) * ty.lerp;
-      }
-      for (int c = 0; c < 3; ++c) px[c] = px[c] + p.delta;
-      if (p.saturation) SaturatePixel(&px[0], &px[1], &px[2], p.factor);
-      if (cfg.clip) {
-        for (int c = 0; c < 3; ++c) px[c] = std::max(std::min(px[c], 1.0f), 0.0f);
-      }
-      if (cfg.normalize) {
-        for (int c = 0; c < 3; ++c) px[c] = (px[c] - cfg.mean[c]) / cfg.std[c];
-      }
-      for (int c = 0; c < 3; ++c) {
-        const uint64_t idx = cfg.layout == 1
-                                 ? c * plane + static_cast<uint64_t>(i) * ow + j
-                                 : (static_cast<uint64_t>(i) * ow + j) * 3 + c;
-        switch (cfg.dtype) {
-          case 0: {
-            const uint32_t u = FloatBits(px[c]);
-            std::memcpy(out + idx * 4, &u, 4);
-            break;
-          }
-          case 1: {
-            const uint16_t u = FloatToHalf(px[c]);
-            out[idx * 2] = static_cast<uint8_t>(u);
-            out[idx * 2 + 1] = static_cast<uint8_t>(u >> 8);
-            break;
-          }
-          case 2: {
-            const uint16_t u = FloatToBFloat16(px[c]);
-            out[idx * 2] = static_cast<uint8_t>(u);
-            out[idx * 2 + 1] = static_cast<uint8_t>(u >> 8);
-            break;
-          }
-          default: {
-            // NaN -> 0 (as the CPU path's FloatToU8); a NaN cast is undefined.
-            const float v = std::isnan(px[c])
-                                ? 0.0f
-                                : std::min(std::max(px[c], 0.0f), 1.0f) * 255.0f;
-            out[idx] = static_cast<uint8_t>(std::round(v));
-            break;
-          }
-        }
-      }
+void AugmentPixel(float px[3], float delta, bool saturation, float factor, bool clip,
+                  bool normalize, const float mean[3], const float std[3]) {
+#pragma HLS INLINE
+  for (int c = 0; c < 3; ++c) px[c] = px[c] + delta;
+  if (saturation) SaturatePixel(&px[0], &px[1], &px[2], factor);
+  if (clip) {
+    for (int c = 0; c < 3; ++c) px[c] = std::max(std::min(px[c], 1.0f), 0.0f);
+  }
+  if (normalize) {
+    for (int c = 0; c < 3; ++c) px[c] = (px[c] - mean[c]) / std[c];
+  }
+}
+
+void PackElement(float v, int dtype, uint8_t* out) {
+#pragma HLS INLINE
+  switch (dtype) {
+    case 0: {
+      const uint32_t u = FloatBits(v);
+      for (int k = 0; k < 4; ++k) out[k] = static_cast<uint8_t>(u >> (8 * k));
+      break;
+    }
+    case 1: {
+      const uint16_t u = FloatToHalf(v);
+      out[0] = static_cast<uint8_t>(u);
+      out[1] = static_cast<uint8_t>(u >> 8);
+      break;
+    }
+    case 2: {
+      const uint16_t u = FloatToBFloat16(v);
+      out[0] = static_cast<uint8_t>(u);
+      out[1] = static_cast<uint8_t>(u >> 8);
+      break;
+    }
+    default: {
+      // NaN -> 0 (as the CPU path's FloatToU8); a NaN cast is undefined.
+      const float f = std::isnan(v) ? 0.0f : std::min(std::max(v, 0.0f), 1.0f) * 255.0f;
+      out[0] = static_cast<uint8_t>(std::round(f));
+      break;
     }
   }
 }

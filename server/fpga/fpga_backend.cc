@@ -164,6 +164,7 @@ class FpgaBackend::Impl {
 
   // Makes sure the output bo holds `images` slots of `slot` bytes.
   void EnsureOut(BufferSet* s, uint64_t bytes) {
+    bytes = AlignUp(bytes);  // the kernel writes whole 64-byte words
     if (s->out_capacity >= bytes) return;
     s->out_map = nullptr;
     s->out = xrt::bo();

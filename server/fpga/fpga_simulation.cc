@@ -26,7 +26,8 @@ FpgaRunHook MakeDevelopmentHook(bool simulate_kernel,
       return absl::InternalError(
           "kernel simulation: a buffer of the run is not mapped");
     }
-    nearprep_preprocess(v.jpeg, v.desc, v.cfg, v.out, v.status, v.scratch,
+    nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
+                        reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
                         v.num_images);
     return absl::OkStatus();
   };

@@ -64,8 +64,10 @@ bool GuardIntact(const std::vector<uint8_t>& buf, size_t from) {
 int FuzzFpgaKernel(const uint8_t* data, size_t size) {
   if (size > (uint64_t{1} << 24)) return 0;
   uint64_t h = Hash(data, size);
-  // Exactly `size` bytes (ASan sees any read past the end).
+  // The kernel reads whole 64-byte words: the buffer is `size` bytes rounded
+  // up to a word (ASan sees any read past that).
   std::vector<uint8_t> jpeg(data, data + size);
+  jpeg.resize((size + 63) / 64 * 64);
 
   nf::TransformConfig tc;
   tc.out_h = 1 + static_cast<int>(h % 20);
@@ -127,16 +129,19 @@ int FuzzFpgaKernel(const uint8_t* data, size_t size) {
   static std::vector<uint8_t> scratch;
   scratch.resize(kScratchBytes + kGuard);
   std::memset(scratch.data() + kScratchBytes, kGuardByte, kGuard);
-  std::vector<uint8_t> out(2 * slot + kGuard, kGuardByte);
+  // The kernel writes whole words: the output buffer is 2 * slot bytes
+  // rounded up to a word, the guard zone after that.
+  const uint64_t out_alloc = (2 * slot + 63) / 64 * 64;
+  std::vector<uint8_t> out(out_alloc + kGuard, kGuardByte);
   uint32_t status[2 * nf::kStatusWords];
   for (uint32_t& s : status) s = nf::kStatusNotRun;
 
-  nearprep_preprocess(jpeg.data(), desc, cfg, out.data(), status,
-                      scratch.data(), 2);
+  nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc, cfg,
+                      reinterpret_cast<WideWord*>(out.data()), status, scratch.data(), 2);
 
   CHECK_KERNEL(GuardIntact(scratch, kScratchBytes),
                "kernel wrote past the scratch size it was given");
-  CHECK_KERNEL(GuardIntact(out, 2 * slot),
+  CHECK_KERNEL(GuardIntact(out, out_alloc),
                "kernel wrote past the output buffer size it was given");
   for (int i = 0; i < 2; ++i) {
     const uint32_t* st = status + i * nf::kStatusWords;

@@ -39,8 +39,13 @@ using testing_util::ReadAll;
 using testing_util::StreamResult;
 using testing_util::TempDir;
 
-const char kRealImages[] = NEARPREP_SOURCE_DIR
-    "/../shared/datasets/imagenet-sample-200";
+// $NEARPREP_SAMPLE_IMAGES_DIR when set (a worktree not beside shared/).
+const std::string kRealImages = [] {  // NOLINT(runtime/string)
+  const char* env = std::getenv("NEARPREP_SAMPLE_IMAGES_DIR");
+  return env != nullptr && *env != '\0'
+             ? std::string(env)
+             : std::string(NEARPREP_SOURCE_DIR "/../shared/datasets/imagenet-sample-200");
+}();
 
 // A nearprepd child process whose stderr goes to a file.
 class Daemon {

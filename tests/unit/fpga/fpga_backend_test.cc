@@ -45,7 +45,8 @@ const bool kEnvReady = [] {
 // kernel on the run's mapped buffers.
 absl::Status RunKernel(const FpgaRunView& v) {
   if (v.scratch == nullptr) return absl::InternalError("scratch not mapped");
-  nearprep_preprocess(v.jpeg, v.desc, v.cfg, v.out, v.status, v.scratch,
+  nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
+                        reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
                       v.num_images);
   return absl::OkStatus();
 }
@@ -316,8 +317,10 @@ TEST_F(FpgaBackendTest, WithoutTheHookEveryImageIsNotRunAndServedByTheCpu) {
 }
 
 TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
-  const std::string root =
-      NEARPREP_SOURCE_DIR "/../shared/datasets/imagenet-sample-200";
+  const char* env = std::getenv("NEARPREP_SAMPLE_IMAGES_DIR");
+  const std::string root = env != nullptr && *env != '\0'
+                               ? std::string(env)
+                               : NEARPREP_SOURCE_DIR "/../shared/datasets/imagenet-sample-200";
   if (!std::filesystem::exists(root)) {
     GTEST_SKIP() << root << " is absent";
   }

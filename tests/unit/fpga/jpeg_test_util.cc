@@ -1,6 +1,7 @@
 #include "tests/unit/fpga/jpeg_test_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <csetjmp>
 #include <cstdio>
@@ -137,10 +138,15 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
                               std::istreambuf_iterator<char>());
 }
 
+std::string SampleImagesDir() {
+  const char* env = std::getenv("NEARPREP_SAMPLE_IMAGES_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return std::string(NEARPREP_SOURCE_DIR) + "/../shared/datasets/imagenet-sample-200";
+}
+
 std::vector<std::string> RealImages() {
   std::vector<std::string> out;
-  const std::filesystem::path root =
-      std::string(NEARPREP_SOURCE_DIR) + "/../shared/datasets/imagenet-sample-200";
+  const std::filesystem::path root = SampleImagesDir();
   std::error_code ec;
   if (!std::filesystem::is_directory(root, ec)) return out;
   for (auto it = std::filesystem::recursive_directory_iterator(root, ec);

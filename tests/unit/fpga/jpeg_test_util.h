@@ -39,6 +39,9 @@ struct RefImage {
 RefImage ReferenceDecode(const std::vector<uint8_t>& jpeg);
 
 std::vector<uint8_t> ReadFile(const std::string& path);
+// The real sample images: $NEARPREP_SAMPLE_IMAGES_DIR when set (a worktree
+// not beside shared/), else ../shared/datasets/imagenet-sample-200.
+std::string SampleImagesDir();
 // Sorted JPEG paths under the real dataset; empty when absent.
 std::vector<std::string> RealImages();
 

@@ -63,7 +63,7 @@ STATIC_FUNC = re.compile(r"\bstatic\s+(inline\s+)?[\w:<>,\s\*&]+?\b\w+\s*\(")
 
 def makefile_vars(makefile):
     """HLS_CFLAGS and SRCS of the Makefile, as lists."""
-    text = open(makefile).read()
+    text = open(makefile).read().replace("\\\n", " ")
     out = {}
     for name in ("HLS_CFLAGS", "SRCS"):
         m = re.search(r"^%s\s*:?=\s*(.*)$" % name, text, re.M)

@@ -2,13 +2,15 @@
 // descriptors, status records) against the CPU path (PreprocessJpeg) with
 // random augmentation parameters, crops, dtypes and layouts: byte-identical
 // tensors. Also: bad descriptors end in an error status, not a crash.
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "jpeg_l1.h"
+#include "decode_to_rgb.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"
 #include "server/common/types.h"
@@ -19,6 +21,8 @@ namespace nearprep {
 namespace {
 
 namespace nf = nearprep_fpga;
+
+size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -32,9 +36,12 @@ struct Sample {
 };
 
 // Runs the kernel on `samples` in one call and compares every image with the
-// CPU path. Returns the number of images compared.
+// CPU path. Returns the number of images compared. With `refused` null every
+// image must be OK; else images the kernel refuses are counted there (their
+// status must be a documented code), and every image it accepts must be
+// accepted by the CPU path with the same bytes.
 int RunAndCompare(const std::vector<Sample>& samples, const TransformSpec& spec,
-                  const OutputSpec& output, uint64_t* cycles_sum) {
+                  const OutputSpec& output, uint64_t* cycles_sum, int* refused = nullptr) {
   std::vector<uint8_t> jpeg;
   std::vector<uint32_t> desc(samples.size() * nf::kDescWords, 0);
   const size_t slot = output.SampleBytes(spec);
@@ -71,25 +78,42 @@ int RunAndCompare(const std::vector<Sample>& samples, const TransformSpec& spec,
   const uint64_t scratch_bytes = 64u << 20;
   cfg[nf::kCfgScratchLo] = static_cast<uint32_t>(scratch_bytes);
   cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
-  std::vector<uint8_t> out(samples.size() * slot, 0xAB);
-  cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(out.size());
-  std::vector<uint8_t> scratch(scratch_bytes);
+  // Both buffers are allocated in whole 64-byte words (the kernel reads and
+  // writes words); cfg gives the bytes in use.
+  std::vector<uint8_t> out(RoundUp64(samples.size() * slot), 0xAB);
+  cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(samples.size() * slot);
+  jpeg.resize(RoundUp64(jpeg.size()));
+  std::vector<uint8_t> scratch(64);
   std::vector<uint32_t> status(samples.size() * nf::kStatusWords, nf::kStatusNotRun);
-  nearprep_preprocess(jpeg.data(), desc.data(), cfg.data(), out.data(), status.data(),
-                      scratch.data(), static_cast<uint32_t>(samples.size()));
+  nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc.data(), cfg.data(),
+                      reinterpret_cast<WideWord*>(out.data()), status.data(), scratch.data(),
+                      static_cast<uint32_t>(samples.size()));
   int compared = 0;
   std::vector<uint8_t> ref(slot);
   for (size_t i = 0; i < samples.size(); ++i) {
     const uint32_t* st = &status[i * nf::kStatusWords];
-    EXPECT_EQ(st[nf::kStCode], nf::kStatusOk) << "image " << i;
-    if (st[nf::kStCode] != nf::kStatusOk) continue;
+    const uint32_t code = st[nf::kStCode];
+    if (refused != nullptr && code != nf::kStatusOk) {
+      EXPECT_TRUE(code == nf::kStatusUnsupported || code == nf::kStatusCorrupt ||
+                  code == nf::kStatusTooLarge)
+          << "image " << i << " status " << code;
+      ++*refused;
+      continue;
+    }
+    EXPECT_EQ(code, nf::kStatusOk) << "image " << i;
+    if (code != nf::kStatusOk) continue;
     for (int k = nf::kStCyclesEntropy; k <= nf::kStCyclesResize; ++k) *cycles_sum += st[k];
     const SampleParams fixed = samples[i].params;
     SampleParams used;
     DecodeLimits limits;
     const absl::Status s = PreprocessJpeg(
         samples[i].jpeg.data(), samples[i].jpeg.size(), spec, output, limits,
-        [&](int, int) { return fixed; }, &used, ref.data(), nullptr);
+        [&](int h, int w) {
+          SampleParams p = fixed;
+          if (spec.crop == CropMode::kNone) p.crop = CropBox{0, 0, h, w};
+          return p;
+        },
+        &used, ref.data(), nullptr);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_EQ(std::memcmp(ref.data(), out.data() + i * slot, slot), 0)
         << "image " << i << " dtype " << static_cast<int>(output.dtype) << " layout "
@@ -202,6 +226,69 @@ TEST(FpgaKernelTransformTest, MatchesCpuPathOnGeneratedVariants) {
   }
 }
 
+// Damaged, truncated and garbage streams mixed with good ones in the same
+// runs, through the whole dataflow network (threads, bounded FIFOs): every
+// run finishes (a deadlock would abort the test binary with the stream that
+// hung), every image gets a documented status, and every image the kernel
+// accepts - including the good ones after a corrupt one in the same run -
+// equals the CPU path.
+TEST(FpgaKernelTransformTest, CorruptStreamsThroughTheWholeNetwork) {
+  std::mt19937 rng(5);
+  TransformSpec spec;
+  spec.height = 19;
+  spec.width = 23;
+  spec.crop = CropMode::kNone;
+  spec.saturation_enabled = true;
+  std::vector<Sample> samples;
+  for (int trial = 0; trial < 240; ++trial) {
+    fpga_test::EncodeOptions o;
+    o.width = 9 + trial % 61;
+    o.height = 7 + trial % 43;
+    o.components = trial % 5 == 0 ? 1 : 3;
+    o.h_samp = 1 + trial % 2;
+    o.v_samp = o.h_samp == 2 ? 1 + (trial / 2) % 2 : 1;
+    o.restart_interval = trial % 4;
+    o.seed = 500 + trial;
+    Sample s;
+    s.jpeg = fpga_test::EncodeTestJpeg(o);
+    ASSERT_FALSE(s.jpeg.empty());
+    switch (trial % 4) {
+      case 0:  // good
+        break;
+      case 1: {  // a few random bytes changed
+        const int flips = 1 + static_cast<int>(rng() % 4);
+        for (int f = 0; f < flips; ++f) s.jpeg[rng() % s.jpeg.size()] = static_cast<uint8_t>(rng());
+        break;
+      }
+      case 2:  // truncated anywhere
+        s.jpeg.resize(rng() % s.jpeg.size());
+        break;
+      default:  // garbage behind a JPEG start
+        for (size_t k = 2; k < s.jpeg.size(); ++k) s.jpeg[k] = static_cast<uint8_t>(rng());
+        break;
+    }
+    s.params = SampleParams();
+    s.params.flip = trial % 3 == 0;
+    s.params.saturation_factor = 1.2f;
+    samples.push_back(std::move(s));
+  }
+  int compared = 0, refused = 0;
+  uint64_t cycles = 0;
+  for (size_t start = 0; start < samples.size(); start += 20) {
+    const std::vector<Sample> run(samples.begin() + start,
+                                  samples.begin() + std::min(samples.size(), start + 20));
+    OutputSpec output;
+    output.dtype = static_cast<DType>(start / 20 % 4);
+    output.layout = start / 20 % 2 ? Layout::kNCHW : Layout::kNHWC;
+    compared += RunAndCompare(run, spec, output, &cycles, &refused);
+  }
+  EXPECT_EQ(compared + refused, static_cast<int>(samples.size()));
+  EXPECT_GE(compared, 60);  // the good quarter at least
+  EXPECT_GE(refused, 100);
+  std::printf("corrupt corpus through the network: %d accepted (identical to the CPU path), "
+              "%d refused\n", compared, refused);
+}
+
 TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   fpga_test::EncodeOptions o;
   const std::vector<uint8_t> jpeg = fpga_test::EncodeTestJpeg(o);
@@ -211,9 +298,13 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   cfg[nf::kCfgMaxValuesLo] = 1u << 29;
   cfg[nf::kCfgScratchLo] = 1u << 20;
   cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
-  std::vector<uint8_t> out(8 * 8 * 3 * 4);
+  std::vector<uint8_t> out(8 * 8 * 3 * 4);  // 768 bytes: whole 64-byte words
   cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(out.size());
-  std::vector<uint8_t> scratch(1u << 20);
+  std::vector<uint8_t> padded_jpeg = jpeg;
+  padded_jpeg.resize(RoundUp64(jpeg.size()));
+  const WideWord* jpeg_words = reinterpret_cast<const WideWord*>(padded_jpeg.data());
+  WideWord* out_words = reinterpret_cast<WideWord*>(out.data());
+  std::vector<uint8_t> scratch(64);
   std::vector<uint32_t> desc(4 * nf::kDescWords, 0);
   // 0: jpeg beyond the buffer; 1: output beyond the buffer; 2: crop outside
   // the image; 3: valid.
@@ -228,17 +319,29 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   desc[3 * nf::kDescWords + nf::kDescJpegSize] = static_cast<uint32_t>(jpeg.size());
   desc[3 * nf::kDescWords + nf::kDescFlags] = nf::kFlagWholeImage;
   std::vector<uint32_t> status(4 * nf::kStatusWords, nf::kStatusNotRun);
-  nearprep_preprocess(jpeg.data(), desc.data(), cfg.data(), out.data(), status.data(),
+  nearprep_preprocess(jpeg_words, desc.data(), cfg.data(), out_words, status.data(),
                       scratch.data(), 4);
   EXPECT_EQ(status[0 * nf::kStatusWords], nf::kStatusCorrupt);
   EXPECT_EQ(status[1 * nf::kStatusWords], nf::kStatusCorrupt);
   EXPECT_EQ(status[2 * nf::kStatusWords], nf::kStatusUnsupported);
   EXPECT_EQ(status[3 * nf::kStatusWords], nf::kStatusOk);
-  // Scratch too small for the image: TOO_LARGE, not an overrun.
-  cfg[nf::kCfgScratchLo] = 1000;
-  nearprep_preprocess(jpeg.data(), desc.data() + 3 * nf::kDescWords, cfg.data(), out.data(),
+  // Over the decode limit (h * w * 3 values): TOO_LARGE.
+  cfg[nf::kCfgMaxValuesLo] = 64 * 48 * 3;
+  nearprep_preprocess(jpeg_words, desc.data() + 3 * nf::kDescWords, cfg.data(), out_words,
                       status.data(), scratch.data(), 1);
   EXPECT_EQ(status[0], nf::kStatusTooLarge);
+  // Two images written to overlapping slots: the second is refused (the
+  // writer only merges the words adjacent slots share), the first is fine.
+  cfg[nf::kCfgMaxValuesLo] = 1u << 29;
+  std::vector<uint32_t> twice(2 * nf::kDescWords, 0);
+  for (int i = 0; i < 2; ++i) {
+    twice[i * nf::kDescWords + nf::kDescJpegSize] = static_cast<uint32_t>(jpeg.size());
+    twice[i * nf::kDescWords + nf::kDescFlags] = nf::kFlagWholeImage;
+  }
+  nearprep_preprocess(jpeg_words, twice.data(), cfg.data(), out_words, status.data(),
+                      scratch.data(), 2);
+  EXPECT_EQ(status[0], nf::kStatusOk);
+  EXPECT_EQ(status[nf::kStatusWords], nf::kStatusCorrupt);
 }
 
 }  // namespace

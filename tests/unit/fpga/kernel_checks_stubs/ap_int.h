@@ -13,8 +13,13 @@ class ap_uint {
   operator unsigned long long() const;
   ap_uint& operator=(unsigned long long v);
   bool operator[](int bit) const;
+  class range_ref {
+   public:
+    range_ref& operator=(unsigned long long v);
+    operator unsigned long long() const;
+  };
   unsigned long long range(int hi, int lo) const;
-  void set_range(int hi, int lo, unsigned long long v);
+  range_ref range(int hi, int lo);
 
  private:
   unsigned char bytes_[(N + 7) / 8];

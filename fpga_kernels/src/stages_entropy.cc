@@ -1,0 +1,324 @@
+// Dataflow processes of entropy decoding: HuffmanDecode (scan tokens ->
+// coefficient tokens, one symbol per iteration of one flat loop) and
+// AssembleBlocks (coefficient tokens -> 8x8 blocks). See dataflow.h.
+#include <cstdint>
+
+#include "dataflow.h"
+#include "jpeg_l1.h"
+#include "nearprep_kernel_abi.h"
+
+namespace nearprep_fpga {
+namespace {
+
+// Decode tables of one Huffman table. look[] is indexed by the next 9 bits:
+// (code length << 8) | symbol, 0 when the code is longer than 9 bits. The
+// symbol is the run/size byte, so one entry gives code length, run and value
+// length together. maxcode/valoffset resolve 10..16-bit codes.
+struct HuffLookup {
+  uint16_t look[512];
+  int32_t maxcode[17];    // largest code of length l, -1 if none
+  int32_t valoffset[17];  // vals index = code + valoffset[l]
+  uint8_t vals[256];
+};
+
+// Reads one table (16 counts, 256 values) and builds its lookups. The first
+// l with code(l) <= maxcode[l] is the code length, as in jdhuff.c's decoder;
+// for the validated tables that ParseHeader sends this is the canonical code.
+void ReadTable(hls::stream<uint8_t, kTableDepth>& tables, HuffLookup* t) {
+  uint8_t bits[17];
+  bits[0] = 0;
+read_bits:
+  for (int l = 1; l <= 16; ++l) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+    bits[l] = tables.read();
+  }
+read_vals:
+  for (int k = 0; k < 256; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 256 max = 256
+    t->vals[k] = tables.read();
+  }
+  int32_t code = 0;
+  int k = 0;
+  t->maxcode[0] = -1;
+  t->valoffset[0] = 0;
+lengths:
+  for (int l = 1; l <= 16; ++l) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+    t->valoffset[l] = k - code;
+    code += bits[l];
+    k += bits[l];
+    t->maxcode[l] = bits[l] ? code - 1 : -1;
+    code <<= 1;
+  }
+lookahead:
+  for (int i = 0; i < 512; ++i) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 512 max = 512
+    uint16_t e = 0;
+    for (int l = 9; l >= 1; --l) {  // shortest length wins: checked last
+      const int32_t c = i >> (9 - l);
+      if (c <= t->maxcode[l]) {
+        e = static_cast<uint16_t>((l << 8) | t->vals[(c + t->valoffset[l]) & 255]);
+      }
+    }
+    t->look[i] = e;
+  }
+}
+
+inline int Extend(uint32_t v, int s) {
+  return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
+}
+
+enum Phase { kMcuStart, kDecode, kRestart, kFinal, kPad, kDrain, kDone };
+
+}  // namespace
+
+void HuffmanDecode(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                   hls::stream<uint8_t, kTableDepth>& tables,
+                   hls::stream<ScanToken, kTokenDepth>& tokens,
+                   hls::stream<ImageJob, kJobDepth>& job_out,
+                   hls::stream<CoefToken, kTokenDepth>& coefs,
+                   hls::stream<StageStatus, kStatusDepth>& status) {
+  HuffLookup dc[3], ac[3];
+#pragma HLS ARRAY_PARTITION variable = dc complete dim = 1
+#pragma HLS ARRAY_PARTITION variable = ac complete dim = 1
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    job_out.write(j);
+    if (j.status != kStatusOk) continue;
+  load_tables:
+    for (int c = 0; c < j.ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
+      ReadTable(tables, &dc[c]);
+      ReadTable(tables, &ac[c]);
+    }
+    // Components of the blocks of one MCU, in scan order.
+    uint8_t block_comp[4 + 1 + 1];
+    int per_mcu = 0;
+    for (int c = 0; c < j.ncomp; ++c) {
+      for (int b = 0; b < j.comp_h[c] * j.comp_v[c]; ++b) block_comp[per_mcu++] = static_cast<uint8_t>(c);
+    }
+    const uint32_t total_mcus = static_cast<uint32_t>(j.mcus_x) * static_cast<uint32_t>(j.mcus_y);
+
+    uint64_t acc = 0;  // bit buffer: the next nbits bits are its low bits
+    int nbits = 0;
+    int fake = 0;       // zero bits supplied after a marker, at the bottom
+    bool held = false;  // a marker (or the end) stopped the data
+    ScanToken held_tok = kTokEnd;
+    bool ended = false;  // kTokEnd was read
+    int pred[3] = {0, 0, 0};
+    int k = 0;       // next zig-zag position of the block (0: DC)
+    int bi = 0;      // block of the MCU
+    uint32_t mcu = 0, blocks_out = 0;
+    int restarts_left = j.restart_interval;
+    int next_rst = 0;
+    uint32_t result = kStatusOk;
+    uint32_t iterations = 0;
+    Phase phase = total_mcus == 0 ? kFinal : kMcuStart;
+  symbols:
+    while (phase != kDone) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1000 max = 400000
+      ++iterations;
+      // Input: at most one token per iteration.
+      const bool need_bits = phase == kDecode || phase == kMcuStart;
+      const bool need_marker = (phase == kRestart || phase == kFinal) && !held;
+      if (phase == kDrain) {
+        if (!ended && tokens.read() == kTokEnd) ended = true;  // rest of the image
+      } else if (need_bits && nbits <= 56 && held) {
+        acc <<= 8;  // libjpeg supplies zeros after a marker
+        nbits += 8;
+        fake += 8;
+      } else if ((need_bits && nbits <= 56) || need_marker) {
+        const ScanToken t = tokens.read();
+        if ((t & 0x300) == kTokData && need_bits) {
+          acc = (acc << 8) | (t & 0xFF);
+          nbits += 8;
+        } else if ((t & 0x300) == kTokData) {
+          result = kStatusCorrupt;  // data bytes before RSTn / EOI
+          phase = kPad;
+        } else {
+          held = true;
+          held_tok = t;
+          ended = t == kTokEnd;
+        }
+      }
+      if (phase == kMcuStart) {
+        if (j.restart_interval != 0 && restarts_left == 0) {
+          phase = kRestart;
+        } else {
+          if (j.restart_interval != 0) --restarts_left;
+          phase = kDecode;
+        }
+      } else if (phase == kRestart) {
+        // Only padding of the current byte may be left, then RSTn.
+        if (nbits - fake >= 8) {
+          result = kStatusCorrupt;
+          phase = kPad;
+        } else if (held) {
+          if (held_tok != (kTokMarker | (0xD0 + next_rst))) {
+            result = kStatusCorrupt;
+            phase = kPad;
+          } else {
+            acc = 0;
+            nbits = 0;
+            fake = 0;
+            held = false;
+            next_rst = (next_rst + 1) & 7;
+            restarts_left = j.restart_interval - 1;
+            pred[0] = pred[1] = pred[2] = 0;
+            phase = kDecode;
+          }
+        }
+      } else if (phase == kFinal) {
+        if (nbits - fake >= 8) {
+          result = kStatusCorrupt;  // extraneous bytes after the last MCU
+          phase = kPad;
+        } else if (held) {
+          if (held_tok == (kTokMarker | 0xD9)) {
+            result = kStatusOk;
+          } else if (held_tok == (kTokMarker | 0xDA)) {
+            result = kStatusUnsupported;  // another scan follows
+          } else {
+            result = kStatusCorrupt;
+          }
+          phase = kPad;
+        }
+      } else if (phase == kDecode && nbits >= 32) {
+        const int c = block_comp[bi];
+        const HuffLookup& t = k == 0 ? dc[c] : ac[c];
+        const uint32_t bits32 = static_cast<uint32_t>(acc >> (nbits - 32));
+        const uint16_t e = t.look[bits32 >> 23];
+        int len = e >> 8;
+        int sym = e & 0xFF;
+        if (len == 0) {
+          const uint32_t bits16 = bits32 >> 16;
+          for (int l = 16; l >= 10; --l) {  // shortest length wins: checked last
+            const int32_t code = static_cast<int32_t>(bits16 >> (16 - l));
+            if (code <= t.maxcode[l]) {
+              len = l;
+              const int idx = code + t.valoffset[l];
+              sym = idx >= 0 && idx <= 255 ? t.vals[idx] : -1;
+            }
+          }
+        }
+        const int size = k == 0 ? sym : (sym & 15);
+        const uint32_t raw =
+            size == 0 ? 0u : static_cast<uint32_t>((bits32 << len) >> (32 - size));
+        nbits -= len + size;
+        if (len == 0 || sym < 0) {
+          result = kStatusCorrupt;  // no such code (JWRN_HUFF_BAD_CODE)
+          phase = kPad;
+        } else if (nbits < fake) {
+          result = kStatusCorrupt;  // consumed supplied zeros: overrun
+          phase = kPad;
+        } else if (k == 0) {
+          const int64_t next =
+              static_cast<int64_t>(pred[c]) + (size != 0 ? Extend(raw, size) : 0);
+          if (next > INT32_MAX || next < INT32_MIN) {
+            result = kStatusCorrupt;  // libjpeg-turbo: JERR_BAD_DCT_COEF
+            phase = kPad;
+          } else {
+            pred[c] = static_cast<int>(next);
+            coefs.write(CoefToken{static_cast<int16_t>(pred[c]), 0, static_cast<uint8_t>(c),
+                                  true, false});
+            k = 1;
+          }
+        } else {
+          const int run = sym >> 4;
+          bool last = false;
+          if (size != 0) {
+            const int pos = k + run;
+            coefs.write(CoefToken{static_cast<int16_t>(Extend(raw, size)),
+                                  kNatural[pos < 79 ? pos : 79], static_cast<uint8_t>(c), true,
+                                  pos + 1 >= 64});
+            k = pos + 1;
+            last = k >= 64;
+          } else if (run == 15) {  // ZRL
+            k += 16;
+            last = k >= 64;
+            if (last) coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
+          } else {  // EOB
+            coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
+            last = true;
+          }
+          if (last) {
+            ++blocks_out;
+            k = 0;
+            if (++bi == per_mcu) {
+              bi = 0;
+              phase = ++mcu == total_mcus ? kFinal : kMcuStart;
+            }
+          }
+        }
+      } else if (phase == kPad) {
+        // Every block the header promised, so the later stages finish the
+        // image; a block cut short by an error is closed by the first one.
+        if (blocks_out < j.blocks) {
+          coefs.write(CoefToken{0, 0, 0, false, true});
+          ++blocks_out;
+        } else {
+          phase = kDrain;
+        }
+      }
+      if (phase == kDrain && ended) phase = kDone;
+    }
+    // Table loads: per table 16 + 256 values, 16 lengths, 512 lookahead entries.
+    NEARPREP_SIM_WORK("HuffmanDecode", iterations + j.ncomp * 2 * (16 + 256 + 16 + 512),
+                      1 + j.ncomp * 2 * 4);
+    status.write(StageStatus{result, iterations});
+  }
+}
+
+void AssembleBlocks(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                    hls::stream<CoefToken, kTokenDepth>& coefs,
+                    hls::stream<ImageJob, kJobDepth>& job_out,
+                    hls::stream<Block, kBlockDepth>& blocks) {
+  int16_t buf[64];
+#pragma HLS ARRAY_PARTITION variable = buf complete
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    job_out.write(j);
+    if (j.status != kStatusOk) continue;
+    // One flat loop over the image's tokens; a block goes out (one wide
+    // write) with its last token. A mask of the coefficients set replaces a
+    // clearing pass per block.
+    uint64_t valid = 0;
+    uint8_t comp = 0;
+    uint32_t b = 0, n_tokens = 0;
+  tokens_loop:
+    while (b < j.blocks) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 6400000
+      const CoefToken t = coefs.read();
+      ++n_tokens;
+      if (t.has_value) {
+        buf[t.pos] = t.value;
+        valid |= uint64_t{1} << t.pos;
+        comp = t.comp;
+      }
+      if (t.last) {
+        Block blk;
+        for (int k = 0; k < 64; ++k) {
+#pragma HLS UNROLL
+          blk.coef[k] = (valid >> k) & 1 ? buf[k] : static_cast<int16_t>(0);
+        }
+        blk.comp = comp;
+        blocks.write(blk);
+        valid = 0;
+        comp = 0;
+        ++b;
+      }
+    }
+    NEARPREP_SIM_WORK("AssembleBlocks", n_tokens, 1);
+  }
+}
+
+}  // namespace nearprep_fpga

@@ -1,0 +1,359 @@
+// Dataflow processes from RGB pixels to DDR: CropResize (streaming crop +
+// bilinear resize + flip + augment/clip/normalise), PackOutput, BurstWrite,
+// WriteStatus. See dataflow.h.
+#include <cstdint>
+
+#include "dataflow.h"
+#include "nearprep_kernel_abi.h"
+#include "transform_l1.h"
+
+namespace nearprep_fpga {
+namespace {
+
+// A 512-bit word being assembled: the bytes in `mask` are set.
+struct PartialWord {
+  uint64_t addr;  // word index
+  WideWord w;
+  uint64_t mask;
+};
+
+inline void ClearWord(WideWord* w) {
+  for (int k = 0; k < 64; ++k) {
+#pragma HLS UNROLL
+    SetWordByte(*w, k, 0);
+  }
+}
+
+// dst gets src's bytes (the two cover disjoint bytes of the same word).
+inline void MergeWord(PartialWord* dst, const PartialWord& src) {
+  for (int k = 0; k < 64; ++k) {
+#pragma HLS UNROLL
+    if ((src.mask >> k) & 1) SetWordByte(dst->w, k, WordByte(src.w, k));
+  }
+  dst->mask |= src.mask;
+}
+
+// Complete words go out in bursts of consecutive addresses.
+struct BurstBuffer {
+  WideWord words[kBurstWords];
+  uint64_t start;
+  int count;
+  uint64_t words_out, bursts;  // work counters (C-simulation model)
+};
+
+void FlushBurst(WideWord* out, BurstBuffer* b) {
+  b->words_out += b->count;
+  if (b->count > 0) ++b->bursts;
+flush:
+  for (int k = 0; k < b->count; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+    out[b->start + k] = b->words[k];
+  }
+  b->count = 0;
+}
+
+void PushWord(WideWord* out, BurstBuffer* b, uint64_t addr, const WideWord& w) {
+  if (b->count > 0 && (addr != b->start + b->count || b->count == kBurstWords)) FlushBurst(out, b);
+  if (b->count == 0) b->start = addr;
+  b->words[b->count++] = w;
+}
+
+}  // namespace
+
+void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<Rgb, kPixelDepth>& rgb, hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<PixelF, kPixelDepth>& pixels) {
+  Tap taps[kMaxOutWidth];       // column taps, computed once per image
+  Rgb lines[2][kMaxWidth];      // the two source rows an output row blends
+#pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    job_out.write(j);
+    if (j.status != kStatusOk) continue;
+    const int oh = j.out_h, ow = j.out_w;
+    const float sy = static_cast<float>(j.crop_h) / static_cast<float>(oh);
+    const float sx = static_cast<float>(j.crop_w) / static_cast<float>(ow);
+    const bool copy = j.crop_h == oh && j.crop_w == ow;
+    const bool flip = (j.flags & kFlagFlip) != 0;
+    const bool saturation = (j.flags & kFlagSaturation) != 0;
+  column_taps:
+    for (int x = 0; x < ow; ++x) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+      taps[x] = copy ? Tap{x, x, 0.0f} : MakeTap(x, sx, j.crop_w);
+    }
+    NEARPREP_SIM_WORK("CropResize",
+                      static_cast<uint64_t>(ow) + static_cast<uint64_t>(j.height) * j.width +
+                          static_cast<uint64_t>(oh) * ow,
+                      1 + j.height + oh);
+    int next = 0;  // next output row
+    Tap ty = copy ? Tap{0, 0, 0.0f} : MakeTap(0, sy, j.crop_h);
+  source_rows:
+    for (int r = 0; r < j.height; ++r) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
+      const bool row_in = r >= j.crop_y && r < j.crop_y + j.crop_h;
+    source_cols:
+      for (int x = 0; x < j.width; ++x) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
+        const Rgb px = rgb.read();
+        if (row_in && x >= j.crop_x && x < j.crop_x + j.crop_w) lines[r & 1][x - j.crop_x] = px;
+      }
+      // Every output row whose lower source row has now arrived (its upper
+      // one is this row or the one before: both in the line buffers).
+    output_rows:
+      while (next < oh && j.crop_y + ty.hi <= r) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 2
+        const int top = (j.crop_y + ty.lo) & 1, bot = (j.crop_y + ty.hi) & 1;
+      output_cols:
+        for (int x = 0; x < ow; ++x) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+          const Tap tx = taps[flip ? ow - 1 - x : x];
+          PixelF out;
+          for (int c = 0; c < 3; ++c) {
+            if (copy) {
+              out.c[c] = static_cast<float>(lines[top][tx.lo].c[c]) * kInv255;
+              continue;
+            }
+            const float tl = static_cast<float>(lines[top][tx.lo].c[c]) * kInv255;
+            const float tr = static_cast<float>(lines[top][tx.hi].c[c]) * kInv255;
+            const float bl = static_cast<float>(lines[bot][tx.lo].c[c]) * kInv255;
+            const float br = static_cast<float>(lines[bot][tx.hi].c[c]) * kInv255;
+            const float t = tl + (tr - tl) * tx.lerp;
+            const float b = bl + (br - bl) * tx.lerp;
+            out.c[c] = t + (b - t) * ty.lerp;
+          }
+          AugmentPixel(out.c, j.delta, saturation, j.factor, j.clip, j.normalize, j.mean, j.std);
+          pixels.write(out);
+        }
+        ++next;
+        ty = copy ? Tap{next, next, 0.0f} : MakeTap(next, sy, j.crop_h);
+      }
+    }
+  }
+}
+
+void PackOutput(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<PixelF, kPixelDepth>& pixels,
+                hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<OutChunk, kPixelDepth>& chunks) {
+  PixelF row[kMaxOutWidth];  // NCHW: one output row, emitted plane by plane
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    job_out.write(j);
+    if (j.status != kStatusOk) continue;
+    const int el = ElementBytes(j.dtype);
+    const uint64_t px = static_cast<uint64_t>(j.out_h) * j.out_w;
+    NEARPREP_SIM_WORK("PackOutput",
+                      j.layout != 1 ? px : px + static_cast<uint64_t>(j.out_h) * 3 * ((j.out_w + 2) / 3),
+                      j.layout != 1 ? j.out_h : 4 * j.out_h);
+  out_rows:
+    for (int y = 0; y < j.out_h; ++y) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+      if (j.layout != 1) {  // NHWC: one chunk per pixel, in address order
+      nhwc:
+        for (int x = 0; x < j.out_w; ++x) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+          const PixelF p = pixels.read();
+          OutChunk ch;
+          for (int c = 0; c < 3; ++c) PackElement(p.c[c], j.dtype, &ch.b[c * el]);
+          ch.n = static_cast<uint8_t>(3 * el);
+          ch.plane = 0;
+          chunks.write(ch);
+        }
+        continue;
+      }
+    nchw_in:
+      for (int x = 0; x < j.out_w; ++x) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+        row[x] = pixels.read();
+      }
+    nchw_planes:
+      for (int c = 0; c < 3; ++c) {
+      nchw_out:
+        for (int x = 0; x < j.out_w; x += 3) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1366
+          OutChunk ch;
+          const int n = j.out_w - x < 3 ? j.out_w - x : 3;
+          for (int k = 0; k < 3; ++k) {
+            if (k < n) PackElement(row[x + k].c[c], j.dtype, &ch.b[k * el]);
+          }
+          ch.n = static_cast<uint8_t>(n * el);
+          ch.plane = static_cast<uint8_t>(c);
+          chunks.write(ch);
+        }
+      }
+    }
+  }
+}
+
+void BurstWrite(WideWord* out, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<OutChunk, kPixelDepth>& chunks,
+                hls::stream<ImageJob, kJobDepth>& job_out) {
+  BurstBuffer burst;
+  burst.count = 0;
+  burst.start = 0;
+  burst.words_out = 0;
+  burst.bursts = 0;
+  // The last word of the previous image when it is partial: the next image
+  // may own the rest of it (adjacent slots).
+  PartialWord carry;
+  ClearWord(&carry.w);
+  carry.addr = 0;
+  carry.mask = 0;
+  bool have_carry = false;
+  uint64_t written_end = 0;  // end of the last slot written
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    if (j.status != kStatusOk) {
+      job_out.write(j);
+      continue;
+    }
+    ImageJob done = j;
+    const int el = ElementBytes(j.dtype);
+    const bool nchw = j.layout == 1;
+    const int planes = nchw ? 3 : 1;
+    const uint64_t plane_bytes =
+        static_cast<uint64_t>(j.out_h) * j.out_w * static_cast<uint64_t>(el) * (nchw ? 1 : 3);
+    // Slots are written whole words at a time: they must come in increasing
+    // order without overlap (the words two adjacent slots share are merged).
+    // Otherwise the image's output is consumed but not written.
+    const bool write = j.out_off >= written_end;
+    done.out_rejected = !write;
+    uint64_t cur[3];
+    PartialWord stage[3];
+    for (int p = 0; p < 3; ++p) {
+      cur[p] = j.out_off + static_cast<uint64_t>(p) * plane_bytes;
+      ClearWord(&stage[p].w);
+      stage[p].mask = 0;
+      stage[p].addr = cur[p] >> 6;
+    }
+    // Partial words (a plane's first and last word), written after merging.
+    PartialWord held[7];
+    int nheld = 0;
+    const uint64_t n_chunks =
+        nchw ? static_cast<uint64_t>(j.out_h) * 3 * ((j.out_w + 2) / 3)
+             : static_cast<uint64_t>(j.out_h) * j.out_w;
+  chunks_loop:
+    for (uint64_t k = 0; k < n_chunks; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 200000
+      const OutChunk ch = chunks.read();
+      const int p = ch.plane < 3 ? ch.plane : 0;
+      for (int b = 0; b < 12; ++b) {
+        if (b >= ch.n) break;
+        const int pos = static_cast<int>(cur[p] & 63);
+        SetWordByte(stage[p].w, pos, ch.b[b]);
+        stage[p].mask |= uint64_t{1} << pos;
+        ++cur[p];
+        if ((cur[p] & 63) == 0) {  // word complete
+          if (!write) {
+            // dropped
+          } else if (stage[p].mask == ~uint64_t{0}) {
+            PushWord(out, &burst, stage[p].addr, stage[p].w);
+          } else {
+            held[nheld++] = stage[p];  // the plane began inside this word
+          }
+          ClearWord(&stage[p].w);
+          stage[p].mask = 0;
+          stage[p].addr = cur[p] >> 6;
+        }
+      }
+    }
+    FlushBurst(out, &burst);
+    NEARPREP_SIM_WORK("BurstWrite", n_chunks + burst.words_out, 1 + burst.bursts);
+    burst.words_out = 0;
+    burst.bursts = 0;
+    if (!write) {
+      job_out.write(done);
+      continue;
+    }
+    written_end = j.out_off + plane_bytes * planes;
+    for (int p = 0; p < planes; ++p) {
+      if (stage[p].mask != 0) held[nheld++] = stage[p];
+    }
+    // Merge partial words that share an address (plane boundaries, and the
+    // previous image's last word), keep this image's last word if partial,
+    // write the rest.
+    if (have_carry) {
+      bool merged = false;
+      for (int h = 0; h < nheld; ++h) {
+        if (held[h].addr == carry.addr) {
+          MergeWord(&held[h], carry);
+          merged = true;
+        }
+      }
+      if (!merged) out[carry.addr] = carry.w;
+      have_carry = false;
+    }
+    const uint64_t last_word = (j.out_off + plane_bytes * planes - 1) >> 6;
+  held_words:
+    for (int h = 0; h < nheld; ++h) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 7
+      if (held[h].mask == 0) continue;  // merged into an earlier entry
+      for (int g = h + 1; g < nheld; ++g) {
+        if (held[g].addr == held[h].addr) {
+          MergeWord(&held[h], held[g]);
+          held[g].mask = 0;
+        }
+      }
+      if (held[h].addr == last_word && !((held[h].mask >> 63) & 1)) {
+        carry = held[h];
+        have_carry = true;
+      } else {
+        out[held[h].addr] = held[h].w;
+      }
+    }
+    job_out.write(done);  // the image's words are all out: its status may follow
+  }
+  if (have_carry) out[carry.addr] = carry.w;
+}
+
+void WriteStatus(uint32_t* status, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                 hls::stream<StageStatus, kStatusDepth>& huffman,
+                 hls::stream<StageStatus, kStatusDepth>& idct) {
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    uint32_t st[kStatusWords];
+    for (int k = 0; k < kStatusWords; ++k) st[k] = 0;
+    uint32_t code = j.status;
+    st[kStSampling] = static_cast<uint32_t>(j.sampling);
+    st[kStHeight] = static_cast<uint32_t>(j.height);
+    st[kStWidth] = static_cast<uint32_t>(j.width);
+    if (j.status == kStatusOk) {
+      const StageStatus hs = huffman.read();
+      const StageStatus is = idct.read();
+      code = hs.status != kStatusOk ? hs.status : is.status;
+      if (code == kStatusOk && j.out_rejected) code = kStatusCorrupt;
+      if (code == kStatusOk) {
+        st[kStCyclesEntropy] = hs.iterations;
+        st[kStCyclesIdct] = is.iterations;
+        st[kStCyclesColor] = static_cast<uint32_t>(j.width) * static_cast<uint32_t>(j.height);
+        st[kStCyclesResize] = static_cast<uint32_t>(j.out_h) * static_cast<uint32_t>(j.out_w);
+      }
+    }
+    st[kStCode] = code;
+    NEARPREP_SIM_WORK("WriteStatus", kStatusWords, 1);
+  record:
+    for (int k = 0; k < kStatusWords; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 8 max = 8
+      status[static_cast<uint64_t>(j.index) * kStatusWords + k] = st[k];
+    }
+  }
+}
+
+}  // namespace nearprep_fpga
