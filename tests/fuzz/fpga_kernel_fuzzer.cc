@@ -4,7 +4,8 @@
 // taken from the input). Checks:
 //  - every image gets a documented status code (the NOT_RUN pre-fill is
 //    overwritten) and an OK image reports a non-empty size;
-//  - the kernel writes nothing outside its output slots or the scratch size
+//  - the kernel writes nothing past its output buffer (rounded up to whole
+//    64-byte words, as it writes them) or the scratch size
 //    it was given (guard zones after both stay intact);
 //  - clipped float32 output lies in [0, 1];
 //  - whenever the kernel accepts a JPEG (OK), libjpeg-turbo's TF_COMPAT
