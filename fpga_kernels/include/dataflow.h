@@ -34,6 +34,7 @@
 
 #include "hls_compat.h"
 #include "jpeg_l1.h"
+#include "nearprep_kernel_abi.h"
 
 namespace nearprep_fpga {
 
@@ -133,6 +134,16 @@ struct StageStatus {  // HuffmanDecode / Idct -> WriteStatus
   uint32_t status;
   uint32_t iterations;
 };
+
+// The start of an image in a process: reads its job, forwards it at once
+// (never at the end of the image: that would serialise the network) and says
+// whether the image carries data.
+inline bool StartImage(hls::stream<ImageJob, kJobDepth>& in, hls::stream<ImageJob, kJobDepth>& out,
+                       ImageJob* j) {
+  *j = in.read();
+  out.write(*j);
+  return j->status == kStatusOk;
+}
 
 // Bytes per output element for a dtype (0 f32, 1 f16, 2 bf16, 3 u8).
 inline int ElementBytes(int dtype) { return dtype == 0 ? 4 : (dtype == 3 ? 1 : 2); }

@@ -88,9 +88,8 @@ void HuffmanDecode(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
   load_tables:
     for (int c = 0; c < j.ncomp; ++c) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
@@ -284,9 +283,8 @@ void AssembleBlocks(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_i
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     // One flat loop over the image's tokens; a block goes out (one wide
     // write) with its last token. A mask of the coefficients set replaces a
     // clearing pass per block.

@@ -156,9 +156,8 @@ void BurstRead(const WideWord* jpeg, uint32_t num_images, hls::stream<ImageJob, 
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     const uint64_t first_word = j.jpeg_off >> 6;
     const uint32_t skip = static_cast<uint32_t>(j.jpeg_off & 63);
     const uint64_t words = (static_cast<uint64_t>(skip) + j.jpeg_size + 63) >> 6;
@@ -306,9 +305,8 @@ void Destuff(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     // 0: data; 1: after FF (fill bytes FF skipped); 2: after a marker that
     // is not RSTn: the scan is over, the rest is dropped.
     int state = 0;

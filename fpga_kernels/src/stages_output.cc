@@ -70,9 +70,8 @@ void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     const int oh = j.out_h, ow = j.out_w;
     const float sy = static_cast<float>(j.crop_h) / static_cast<float>(oh);
     const float sx = static_cast<float>(j.crop_w) / static_cast<float>(ow);
@@ -145,9 +144,8 @@ void PackOutput(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     const int el = ElementBytes(j.dtype);
     const uint64_t px = static_cast<uint64_t>(j.out_h) * j.out_w;
     NEARPREP_SIM_WORK("PackOutput",

@@ -51,9 +51,8 @@ void Idct(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
   load_quant:
     for (int k = 0; k < j.ncomp * 64; ++k) {
 #pragma HLS PIPELINE II = 1
@@ -101,9 +100,8 @@ void McuRowsToRaster(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     const int w = j.width, h = j.height;
     const int rows_per_mcu_row = j.ncomp == 3 ? 8 * j.comp_v[0] : 8;
     const bool h2v2 = j.sampling == kSampling420;
@@ -203,9 +201,8 @@ void UpsampleColor(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    const ImageJob j = job_in.read();
-    job_out.write(j);
-    if (j.status != kStatusOk) continue;
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
     const int w = j.width;
     const bool sub = j.sampling == kSampling422 || j.sampling == kSampling420;
     const bool h2v2 = j.sampling == kSampling420;
