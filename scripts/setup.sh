@@ -15,12 +15,12 @@ PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs
   libspdlog-dev libabsl-dev libcli11-dev libyaml-cpp-dev libpng-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libxrt-dev uuid-dev libarchive-dev zlib1g-dev libsystemd-dev systemd
+  libxrt-dev uuid-dev libarchive-dev zlib1g-dev libsystemd-dev systemd libzstd-dev
   clang
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch python3-yaml
   python3-kubernetes
   python3-dev pybind11-dev python3-pybind11
-  python3-pil python3-torchvision
+  python3-pil python3-torchvision python3-zstandard
 )
 
 if [ "${NEARPREP_SKIP_APT:-0}" != "1" ]; then

@@ -30,8 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nearprep/client.h"
+#include "server/backend/cpu_backend.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/backend_factory.h"
 #include "server/pipeline/pipeline.h"
 
 #ifndef NEARPREPD_PATH
@@ -189,14 +189,10 @@ absl::StatusOr<Measure> RunEndToEnd(const Config& c, int port, v1::DType dtype) 
 
 absl::StatusOr<Measure> RunInProcess(const Config& c, const Dataset& dataset,
                                      int workers, v1::DType dtype) {
-  std::string why;
-  absl::StatusOr<std::shared_ptr<Backend>> backend =
-      CreateBackend(BackendOptions{}, &why);
-  if (!backend.ok()) return backend.status();
   PipelineOptions po;
   po.workers = workers;
   po.prefetch_depth = c.prefetch;
-  Pipeline pipeline(po, *backend);
+  Pipeline pipeline(po, std::make_shared<CpuBackend>());
   Measure best;
   for (int e = 0; e <= c.epochs; ++e) {
     StreamRequest r;

@@ -15,7 +15,10 @@
 //    image (their depths are the STREAM depths in dataflow.h);
 //  - DDR bandwidth is checked separately (bytes per image at the modelled
 //    rate against the SmartSSD's DDR4 bank).
-// Usage: nearprep_fpga_cycle_model [IMAGE_DIR] [OUT] [DTYPE 0..3]
+// Workloads (MODE): rrc - random-resized crops of 8-100% of the area (the
+// training case; default); center - a centre crop of 87.5% of each side (the
+// evaluation case); full - the whole image resized.
+// Usage: nearprep_fpga_cycle_model [IMAGE_DIR] [OUT] [DTYPE 0..3] [MODE]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,7 +27,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +60,51 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The II of each function's PIPELINE pragmas in the kernel sources, and the
+// functions it calls; a process's II is the largest over its body and its
+// callees (transitively).
+struct FnInfo {
+  int ii = 0;
+  std::set<std::string> calls;
+};
+
+std::map<std::string, FnInfo> ScanSources(const std::string& src_dir) {
+  std::map<std::string, FnInfo> fns;
+  const std::regex def(R"(^(?:inline\s+)?[A-Za-z_][\w:<>]*[\s\*&]+([A-Za-z_]\w*)\()");
+  const std::regex pipe(R"(#pragma\s+HLS\s+PIPELINE\s+II\s*=\s*(\d+))");
+  const std::regex call(R"(\b([A-Z]\w*)\s*\()");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(src_dir, ec)) {
+    if (e.path().extension() != ".cc") continue;
+    std::ifstream f(e.path());
+    std::string line, cur;
+    while (std::getline(f, line)) {
+      std::smatch m;
+      if (cur.empty() && std::regex_search(line, m, def)) cur = m[1];
+      if (cur.empty()) continue;
+      if (std::regex_search(line, m, pipe)) {
+        fns[cur].ii = std::max(fns[cur].ii, std::atoi(m[1].str().c_str()));
+      }
+      for (auto it = std::sregex_iterator(line.begin(), line.end(), call);
+           it != std::sregex_iterator(); ++it) {
+        if ((*it)[1] != cur) fns[cur].calls.insert((*it)[1]);
+      }
+      if (line.rfind("}", 0) == 0) cur.clear();
+    }
+  }
+  return fns;
+}
+
+int ProcessIi(const std::map<std::string, FnInfo>& fns, const std::string& name,
+              std::set<std::string>* seen) {
+  if (!seen->insert(name).second) return 0;
+  const auto it = fns.find(name);
+  if (it == fns.end()) return 0;
+  int ii = it->second.ii;
+  for (const std::string& c : it->second.calls) ii = std::max(ii, ProcessIi(fns, c, seen));
+  return ii;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +115,12 @@ int main(int argc, char** argv) {
                               : NEARPREP_SOURCE_DIR "/../shared/datasets/imagenet-sample-200";
   const int out_size = argc > 2 ? std::atoi(argv[2]) : 224;
   const int dtype = argc > 3 ? std::atoi(argv[3]) : 0;
+  const std::string mode = argc > 4 ? argv[4] : "rrc";
+  if (mode != "rrc" && mode != "center" && mode != "full") {
+    std::fprintf(stderr, "MODE must be rrc, center or full\n");
+    return 2;
+  }
+  const auto fns = ScanSources(NEARPREP_SOURCE_DIR "/fpga_kernels/src");
   std::vector<std::string> files;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
@@ -95,13 +153,16 @@ int main(int argc, char** argv) {
       jpeg_bytes += f.size();
       int h = 0, w = 0, c = 0;
       nf::PeekJpegSize(f.data(), static_cast<uint32_t>(f.size()), &h, &w, &c);
-      // A random crop of 8% to 100% of the area (aspect kept simple).
-      const double frac = std::sqrt(0.08 + 0.92 * std::uniform_real_distribution<>(0, 1)(rng));
+      // rrc: a random crop of 8% to 100% of the area (aspect kept simple);
+      // center: 87.5% of each side; full: the whole image.
+      const double frac = mode == "rrc"      ? std::sqrt(0.08 + 0.92 * std::uniform_real_distribution<>(0, 1)(rng))
+                          : mode == "center" ? 0.875
+                                             : 1.0;
       const int ch = std::max(1, static_cast<int>(h * frac)), cw = std::max(1, static_cast<int>(w * frac));
       d[nf::kDescCropH] = static_cast<uint32_t>(ch);
       d[nf::kDescCropW] = static_cast<uint32_t>(cw);
-      d[nf::kDescCropY] = static_cast<uint32_t>(rng() % (h - ch + 1));
-      d[nf::kDescCropX] = static_cast<uint32_t>(rng() % (w - cw + 1));
+      d[nf::kDescCropY] = static_cast<uint32_t>(mode == "rrc" ? rng() % (h - ch + 1) : (h - ch) / 2);
+      d[nf::kDescCropX] = static_cast<uint32_t>(mode == "rrc" ? rng() % (w - cw + 1) : (w - cw) / 2);
       d[nf::kDescFlags] = (rng() & 1 ? nf::kFlagFlip : 0) | nf::kFlagSaturation;
       d[nf::kDescBrightness] = Bits(0.1f);
       d[nf::kDescSaturation] = Bits(1.2f);
@@ -136,23 +197,31 @@ int main(int argc, char** argv) {
   }
   const auto work = hls_sim::TakeWork();
   const double images = static_cast<double>(ok + refused);
-  std::printf("nearprep_preprocess cycle model: %zu images from %s, %dx%d %s NHWC, %d per run\n",
+  std::printf("nearprep_preprocess cycle model: %zu images from %s, %dx%d %s NHWC, %d per run, "
+              "crops: %s\n",
               files.size(), dir.c_str(), out_size, out_size,
               dtype == 0 ? "float32" : dtype == 1 ? "float16" : dtype == 2 ? "bfloat16" : "uint8",
-              kImagesPerRun);
+              kImagesPerRun, mode.c_str());
   std::printf("decoded OK: %llu, refused: %llu; mean %.0f pixels, %.0f Huffman loop iterations, "
               "%.0f JPEG bytes per image\n",
               static_cast<unsigned long long>(ok), static_cast<unsigned long long>(refused),
               ok ? 1.0 * pixels / ok : 0.0, ok ? 1.0 * symbols / ok : 0.0,
               images ? jpeg_bytes / images : 0.0);
-  std::printf("%-16s %14s %14s %16s\n", "process", "iterations/img", "loop entries/img",
-              "model cycles/img");
+  std::printf("%-16s %3s %14s %16s %16s\n", "process", "II", "iterations/img",
+              "loop entries/img", "model cycles/img");
   double worst = 0, sum = 0;
   std::string worst_name;
   for (const auto& [name, w] : work) {
+    std::set<std::string> seen;
+    const int ii_found = ProcessIi(fns, name, &seen);
+    if (ii_found == 0) {
+      std::fprintf(stderr, "no PIPELINE pragma found for process %s under %s\n", name.c_str(),
+                   NEARPREP_SOURCE_DIR "/fpga_kernels/src");
+      return 1;
+    }
     const double it = w.iterations / images, en = w.loop_entries / images;
-    const double cyc = it + kFillDrain * en;
-    std::printf("%-16s %14.0f %14.0f %16.0f\n", name.c_str(), it, en, cyc);
+    const double cyc = ii_found * it + kFillDrain * en;
+    std::printf("%-16s %3d %14.0f %16.0f %16.0f\n", name.c_str(), ii_found, it, en, cyc);
     sum += cyc;
     if (cyc > worst) {
       worst = cyc;
@@ -160,7 +229,7 @@ int main(int argc, char** argv) {
     }
   }
   const double rate = kClockHz / worst;
-  std::printf("assumptions: II=1 in every pipelined loop, %d cycles fill/drain per loop entry, "
+  std::printf("assumptions: each process at its PIPELINE II (column II), %d cycles fill/drain per loop entry, "
               "%.0f MHz, processes overlap across images (DATAFLOW)\n",
               kFillDrain, kClockHz / 1e6);
   std::printf("bottleneck: %s, %.0f cycles/image -> %.0f images/s per compute unit\n",

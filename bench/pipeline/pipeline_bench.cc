@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/backend/cpu_backend.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/cpu_backend.h"
 #include "server/pipeline/pipeline.h"
 
 namespace nearprep {

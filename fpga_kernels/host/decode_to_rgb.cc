@@ -62,29 +62,13 @@ uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values
   *rgb_owned = nullptr;
   Collected got;
   {
-    hls::stream<ImageJob, kJobDepth> j_header("j_header"), j_destuff("j_destuff"),
-        j_huff("j_huff"), j_assemble("j_assemble"), j_idct("j_idct"), j_raster("j_raster"),
-        j_upsample("j_upsample"), j_done("j_done");
-    hls::stream<uint8_t, kByteDepth> jpeg_bytes("jpeg_bytes"), scan_bytes("scan_bytes");
-    hls::stream<uint8_t, kTableDepth> tables("tables");
-    hls::stream<int16_t, kQuantDepth> quant("quant");
-    hls::stream<ScanToken, kTokenDepth> tokens("tokens");
-    hls::stream<CoefToken, kTokenDepth> coefs("coefs");
-    hls::stream<Block, kBlockDepth> blocks("blocks");
-    hls::stream<SampleRow, kRowDepth> rows("rows");
-    hls::stream<uint8_t, kPixelDepth> luma("luma");
-    hls::stream<ChromaPair, kPixelDepth> chroma("chroma");
+    hls::stream<ImageJob, kJobDepth> j_header("j_header"), j_done("j_done");
+    hls::stream<uint8_t, kByteDepth> jpeg_bytes("jpeg_bytes");
     hls::stream<Rgb, kPixelDepth> rgb("rgb");
     hls::stream<StageStatus, kStatusDepth> huff_status("huff_status"), idct_status("idct_status");
-    NEARPREP_DATAFLOW_BEGIN("decode_to_rgb");
+    NEARPREP_DATAFLOW_BEGIN("decode_to_rgb_host");
     NEARPREP_PROCESS(FeedImage(data, size, max_values, j_header, jpeg_bytes));
-    NEARPREP_PROCESS(ParseHeader(1, j_header, jpeg_bytes, j_destuff, scan_bytes, tables, quant));
-    NEARPREP_PROCESS(Destuff(1, j_destuff, scan_bytes, j_huff, tokens));
-    NEARPREP_PROCESS(HuffmanDecode(1, j_huff, tables, tokens, j_assemble, coefs, huff_status));
-    NEARPREP_PROCESS(AssembleBlocks(1, j_assemble, coefs, j_idct, blocks));
-    NEARPREP_PROCESS(Idct(1, j_idct, quant, blocks, j_raster, rows, idct_status));
-    NEARPREP_PROCESS(McuRowsToRaster(1, j_raster, rows, j_upsample, luma, chroma));
-    NEARPREP_PROCESS(UpsampleColor(1, j_upsample, luma, chroma, j_done, rgb));
+    NEARPREP_PROCESS(DecodeToRgb(1, j_header, jpeg_bytes, j_done, rgb, huff_status, idct_status));
     NEARPREP_PROCESS(CollectRgb(j_done, rgb, huff_status, idct_status, &got));
     NEARPREP_DATAFLOW_END();
   }

@@ -21,8 +21,9 @@ struct DecodeCycles {
   uint64_t color = 0;    // UpsampleColor: one per pixel
 };
 
-// Full decode to RGB through the kernel's own decode processes (ParseHeader
-// ... UpsampleColor) in a dataflow region of their own, fed from memory.
+// Full decode to RGB through the kernel's own decode network (DecodeToRgb in
+// dataflow.h: ParseHeader ... UpsampleColor, the region the kernel's top
+// calls), fed from memory.
 // On kStatusOk, *rgb_owned holds height*width*3 bytes; release it with
 // FreeRgb. On any other status *rgb_owned is null.
 uint32_t DecodeJpegToRgb(const uint8_t* data, uint32_t size, uint64_t max_values,

@@ -2,8 +2,9 @@
 // the tokens that flow between them.
 //
 //   ReadControl -> BurstRead -> ParseHeader -> Destuff -> HuffmanDecode ->
-//   AssembleBlocks -> Idct -> McuRowsToRaster -> UpsampleColor ->
+//   AssembleBlocks -> Idct -> McuRowReceive => RasterEmit -> UpsampleColor ->
 //   CropResize -> PackOutput -> BurstWrite -> WriteStatus
+//   (=>: a stream of blocks, two MCU-row buffers handed over whole)
 //
 // Every process loops over the images of a run. An ImageJob travels down the
 // chain; each process reads it at the start of an image and forwards it at
@@ -40,6 +41,8 @@ namespace nearprep_fpga {
 
 // Widest output tensor (the crop/resize stage's precomputed column taps).
 constexpr int kMaxOutWidth = 4096;
+// Tallest output tensor (the crop/resize stage's precomputed row taps).
+constexpr int kMaxOutHeight = 4096;
 // Longest table/frame/scan segment ParseHeader keeps on chip; a longer one
 // (legal but never written by encoders) makes the image UNSUPPORTED.
 constexpr int kSegMax = 4096;
@@ -108,7 +111,19 @@ struct SampleRow {  // one row of an 8x8 sample block
   uint8_t s[8];
 };
 
-// McuRowsToRaster -> UpsampleColor: the chroma samples one output row needs
+// McuRowReceive => RasterEmit: one MCU row of samples, handed over as a
+// block of a stream of blocks (two blocks: one filled while the other is
+// emitted). Rows 0..15 luma (8 per block row used), 16..23 Cb, 24..31 Cr;
+// widths in whole MCUs of the widest image.
+constexpr int kMcuRowWidth = kMaxWidth + 16;
+constexpr int kMcuLumaRow0 = 0;
+constexpr int kMcuCbRow0 = 16;
+constexpr int kMcuCrRow0 = 24;
+constexpr int kMcuBlockRows = 32;
+typedef uint8_t McuRowBlock[kMcuBlockRows][kMcuRowWidth];
+typedef hls::stream_of_blocks<McuRowBlock> McuRowStream;
+
+// RasterEmit -> UpsampleColor: the chroma samples one output row needs
 // at one chroma column (4:2:x: the nearer and the farther row of libjpeg's
 // fancy upsampling; 4:4:4: near only).
 struct ChromaPair {
@@ -173,15 +188,31 @@ void Idct(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
           hls::stream<int16_t, kQuantDepth>& quant, hls::stream<Block, kBlockDepth>& blocks,
           hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<SampleRow, kRowDepth>& rows,
           hls::stream<StageStatus, kStatusDepth>& status);
-void McuRowsToRaster(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                     hls::stream<SampleRow, kRowDepth>& rows,
-                     hls::stream<ImageJob, kJobDepth>& job_out,
-                     hls::stream<uint8_t, kPixelDepth>& luma,
-                     hls::stream<ChromaPair, kPixelDepth>& chroma);
+void McuRowReceive(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                   hls::stream<SampleRow, kRowDepth>& rows,
+                   hls::stream<ImageJob, kJobDepth>& job_out, McuRowStream& mcu_rows);
+// Emits the raster rows inside the crop box's rows (rows above and below it
+// are dropped here: nothing downstream needs them).
+void RasterEmit(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                McuRowStream& mcu_rows, hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<uint8_t, kPixelDepth>& luma,
+                hls::stream<ChromaPair, kPixelDepth>& chroma);
+// Upsamples and converts the rows RasterEmit sends; sends only the crop
+// box's pixels.
 void UpsampleColor(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                    hls::stream<uint8_t, kPixelDepth>& luma,
                    hls::stream<ChromaPair, kPixelDepth>& chroma,
                    hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<Rgb, kPixelDepth>& rgb);
+// The decode network, ParseHeader ... UpsampleColor with the streams between
+// them, as one nested DATAFLOW region: the kernel's top calls it as one
+// process, the host helper DecodeJpegToRgb runs it alone (one definition of
+// the network for both). In: jobs from BurstRead and the JPEG bytes; out:
+// jobs, RGB pixels of the crop box, the Huffman and IDCT verdicts.
+void DecodeToRgb(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                 hls::stream<uint8_t, kByteDepth>& jpeg_bytes,
+                 hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<Rgb, kPixelDepth>& rgb,
+                 hls::stream<StageStatus, kStatusDepth>& huff_status,
+                 hls::stream<StageStatus, kStatusDepth>& idct_status);
 void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<Rgb, kPixelDepth>& rgb, hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<PixelF, kPixelDepth>& pixels);

@@ -19,6 +19,7 @@
 #ifdef __SYNTHESIS__
 #include <ap_int.h>
 #include <hls_stream.h>
+#include <hls_streamofblocks.h>
 
 // One 512-bit memory word (the m_axi data width of the JPEG and tensor ports).
 typedef ap_uint<512> WideWord;

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -241,6 +242,102 @@ class stream final : public hls_sim::Wakeable {
   bool reader_waiting_ = false, writer_waiting_ = false;
   bool deferred_ = false;  // in some thread's deferred-wake list
 };
+
+// hls::stream_of_blocks<T, DEPTH> (Vitis' hls_streamofblocks.h): DEPTH
+// blocks of array type T passed from one producer process to one consumer
+// process. The producer acquires an empty block with hls::write_lock, fills
+// it and releases it (the lock's destructor); the consumer acquires the
+// oldest full block with hls::read_lock and releases it when done. An
+// acquire blocks while no block is available, with the deadlock detection
+// of hls::stream. Blocks are heap-allocated here (large on-chip buffers would
+// not fit a thread's stack); in hardware they are the buffer's DEPTH banks.
+template <typename T, int DEPTH = 2>
+class stream_of_blocks final : public hls_sim::Wakeable {
+  static_assert(DEPTH >= 2, "a stream of blocks has at least two blocks");
+
+ public:
+  stream_of_blocks() : stream_of_blocks("stream_of_blocks") {}
+  explicit stream_of_blocks(const char* name) : name_(name), blocks_(new T[DEPTH]) {
+    for (int i = 0; i < DEPTH; ++i) free_.push_back(i);
+  }
+  stream_of_blocks(const stream_of_blocks&) = delete;
+  stream_of_blocks& operator=(const stream_of_blocks&) = delete;
+
+  bool empty() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return full_.empty();
+  }
+  bool full() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return free_.empty();
+  }
+  void SendDeferredWake() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  // C-simulation statistics: blocks released by the producer.
+  uint64_t blocks_written() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return written_;
+  }
+
+  // For hls::write_lock / hls::read_lock.
+  int Acquire(bool for_write) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::deque<int>& q = for_write ? free_ : full_;
+    if (q.empty()) {
+      const char* op = for_write ? "write_lock (no free block)" : "read_lock (no full block)";
+      hls_sim::Region* r = hls_sim::CurrentRegion();
+      if (r == nullptr) {
+        throw hls_sim::Deadlock{std::string("stream_of_blocks '") + name_ + "': " + op +
+                                " outside a dataflow region would block forever"};
+      }
+      lock.unlock();
+      hls_sim::SendDeferredWakes();
+      lock.lock();
+      r->Wait(lock, cv_, [&q] { return !q.empty(); }, name_, op);
+    }
+    const int b = q.front();
+    q.pop_front();
+    return b;
+  }
+  void Release(int b, bool from_write) {
+    std::lock_guard<std::mutex> lock(mu_);
+    (from_write ? full_ : free_).push_back(b);
+    if (from_write) ++written_;
+    cv_.notify_all();
+  }
+  T& block(int b) { return blocks_[b]; }
+
+ private:
+  const char* name_;
+  std::unique_ptr<T[]> blocks_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> free_, full_;  // block indices: empty ones, filled ones in order
+  uint64_t written_ = 0;
+};
+
+// hls::write_lock / hls::read_lock: acquire a block in the constructor,
+// release it in the destructor.
+template <typename T, bool kWrite>
+class block_lock {
+ public:
+  explicit block_lock(stream_of_blocks<T>& s) : s_(s), b_(s.Acquire(kWrite)) {}
+  block_lock(const block_lock&) = delete;
+  block_lock& operator=(const block_lock&) = delete;
+  ~block_lock() { s_.Release(b_, kWrite); }
+  operator T&() { return s_.block(b_); }
+  auto& operator[](size_t i) { return s_.block(b_)[i]; }
+
+ private:
+  stream_of_blocks<T>& s_;
+  int b_;
+};
+template <typename T>
+using write_lock = block_lock<T, true>;
+template <typename T>
+using read_lock = block_lock<T, false>;
 
 }  // namespace hls
 

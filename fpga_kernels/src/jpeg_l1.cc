@@ -149,6 +149,7 @@ bool ValidateHuffSpec(HuffSpec* t, bool is_dc) {
   }
   if (is_dc) {
     for (int i = 0; i < total; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 256 avg = 12
       if (t->vals[i] > 15) return false;
     }
   }
@@ -177,6 +178,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
       if (n != 6u + 3u * hdr->ncomp) return kStatusCorrupt;
       if (hdr->ncomp != 1 && hdr->ncomp != 3) return kStatusUnsupported;
       for (int c = 0; c < hdr->ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         JpegComponent& jc = hdr->comp[c];
         jc.id = seg[6 + 3 * c];
         jc.h = seg[7 + 3 * c] >> 4;
@@ -194,6 +196,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
     case 0xC4: {  // DHT
       uint32_t q = 0;
       while (q < n) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4 avg = 2
         if (q + 17 > n) return kStatusCorrupt;
         const int tc = seg[q] >> 4, th = seg[q] & 15;
         if (tc > 1 || th > 3) return kStatusCorrupt;
@@ -206,7 +209,10 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
         }
         q += 17;
         if (count > 256 || q + count > n) return kStatusCorrupt;
-        for (int i = 0; i < count; ++i) t.vals[i] = seg[q + i];
+        for (int i = 0; i < count; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 256 avg = 100
+          t.vals[i] = seg[q + i];
+        }
         q += count;
         if (!ValidateHuffSpec(&t, tc == 0)) return kStatusCorrupt;
       }
@@ -215,6 +221,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
     case 0xDB: {  // DQT
       uint32_t q = 0;
       while (q < n) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4 avg = 2
         const int pq = seg[q] >> 4, tq = seg[q] & 15;
         if (tq > 3 || pq > 1) return kStatusCorrupt;
         const uint32_t need = 1 + 64 * (pq + 1);
@@ -247,9 +254,11 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
       if (n != 4u + 2u * ns || ns < 1 || ns > 4) return kStatusCorrupt;
       if (ns != hdr->ncomp) return kStatusUnsupported;  // multi-scan
       for (int i = 0; i < ns; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         const int cid = seg[1 + 2 * i];
         int c = -1;
         for (int k = 0; k < hdr->ncomp; ++k) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
           if (hdr->comp[k].id == cid) c = k;
         }
         if (c != i) return c < 0 ? kStatusCorrupt : kStatusUnsupported;
@@ -262,6 +271,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
       if (ss != 0 || se != 63 || ahal != 0) return kStatusCorrupt;
       // Checks that need the whole frame.
       for (int c = 0; c < hdr->ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         const JpegComponent& jc = hdr->comp[c];
         if (!hdr->qt_present[jc.tq]) return kStatusUnsupported;
         if (!hdr->dc[jc.td].present || !hdr->ac[jc.ta].present) {
@@ -279,6 +289,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
       }
       int hmax = 1, vmax = 1;
       for (int c = 0; c < hdr->ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         if (hdr->comp[c].h > hmax) hmax = hdr->comp[c].h;
         if (hdr->comp[c].v > vmax) vmax = hdr->comp[c].v;
       }
@@ -308,6 +319,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
         if (blocks > 10) return kStatusCorrupt;  // libjpeg: bad MCU size
       }
       for (int c = 0; c < hdr->ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         JpegComponent& jc = hdr->comp[c];
         jc.ds_w = static_cast<int>(
             (static_cast<int64_t>(hdr->width) * jc.h + hmax - 1) / hmax);
@@ -319,6 +331,7 @@ uint32_t ParseSegment(int m, const uint8_t* seg, uint32_t n, JpegHeader* hdr) {
         hdr->mcus_x = (hdr->width + 8 * hmax - 1) / (8 * hmax);
         hdr->mcus_y = (hdr->height + 8 * vmax - 1) / (8 * vmax);
         for (int c = 0; c < hdr->ncomp; ++c) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
         }
       } else {
         const JpegComponent& jc = hdr->comp[0];

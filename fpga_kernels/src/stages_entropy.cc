@@ -99,8 +99,14 @@ images:
     // Components of the blocks of one MCU, in scan order.
     uint8_t block_comp[4 + 1 + 1];
     int per_mcu = 0;
+  mcu_layout:
     for (int c = 0; c < j.ncomp; ++c) {
-      for (int b = 0; b < j.comp_h[c] * j.comp_v[c]; ++b) block_comp[per_mcu++] = static_cast<uint8_t>(c);
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3 avg = 3
+    mcu_layout_blocks:
+      for (int b = 0; b < j.comp_h[c] * j.comp_v[c]; ++b) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4 avg = 2
+        block_comp[per_mcu++] = static_cast<uint8_t>(c);
+      }
     }
     const uint32_t total_mcus = static_cast<uint32_t>(j.mcus_x) * static_cast<uint32_t>(j.mcus_y);
 

@@ -142,7 +142,8 @@ images:
       // Output words are written whole: the last one must lie in the buffer,
       // which is allocated in whole 64-byte words.
       j.status = kStatusCorrupt;
-    } else if (j.out_h <= 0 || j.out_w <= 0 || j.out_w > kMaxOutWidth || j.dtype < 0 ||
+    } else if (j.out_h <= 0 || j.out_w <= 0 || j.out_w > kMaxOutWidth || j.out_h > kMaxOutHeight ||
+               j.dtype < 0 ||
                j.dtype > 3) {
       j.status = kStatusUnsupported;
     }

@@ -64,75 +64,103 @@ void PushWord(WideWord* out, BurstBuffer* b, uint64_t addr, const WideWord& w) {
 void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<Rgb, kPixelDepth>& rgb, hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<PixelF, kPixelDepth>& pixels) {
-  Tap taps[kMaxOutWidth];       // column taps, computed once per image
-  Rgb lines[2][kMaxWidth];      // the two source rows an output row blends
+  Tap col_taps[kMaxOutWidth];  // computed once per image
+  Tap row_taps[kMaxOutHeight + 1];
+  // Three source rows (the one arriving and the two an output row may
+  // blend), in four copies: one per bilinear read (top-left, top-right,
+  // bottom-left, bottom-right), so each copy sees one read and one write per
+  // cycle. The row being written is never one being read (an output row is
+  // emitted while the source row after its lower row arrives).
+  Rgb lines[4][3][kMaxWidth];
+#pragma HLS ARRAY_PARTITION variable = lines complete dim = 1
+#pragma HLS ARRAY_PARTITION variable = lines complete dim = 2
 #pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram
+#pragma HLS DEPENDENCE variable = lines inter false
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
-    const int oh = j.out_h, ow = j.out_w;
-    const float sy = static_cast<float>(j.crop_h) / static_cast<float>(oh);
-    const float sx = static_cast<float>(j.crop_w) / static_cast<float>(ow);
-    const bool copy = j.crop_h == oh && j.crop_w == ow;
+    // Only the crop box's pixels arrive (RasterEmit / UpsampleColor drop the
+    // rest): crop_h rows of crop_w.
+    const int oh = j.out_h, ow = j.out_w, ch = j.crop_h, cw = j.crop_w;
+    const float sy = static_cast<float>(ch) / static_cast<float>(oh);
+    const float sx = static_cast<float>(cw) / static_cast<float>(ow);
+    const bool copy = ch == oh && cw == ow;
     const bool flip = (j.flags & kFlagFlip) != 0;
     const bool saturation = (j.flags & kFlagSaturation) != 0;
   column_taps:
     for (int x = 0; x < ow; ++x) {
 #pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
-      taps[x] = copy ? Tap{x, x, 0.0f} : MakeTap(x, sx, j.crop_w);
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      col_taps[x] = copy ? Tap{x, x, 0.0f} : MakeTap(x, sx, cw);
     }
-    NEARPREP_SIM_WORK("CropResize",
-                      static_cast<uint64_t>(ow) + static_cast<uint64_t>(j.height) * j.width +
-                          static_cast<uint64_t>(oh) * ow,
-                      1 + j.height + oh);
+  row_taps_loop:
+    for (int y = 0; y < oh; ++y) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      row_taps[y] = copy ? Tap{y, y, 0.0f} : MakeTap(y, sy, ch);
+    }
+    row_taps[oh] = Tap{ch, ch, 0.0f};  // sentinel: never ready
+    uint64_t work = 2 * static_cast<uint64_t>(ow > oh ? ow : oh), entries = 2;
     int next = 0;  // next output row
-    Tap ty = copy ? Tap{0, 0, 0.0f} : MakeTap(0, sy, j.crop_h);
+    Tap ty = row_taps[0];
+    // Pass r reads source row r (r < ch) and, in the same loop, emits every
+    // output row whose lower source row is r - 1 or earlier; pass ch only
+    // emits (the rows that need the last source row).
   source_rows:
-    for (int r = 0; r < j.height; ++r) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
-      const bool row_in = r >= j.crop_y && r < j.crop_y + j.crop_h;
-    source_cols:
-      for (int x = 0; x < j.width; ++x) {
+    for (int r = 0; r <= ch; ++r) {
+#pragma HLS LOOP_TRIPCOUNT min = 2 max = 16385 avg = 300
+      const int reads = r < ch ? cw : 0;
+      const int wr = r % 3;
+      int x = 0, ox = 0;
+      bool emitting = ty.hi <= r - 1;
+      int top = ty.lo % 3, bot = ty.hi % 3;
+    fused:
+      for (int t = 0; x < reads || emitting; ++t) {
 #pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
-        const Rgb px = rgb.read();
-        if (row_in && x >= j.crop_x && x < j.crop_x + j.crop_w) lines[r & 1][x - j.crop_x] = px;
-      }
-      // Every output row whose lower source row has now arrived (its upper
-      // one is this row or the one before: both in the line buffers).
-    output_rows:
-      while (next < oh && j.crop_y + ty.hi <= r) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = 2
-        const int top = (j.crop_y + ty.lo) & 1, bot = (j.crop_y + ty.hi) & 1;
-      output_cols:
-        for (int x = 0; x < ow; ++x) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
-          const Tap tx = taps[flip ? ow - 1 - x : x];
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32768 avg = 500
+        if (x < reads) {
+          const Rgb px = rgb.read();
+          for (int k = 0; k < 4; ++k) {
+#pragma HLS UNROLL
+            lines[k][wr][x] = px;
+          }
+          ++x;
+        }
+        if (emitting) {
+          const Tap tx = col_taps[flip ? ow - 1 - ox : ox];
           PixelF out;
           for (int c = 0; c < 3; ++c) {
+#pragma HLS UNROLL
+            const float tl = static_cast<float>(lines[0][top][tx.lo].c[c]) * kInv255;
             if (copy) {
-              out.c[c] = static_cast<float>(lines[top][tx.lo].c[c]) * kInv255;
+              out.c[c] = tl;
               continue;
             }
-            const float tl = static_cast<float>(lines[top][tx.lo].c[c]) * kInv255;
-            const float tr = static_cast<float>(lines[top][tx.hi].c[c]) * kInv255;
-            const float bl = static_cast<float>(lines[bot][tx.lo].c[c]) * kInv255;
-            const float br = static_cast<float>(lines[bot][tx.hi].c[c]) * kInv255;
-            const float t = tl + (tr - tl) * tx.lerp;
-            const float b = bl + (br - bl) * tx.lerp;
-            out.c[c] = t + (b - t) * ty.lerp;
+            const float tr = static_cast<float>(lines[1][top][tx.hi].c[c]) * kInv255;
+            const float bl = static_cast<float>(lines[2][bot][tx.lo].c[c]) * kInv255;
+            const float br = static_cast<float>(lines[3][bot][tx.hi].c[c]) * kInv255;
+            const float tv = tl + (tr - tl) * tx.lerp;
+            const float bv = bl + (br - bl) * tx.lerp;
+            out.c[c] = tv + (bv - tv) * ty.lerp;
           }
           AugmentPixel(out.c, j.delta, saturation, j.factor, j.clip, j.normalize, j.mean, j.std);
           pixels.write(out);
+          if (++ox == ow) {  // the next output row, if it is ready too
+            ox = 0;
+            ++next;
+            ty = row_taps[next];
+            top = ty.lo % 3;
+            bot = ty.hi % 3;
+            emitting = next < oh && ty.hi <= r - 1;
+          }
         }
-        ++next;
-        ty = copy ? Tap{next, next, 0.0f} : MakeTap(next, sy, j.crop_h);
+        ++work;
       }
+      ++entries;
     }
+    NEARPREP_SIM_WORK("CropResize", work, entries);
   }
 }
 
@@ -279,6 +307,7 @@ images:
     }
     written_end = j.out_off + plane_bytes * planes;
     for (int p = 0; p < planes; ++p) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
       if (stage[p].mask != 0) held[nheld++] = stage[p];
     }
     // Merge partial words that share an address (plane boundaries, and the
@@ -287,6 +316,7 @@ images:
     if (have_carry) {
       bool merged = false;
       for (int h = 0; h < nheld; ++h) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 7
         if (held[h].addr == carry.addr) {
           MergeWord(&held[h], carry);
           merged = true;
@@ -301,6 +331,7 @@ images:
 #pragma HLS LOOP_TRIPCOUNT min = 0 max = 7
       if (held[h].mask == 0) continue;  // merged into an earlier entry
       for (int g = h + 1; g < nheld; ++g) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 6
         if (held[g].addr == held[h].addr) {
           MergeWord(&held[h], held[g]);
           held[g].mask = 0;

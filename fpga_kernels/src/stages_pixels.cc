@@ -1,5 +1,5 @@
 // Dataflow processes from blocks to RGB pixels: Idct, McuRowsToRaster,
-// UpsampleColor. See dataflow.h.
+// McuRowReceive, RasterEmit, UpsampleColor. See dataflow.h.
 #include <cstdint>
 
 #include "dataflow.h"
@@ -9,36 +9,54 @@
 namespace nearprep_fpga {
 namespace {
 
-// MCU-row buffers: two slots (the MCU row being filled and the one before,
-// whose last chroma row is the upsampler's context), luma up to 16 rows
-// (2x2 blocks per MCU), chroma 8 rows. Widths: whole MCUs of the widest image.
-constexpr int kRowWidth = kMaxWidth + 16;
-constexpr int kChromaWidth = kMaxWidth / 2 + 16;
+// Pending lines of RasterEmit (4:2:0): the last luma row of the previous MCU
+// row and its last chroma rows (Cb, Cr), kept when that MCU row is released.
+constexpr int kPendLuma = 0, kPendCb = 1, kPendCr = 2;
 
-struct McuRowBuffers {
-  uint8_t y[2][16][kRowWidth];
-  uint8_t cb[2][8][kRowWidth];  // 4:4:4 chroma is as wide as luma
-  uint8_t cr[2][8][kRowWidth];
+// Where one raster row's samples come from: block rows of the MCU row held
+// (luma row, chroma rows within the chroma plane) or the pending lines.
+struct RowPlan {
+  int y_row;
+  bool y_pend;
+  int n_row;  // nearer chroma row (4:2:x), the chroma row (4:4:4)
+  bool n_pend;
+  int f_row;  // farther chroma row (4:2:0 context; = n_row otherwise)
+  bool f_pend;
+  bool emit;  // the row is inside the crop box: send it downstream
+  bool save;  // keep luma row 15 and this row's nearer chroma as pending lines
 };
 
-// One output row: w luma samples and the chroma pairs it needs, streamed in
-// one loop (a chroma pair every pixel for 4:4:4, every second for 4:2:x).
-void EmitRow(const McuRowBuffers& b, int slot_y, int row_y, int slot_n, int row_n, int slot_f,
-             int row_f, int w, int sampling, hls::stream<uint8_t, kPixelDepth>& luma,
+// One raster row: w luma samples and the chroma pairs it needs (a pair every
+// pixel for 4:4:4, every second for 4:2:x), in one loop; optionally copies
+// the pending lines in the same pass.
+void EmitRow(McuRowBlock& blk, uint8_t pend[3][kMcuRowWidth], const RowPlan& p, int w,
+             int sampling, hls::stream<uint8_t, kPixelDepth>& luma,
              hls::stream<ChromaPair, kPixelDepth>& chroma) {
 emit_row:
   for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
-    luma.write(b.y[slot_y][row_y][x]);
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384 avg = 500
+#pragma HLS DEPENDENCE variable = pend inter false
+    const uint8_t yv = p.y_pend ? pend[kPendLuma][x] : blk[kMcuLumaRow0 + p.y_row][x];
+    if (p.emit) luma.write(yv);
+    if (p.save) pend[kPendLuma][x] = blk[kMcuLumaRow0 + 15][x];
     if (sampling == kSamplingGray) continue;
     const bool sub = sampling != kSampling444;
     if (sub && (x & 1)) continue;
     const int c = sub ? x >> 1 : x;
-    chroma.write(ChromaPair{b.cb[slot_n][row_n][c], b.cb[slot_f][row_f][c], b.cr[slot_n][row_n][c],
-                            b.cr[slot_f][row_f][c]});
+    const uint8_t cbn = p.n_pend ? pend[kPendCb][c] : blk[kMcuCbRow0 + p.n_row][c];
+    const uint8_t crn = p.n_pend ? pend[kPendCr][c] : blk[kMcuCrRow0 + p.n_row][c];
+    const uint8_t cbf = p.f_pend ? pend[kPendCb][c] : blk[kMcuCbRow0 + p.f_row][c];
+    const uint8_t crf = p.f_pend ? pend[kPendCr][c] : blk[kMcuCrRow0 + p.f_row][c];
+    if (p.emit) chroma.write(ChromaPair{cbn, cbf, crn, crf});
+    if (p.save) {
+      pend[kPendCb][c] = cbn;
+      pend[kPendCr][c] = crn;
+    }
   }
 }
+
+inline bool InCrop(const ImageJob& j, int y) { return y >= j.crop_y && y < j.crop_y + j.crop_h; }
 
 }  // namespace
 
@@ -90,88 +108,96 @@ images:
   }
 }
 
-void McuRowsToRaster(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                     hls::stream<SampleRow, kRowDepth>& rows,
-                     hls::stream<ImageJob, kJobDepth>& job_out,
-                     hls::stream<uint8_t, kPixelDepth>& luma,
-                     hls::stream<ChromaPair, kPixelDepth>& chroma) {
-  McuRowBuffers buf;
-#pragma HLS BIND_STORAGE variable = buf type = ram_2p impl = uram
+void McuRowReceive(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                   hls::stream<SampleRow, kRowDepth>& rows,
+                   hls::stream<ImageJob, kJobDepth>& job_out, McuRowStream& mcu_rows) {
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
+    const int nl = j.comp_h[0] * j.comp_v[0];
+    const int per_mcu = nl + (j.ncomp == 3 ? 2 : 0);
+    const int n_rows = j.mcus_x * per_mcu * 8;
+    NEARPREP_SIM_WORK("McuRowReceive", static_cast<uint64_t>(j.mcus_y) * n_rows, j.mcus_y);
+  mcu_rows_loop:
+    for (int m = 0; m < j.mcus_y; ++m) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024 avg = 24
+      hls::write_lock<McuRowBlock> lock(mcu_rows);
+      McuRowBlock& blk = lock;
+      // Every block's 8 rows into its plane, in one flat loop that walks
+      // (MCU, block, row): luma blocks first (row-major by, bx), then Cb,
+      // then Cr.
+      int mx = 0, b = 0, r = 0;
+    receive:
+      for (int t = 0; t < n_rows; ++t) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 8 max = 98304 avg = 1500
+        const SampleRow row = rows.read();
+        const int c = b < nl ? 0 : b - nl + 1;
+        const int by = c == 0 ? b / j.comp_h[0] : 0;
+        const int bx = c == 0 ? b % j.comp_h[0] : 0;
+        const int col = (mx * (c == 0 ? j.comp_h[0] : 1) + bx) * 8;
+        const int dst = c == 0 ? kMcuLumaRow0 + by * 8 + r : (c == 1 ? kMcuCbRow0 : kMcuCrRow0) + r;
+        for (int k = 0; k < 8; ++k) blk[dst][col + k] = row.s[k];
+        if (++r == 8) {
+          r = 0;
+          if (++b == per_mcu) {
+            b = 0;
+            ++mx;
+          }
+        }
+      }
+    }
+  }
+}
+
+void RasterEmit(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                McuRowStream& mcu_rows, hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<uint8_t, kPixelDepth>& luma,
+                hls::stream<ChromaPair, kPixelDepth>& chroma) {
+  uint8_t pend[3][kMcuRowWidth];
+#pragma HLS ARRAY_PARTITION variable = pend complete dim = 1
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
     const int w = j.width, h = j.height;
     const int rows_per_mcu_row = j.ncomp == 3 ? 8 * j.comp_v[0] : 8;
     const bool h2v2 = j.sampling == kSampling420;
-    // A deferred luma row (the last of an MCU row in 4:2:0, whose farther
-    // chroma row is the first of the next MCU row): its slot, or -1.
-    int pending_slot = -1;
+    const int ds_h = j.ds_h[1];
     uint64_t work = 0, entries = 0;
   mcu_rows_loop:
     for (int m = 0; m < j.mcus_y; ++m) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
-      const int slot = m & 1;
-      // Receive MCU row m: every block's 8 rows into its plane, in one flat
-      // loop that walks (MCU, component, block row, block column, row).
-      const int per_mcu = j.comp_h[0] * j.comp_v[0] + (j.ncomp == 3 ? 2 : 0);
-      const int n_rows = j.mcus_x * per_mcu * 8;
-      int mx = 0, blk = 0, r = 0;
-    receive:
-      for (int t = 0; t < n_rows; ++t) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 8 max = 98304
-        const SampleRow row = rows.read();
-        // Block `blk` of the MCU: luma blocks first (row-major by, bx), then
-        // Cb, then Cr.
-        const int nl = j.comp_h[0] * j.comp_v[0];
-        const int c = blk < nl ? 0 : blk - nl + 1;
-        const int by = c == 0 ? blk / j.comp_h[0] : 0;
-        const int bx = c == 0 ? blk % j.comp_h[0] : 0;
-        const int col = (mx * (c == 0 ? j.comp_h[0] : 1) + bx) * 8;
-        for (int k = 0; k < 8; ++k) {
-          if (c == 0) {
-            buf.y[slot][by * 8 + r][col + k] = row.s[k];
-          } else if (c == 1) {
-            buf.cb[slot][r][col + k] = row.s[k];
-          } else {
-            buf.cr[slot][r][col + k] = row.s[k];
-          }
-        }
-        if (++r == 8) {
-          r = 0;
-          if (++blk == per_mcu) {
-            blk = 0;
-            ++mx;
-          }
-        }
-      }
-      work += n_rows;
-      ++entries;
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024 avg = 24
+      hls::read_lock<McuRowBlock> lock(mcu_rows);
+      McuRowBlock& blk = lock;
       const int y0 = m * rows_per_mcu_row;
       if (!h2v2) {
       plain_rows:
         for (int r = 0; r < rows_per_mcu_row && y0 + r < h; ++r) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 8
-          EmitRow(buf, slot, r, slot, r, slot, r, w, j.sampling, luma, chroma);
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 8 avg = 8
+          if (!InCrop(j, y0 + r)) continue;
+          const RowPlan p{r, false, r, false, r, false, true, false};
+          EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
           work += w;
           ++entries;
         }
         continue;
       }
-      // 4:2:0: the deferred last row of MCU row m-1 first (its farther
-      // chroma row is row 0 here), then this MCU row's rows.
-      const int ds_h = j.ds_h[1];
-      if (pending_slot >= 0) {
-        EmitRow(buf, pending_slot, 15, pending_slot, 7, slot, 0, w, j.sampling, luma, chroma);
-        pending_slot = -1;
+      // 4:2:0: first the last row of MCU row m-1, deferred until now (its
+      // farther chroma row is this MCU row's first); it and its nearer
+      // chroma row were kept as the pending lines.
+      if (m > 0 && InCrop(j, y0 - 1)) {
+        const RowPlan p{0, true, 0, true, 0, false, true, false};
+        EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
         work += w;
         ++entries;
       }
     h2v2_rows:
       for (int r = 0; r < 16 && y0 + r < h; ++r) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16 avg = 16
         const int y = y0 + r;
         const int in_row = y >> 1;
         int far = (y & 1) ? in_row + 1 : in_row - 1;
@@ -179,18 +205,20 @@ images:
         if (far > ds_h - 1) far = ds_h - 1;    // bottom row replicated
         const int near_local = in_row - 8 * m;  // 0..7
         const int far_local = far - 8 * m;      // -1..8
-        if (far_local == 8) {
-          pending_slot = slot;  // only r == 15, and not the last MCU row
-          continue;
-        }
-        const int far_slot = far_local < 0 ? 1 - slot : slot;
-        const int far_row = far_local < 0 ? 7 : far_local;
-        EmitRow(buf, slot, r, slot, near_local, far_slot, far_row, w, j.sampling, luma, chroma);
+        if (far_local == 8) continue;           // r == 15, not the last MCU row: deferred
+        // Row 14 of an MCU row with a successor keeps luma row 15 and chroma
+        // row 7 (its nearer row) as the pending lines, in the same pass.
+        const bool save = r == 14 && m + 1 < j.mcus_y;
+        const bool emit = InCrop(j, y);
+        if (!emit && !save) continue;
+        const RowPlan p{r, false, near_local, false, far_local < 0 ? 0 : far_local,
+                        far_local < 0, emit, save};
+        EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
         work += w;
         ++entries;
       }
     }
-    NEARPREP_SIM_WORK("McuRowsToRaster", work, entries);
+    NEARPREP_SIM_WORK("RasterEmit", work, entries);
   }
 }
 
@@ -209,12 +237,15 @@ images:
     const int ds_w = sub ? j.ds_w[1] : w;
     const bool fancy = ds_w > 2;  // libjpeg replicates narrow components
     // Per row: the pixels, plus up to two chroma columns read ahead.
+    // Only the crop box's rows arrive (RasterEmit drops the others), whole;
+    // only the crop box's columns leave.
     NEARPREP_SIM_WORK("UpsampleColor",
-                      static_cast<uint64_t>(j.height) * (w + (sub ? (ds_w > 1 ? 2 : 1) : 0)),
-                      j.height);
+                      static_cast<uint64_t>(j.crop_h) * (w + (sub ? (ds_w > 1 ? 2 : 1) : 0)),
+                      j.crop_h);
+    const int x_end = j.crop_x + j.crop_w;
   rows_loop:
-    for (int y = 0; y < j.height; ++y) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
+    for (int y = 0; y < j.crop_h; ++y) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384 avg = 300
       // Sliding window of chroma columns (previous, current, next) as
       // libjpeg's "colsum" (h2v2: 3 * near + far; h2v1: the sample).
       int cb_prev = 0, cb_cur = 0, cb_next = 0, cr_prev = 0, cr_cur = 0, cr_next = 0;
@@ -280,7 +311,7 @@ images:
         } else {
           YccToRgb(yy, cb, cr, px.c);
         }
-        rgb.write(px);
+        if (x >= j.crop_x && x < x_end) rgb.write(px);
       }
     }
   }

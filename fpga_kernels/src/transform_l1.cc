@@ -89,10 +89,19 @@ void SaturatePixel(float* pr, float* pg, float* pb, float factor) {
   float fm = dh;
   // TF's unbounded wrap loops; hue is in [0, 1] here, so a few rounds
   // suffice (bounded for hardware; identical for |dh| < 16).
+  // Fixed eight rounds, each predicated (no data-dependent exit inside the
+  // pipelined caller): once a round does nothing, every later one does
+  // nothing either, so this is the bounded loop with an early exit.
 wrap_up:
-  for (int i = 0; i < 8 && fm <= 0; ++i) fm += 2.0f;
+  for (int i = 0; i < 8; ++i) {
+#pragma HLS UNROLL
+    if (fm <= 0) fm += 2.0f;
+  }
 wrap_down:
-  for (int i = 0; i < 8 && fm >= 2.0f; ++i) fm -= 2.0f;
+  for (int i = 0; i < 8; ++i) {
+#pragma HLS UNROLL
+    if (fm >= 2.0f) fm -= 2.0f;
+  }
   const float x = c * (1 - std::fabs(fm - 1));
   float rr, gg, bb;
   switch (k) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/daemon/backend_choice.h"
 #include "server/service/server.h"
 
 namespace nearprep {
@@ -28,6 +29,7 @@ struct DaemonConfig {
   // SIGTERM/SIGINT: streams may finish for this long, then are cancelled.
   double drain_seconds = 10.0;
   ServerOptions server;
+  BackendOptions backend;
 };
 
 // Parses "123", "64K", "512M", "2G" (powers of 1024) into bytes.

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/daemon/backend_choice.h"
 #include "server/daemon/daemon_config.h"
 #include "server/daemon/service_notifier.h"
 #include "server/daemon/watchdog_loop.h"
@@ -66,7 +67,17 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [nearprepd] %v");
 
-  auto server = nearprep::NearprepServer::Create(config.server);
+  // The backend first: choosing it is this program's wiring (cpu, fpga or
+  // auto, with the reason shown in ServerInfo.backend_detail).
+  std::string backend_why;
+  auto backend = nearprep::CreateBackend(config.backend, &backend_why);
+  if (!backend.ok()) {
+    std::cerr << "nearprepd: bad configuration: " << backend.status().message()
+              << std::endl;
+    return 2;
+  }
+  auto server = nearprep::NearprepServer::Create(
+      config.server, std::move(backend).value(), backend_why);
   if (!server.ok()) {
     std::cerr << "nearprepd: bad configuration: " << server.status().message()
               << std::endl;

@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
 
   std::unique_ptr<Dataset> ds(new Dataset(c));
   ds->storage_ = std::move(storage);
+  if (!c.manifest.empty()) {
+    if (absl::Status m = ds->ApplyManifest(&*listing); !m.ok()) return m;
+  }
   ds->class_names_ = std::move(listing->class_names);
   ds->num_classes_ = listing->num_classes;
   ds->num_refused_ = listing->refused;
@@ -85,24 +88,23 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   return ds;
 }
 
-absl::Status Dataset::CheckRecordAndKeepPayload(
-    uint64_t id, std::vector<uint8_t>* record) const {
+absl::StatusOr<size_t> Dataset::CheckRecord(uint64_t id, const uint8_t* record,
+                                            size_t n) const {
   const ListedSample& where = listed_[id];
   const auto at = [&](absl::string_view what) {
     return absl::DataLossError(Where(
         id, absl::StrCat(where.file, " offset ", where.record_offset, ": ",
                          what)));
   };
-  if (record->size() != where.record_bytes ||
-      record->size() < records::kTfRecordOverheadBytes) {
+  if (n != where.record_bytes || n < records::kTfRecordOverheadBytes) {
     return at("truncated record (the shard shrank since it was indexed)");
   }
-  absl::StatusOr<uint64_t> length = records::ParseTfRecordHeader(record->data());
+  absl::StatusOr<uint64_t> length = records::ParseTfRecordHeader(record);
   if (!length.ok()) return at(length.status().message());
-  if (*length + records::kTfRecordOverheadBytes != record->size()) {
+  if (*length + records::kTfRecordOverheadBytes != n) {
     return at("record length changed since the shard was indexed");
   }
-  const uint8_t* data = record->data() + records::kTfRecordHeaderBytes;
+  const uint8_t* data = record + records::kTfRecordHeaderBytes;
   absl::Status crc = records::CheckTfRecordData(data, *length, data + *length);
   if (!crc.ok()) return at(crc.message());
   const uint64_t start = where.offset - where.record_offset;
@@ -110,8 +112,16 @@ absl::Status Dataset::CheckRecordAndKeepPayload(
       start + where.size > records::kTfRecordHeaderBytes + *length) {
     return at("image bytes outside the record");
   }
-  std::memmove(record->data(), record->data() + start, where.size);
-  record->resize(where.size);
+  return static_cast<size_t>(start);
+}
+
+absl::Status Dataset::CheckRecordAndKeepPayload(
+    uint64_t id, std::vector<uint8_t>* record) const {
+  absl::StatusOr<size_t> start = CheckRecord(id, record->data(), record->size());
+  if (!start.ok()) return start.status();
+  const size_t size = listed_[id].size;
+  std::memmove(record->data(), record->data() + *start, size);
+  record->resize(size);
   return absl::OkStatus();
 }
 
@@ -134,6 +144,33 @@ struct AlignedFree {
 
 }  // namespace
 
+absl::Status Dataset::ReadAlignedInto(const std::string& file, uint64_t begin,
+                                      uint64_t end, uint8_t* dst, uint64_t* got) const {
+  auto read_with = [&](bool direct) -> absl::Status {
+    OpenOptions o;
+    o.direct = direct;
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(file, o);
+    if (!f.ok()) return f.status();
+    size_t n = 0;
+    absl::Status s = (*f)->Read(begin, end - begin, dst, &n);
+    if (s.ok()) *got = n;
+    return s;
+  };
+  absl::Status s = read_with(/*direct=*/true);
+  if (s.ok()) {
+    counters_.direct_reads.fetch_add(1, std::memory_order_relaxed);
+  } else if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+    // The file system (or an unaligned destination) refuses O_DIRECT
+    // (tmpfs, some overlays): buffered.
+    counters_.buffered_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    s = read_with(/*direct=*/false);
+  }
+  if (!s.ok()) return s;
+  counters_.reads.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes.fetch_add(*got, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Block> Dataset::ReadBlock(const std::string& file,
                                          uint64_t offset,
                                          uint64_t size) const {
@@ -145,32 +182,15 @@ absl::StatusOr<Block> Dataset::ReadBlock(const std::string& file,
   uint8_t* raw = static_cast<uint8_t*>(std::aligned_alloc(a, end - begin));
   if (raw == nullptr) return absl::ResourceExhaustedError("block allocation");
   block.data = std::shared_ptr<uint8_t>(raw, AlignedFree());
-  auto read_with = [&](bool direct) -> absl::Status {
-    OpenOptions o;
-    o.direct = direct;
-    absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(file, o);
-    if (!f.ok()) return f.status();
-    size_t got = 0;
-    absl::Status s = (*f)->Read(begin, end - begin, raw, &got);
-    if (s.ok()) block.size = got;
-    return s;
-  };
-  absl::Status s = read_with(/*direct=*/true);
-  if (s.ok()) {
-    counters_.direct_reads.fetch_add(1, std::memory_order_relaxed);
-  } else if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
-    // The file system refuses O_DIRECT (tmpfs, some overlays): buffered.
-    counters_.buffered_fallbacks.fetch_add(1, std::memory_order_relaxed);
-    s = read_with(/*direct=*/false);
-  }
+  uint64_t got = 0;
+  absl::Status s = ReadAlignedInto(file, begin, end, raw, &got);
   if (!s.ok()) return s;
-  counters_.reads.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes.fetch_add(block.size, std::memory_order_relaxed);
+  block.size = got;
   return block;
 }
 
-absl::Status Dataset::ReadFromBlock(uint64_t id, uint64_t block_samples,
-                                    std::vector<uint8_t>* out) const {
+void Dataset::BlockRange(uint64_t id, uint64_t block_samples, uint64_t* lo_out,
+                         uint64_t* hi_out, uint64_t* begin_out, uint64_t* end_out) const {
   const ListedSample& where = listed_[id];
   // The block's samples that live in this sample's file (a block may span
   // two shards; each part is read on its own).
@@ -191,7 +211,71 @@ absl::Status Dataset::ReadFromBlock(uint64_t id, uint64_t block_samples,
     begin = std::min(begin, RecordBegin(listed_[i]));
     end = std::max(end, RecordEnd(listed_[i]));
   }
-  if (end - begin > kMaxBlockBytes) return ReadSample(id, out, ReadHint{});
+  *lo_out = lo;
+  *hi_out = hi;
+  *begin_out = begin;
+  *end_out = end;
+}
+
+uint64_t Dataset::BlockBytesFor(uint64_t id, uint64_t block_samples) const {
+  if (block_samples == 0 || id >= listed_.size() || listed_[id].whole_file ||
+      listed_[id].record_bytes == 0 || !listed_[id].error.empty()) {
+    return 0;
+  }
+  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
+  BlockRange(id, block_samples, &lo, &hi, &begin, &end);
+  if (end - begin > kMaxBlockBytes) return 0;
+  const uint64_t a = kDirectIoAlignment;
+  return (end + a - 1) / a * a - begin / a * a;
+}
+
+absl::StatusOr<std::vector<BlockSample>> Dataset::ReadBlockInto(
+    uint64_t id, uint64_t block_samples, uint8_t* dst, uint64_t capacity) const {
+  const uint64_t need = BlockBytesFor(id, block_samples);
+  if (need == 0 || need > capacity) {
+    return absl::InvalidArgumentError(
+        Where(id, absl::StrCat("no block of ", block_samples, " records fits ", capacity,
+                               " bytes")));
+  }
+  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
+  BlockRange(id, block_samples, &lo, &hi, &begin, &end);
+  const uint64_t a = kDirectIoAlignment;
+  const uint64_t abegin = begin / a * a;
+  uint64_t got = 0;
+  const absl::Status rs = ReadAlignedInto(listed_[id].file, abegin, abegin + need, dst, &got);
+  if (!rs.ok()) return absl::Status(rs.code(), Where(id, rs.message()));
+  std::vector<BlockSample> out;
+  for (uint64_t i = lo; i < hi; ++i) {
+    const ListedSample& w = listed_[i];
+    BlockSample b;
+    b.id = i;
+    if (!w.error.empty()) {
+      b.status = absl::DataLossError(Where(i, w.error));
+    } else if (w.record_bytes == 0 || RecordEnd(w) > abegin + got) {
+      b.status = absl::DataLossError(
+          Where(i, "truncated record (the shard shrank since it was indexed)"));
+    } else {
+      const uint64_t rec = w.record_offset - abegin;
+      absl::StatusOr<size_t> start = CheckRecord(i, dst + rec, w.record_bytes);
+      if (start.ok()) {
+        b.offset = rec + *start;
+        b.size = w.size;
+      } else {
+        b.status = start.status();
+      }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+absl::StatusOr<SampleView> Dataset::ViewFromBlock(
+    uint64_t id, uint64_t block_samples) const {
+  const ListedSample& where = listed_[id];
+  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
+  BlockRange(id, block_samples, &lo, &hi, &begin, &end);
+  // Too large to be worth holding: an empty view, read the sample alone.
+  if (end - begin > kMaxBlockBytes) return SampleView{};
   bool loaded = false;
   absl::StatusOr<Block> block = block_cache_->GetOrLoad(
       BlockCache::Key{where.file, begin, end - begin},
@@ -206,10 +290,17 @@ absl::Status Dataset::ReadFromBlock(uint64_t id, uint64_t block_samples,
     return absl::DataLossError(
         Where(id, "truncated record (the shard shrank since it was indexed)"));
   }
-  const uint8_t* src = block->data.get() + (rb - block->offset);
-  out->assign(src, src + (re - rb));
-  if (where.record_bytes == 0) return absl::OkStatus();
-  return CheckRecordAndKeepPayload(id, out);
+  SampleView view;
+  view.keep = block->data;
+  view.data = block->data.get() + (rb - block->offset);
+  view.size = re - rb;
+  if (where.record_bytes != 0) {
+    absl::StatusOr<size_t> start = CheckRecord(id, view.data, view.size);
+    if (!start.ok()) return start.status();
+    view.data += *start;
+    view.size = where.size;
+  }
+  return view;
 }
 
 std::string Dataset::Where(uint64_t id, absl::string_view what) const {
@@ -256,9 +347,19 @@ absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out) const {
 
 absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out,
                                  const ReadHint& hint) const {
+  absl::StatusOr<SampleView> view = ReadSampleView(id, hint, out);
+  if (!view.ok()) return view.status();
+  if (view->keep != nullptr) out->assign(view->data, view->data + view->size);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SampleView> Dataset::ReadSampleView(
+    uint64_t id, const ReadHint& hint, std::vector<uint8_t>* scratch) const {
   if (hint.block_samples > 0 && id < listed_.size() &&
       !listed_[id].whole_file && listed_[id].error.empty()) {
-    return ReadFromBlock(id, hint.block_samples, out);
+    absl::StatusOr<SampleView> view = ViewFromBlock(id, hint.block_samples);
+    // An empty view: the block is too large, read the sample alone below.
+    if (!view.ok() || view->data != nullptr) return view;
   }
   absl::StatusOr<SampleFile> f = OpenSample(id, OpenOptions{});
   if (!f.ok()) return f.status();
@@ -268,17 +369,23 @@ absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out,
       where.record_bytes ? where.record_bytes : f->size,
       std::memory_order_relaxed);
   if (where.record_bytes == 0) {
-    const absl::Status s = ReadRange(*f->file, f->offset, f->size, out);
+    const absl::Status s = ReadRange(*f->file, f->offset, f->size, scratch);
     if (!s.ok()) return absl::DataLossError(Where(id, s.message()));
-    return absl::OkStatus();
+  } else {
+    // A TFRecord sample: read the whole record (one read), check its framing
+    // and CRCs again (the shard may have changed since it was indexed), then
+    // keep the image bytes.
+    const absl::Status s =
+        ReadRange(*f->file, where.record_offset, where.record_bytes, scratch);
+    if (!s.ok()) return absl::DataLossError(Where(id, s.message()));
+    if (absl::Status c = CheckRecordAndKeepPayload(id, scratch); !c.ok()) {
+      return c;
+    }
   }
-  // A TFRecord sample: read the whole record (one read), check its framing
-  // and CRCs again (the shard may have changed since it was indexed), then
-  // keep the image bytes.
-  const absl::Status s =
-      ReadRange(*f->file, where.record_offset, where.record_bytes, out);
-  if (!s.ok()) return absl::DataLossError(Where(id, s.message()));
-  return CheckRecordAndKeepPayload(id, out);
+  SampleView view;
+  view.data = scratch->data();
+  view.size = scratch->size();
+  return view;
 }
 
 }  // namespace nearprep

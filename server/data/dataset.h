@@ -28,6 +28,10 @@
 
 namespace nearprep {
 
+namespace fleet {
+struct Manifest;
+}  // namespace fleet
+
 struct Sample {
   uint64_t id = 0;
   std::string path;  // Relative to the root, '/'-separated.
@@ -54,6 +58,13 @@ struct DatasetConfig {
   // Record formats: bytes of blocks held for block-shuffle reads
   // (block_cache.h), shared by the dataset's streams.
   uint64_t block_cache_bytes = uint64_t{256} << 20;
+  // Record formats: a fleet manifest (server/fleet/manifest.h; relative to
+  // root or absolute). Sample ids then follow the manifest (all its shards,
+  // held here or not); the daemon holds the partitions whose shards are all
+  // present with the manifest's record count and size (and CRC-32C when
+  // manifest_check is "crc32c"). dataset_manifest.cc.
+  std::string manifest;
+  std::string manifest_check = "size";  // or "crc32c"
 };
 
 // How a reader is going to read (a hint; the bytes are the same either way).
@@ -62,6 +73,26 @@ struct ReadHint {
   // samples; a record dataset then reads each block's records in one large
   // read and serves the block's samples from it.
   uint64_t block_samples = 0;
+};
+
+// The bytes of one sample, read: [data, data + size). They live either in a
+// block buffer of the dataset's BlockCache (record datasets read in
+// block-shuffle order; `keep` holds that block alive, nothing was copied) or
+// in the caller's scratch vector passed to ReadSampleView (`keep` empty).
+struct SampleView {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const uint8_t> keep;
+};
+
+// One sample of a block read into a caller's buffer (Dataset::
+// ReadBlockInto): its image bytes are [offset, offset + size) of that buffer,
+// or `status` says why not (DATA_LOSS naming shard and offset).
+struct BlockSample {
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  absl::Status status;
 };
 
 // A sample opened for reading: its bytes are [offset, offset + size) of
@@ -99,6 +130,13 @@ class Dataset {
 
   const Storage& storage() const { return *storage_; }
 
+  // Fleet datasets (config.manifest set): the manifest, the partitions held
+  // here (ascending), and whether sample `id` is in one of them. Without a
+  // manifest: nullptr, empty, and Holds() is true for every id < size().
+  const fleet::Manifest* manifest() const { return manifest_.get(); }
+  const std::vector<uint32_t>& partitions_held() const { return held_; }
+  bool Holds(uint64_t id) const;
+
   // Reads the bytes of sample `id` into *out (resized; a file that shrank
   // since it was opened gives what is there). Errors: NOT_FOUND (gone),
   // PERMISSION_DENIED (outside the root / symlink / not regular),
@@ -108,8 +146,31 @@ class Dataset {
   absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out,
                           const ReadHint& hint) const;
 
+  // Like ReadSample, without the copy where the bytes are already in memory:
+  // a sample served from a block (ReadHint::block_samples > 0 on a record
+  // dataset) is a view into the block buffer; otherwise the bytes are read
+  // into *scratch and the view points there (valid until *scratch changes).
+  // Same errors as ReadSample; the TFRecord CRCs are checked either way.
+  absl::StatusOr<SampleView> ReadSampleView(
+      uint64_t id, const ReadHint& hint, std::vector<uint8_t>* scratch) const;
+
   // What the dataset's reads cost storage (read sizes: bytes / reads).
   const ReadCounters& read_counters() const { return counters_; }
+
+  // Record datasets, for readers that fill their own buffer with many samples
+  // at once (the FPGA backend's input buffer, the P2P target): the block of
+  // `block_samples` that holds sample `id` (its samples in id's shard, as
+  // ReadHint reads them). BlockBytesFor gives the bytes of buffer that block
+  // needs (its records' range rounded out to 4 KiB), 0 when `id` is not a
+  // TFRecord sample, is known bad, or the block is over 64 MiB.
+  // ReadBlockInto reads that range with one read into dst (O_DIRECT when dst
+  // and the file system allow it, else buffered; counted in read_counters),
+  // checks every record (TFRecord framing and CRCs) and says where each
+  // sample's image bytes are in dst. dst holds `capacity` bytes.
+  uint64_t BlockBytesFor(uint64_t id, uint64_t block_samples) const;
+  absl::StatusOr<std::vector<BlockSample>> ReadBlockInto(uint64_t id, uint64_t block_samples,
+                                                         uint8_t* dst,
+                                                         uint64_t capacity) const;
 
   // Opens sample `id` (with `options`, e.g. O_DIRECT for a P2P reader) and
   // checks its size against max_file_bytes; the caller reads
@@ -119,8 +180,12 @@ class Dataset {
 
  private:
   explicit Dataset(DatasetConfig c) : config_(std::move(c)) {}
-  // Keeps the image bytes of a TFRecord record read whole, after checking
-  // its framing and CRCs; DATA_LOSS naming shard and offset otherwise.
+  // Checks the framing and CRCs of sample `id`'s TFRecord record, read
+  // whole into [record, record + n), and returns where its image bytes start
+  // in it; DATA_LOSS naming shard and offset otherwise.
+  absl::StatusOr<size_t> CheckRecord(uint64_t id, const uint8_t* record,
+                                     size_t n) const;
+  // CheckRecord, then keeps only the image bytes in *record.
   absl::Status CheckRecordAndKeepPayload(uint64_t id,
                                          std::vector<uint8_t>* record) const;
   // "dataset 'NAME': PATH: " + what.
@@ -139,14 +204,31 @@ class Dataset {
   std::shared_ptr<const Storage> index_cache_;
   mutable ReadCounters counters_;
   std::unique_ptr<BlockCache> block_cache_;
+  std::shared_ptr<const fleet::Manifest> manifest_;
+  std::vector<uint32_t> held_;
+  std::vector<bool> held_mask_;  // per partition
 
-  // The block-read path of ReadSample (record formats).
-  absl::Status ReadFromBlock(uint64_t id, uint64_t block_samples,
-                             std::vector<uint8_t>* out) const;
+  // Reorders *listing to the manifest's global sample ids (placeholders for
+  // shards not held) and fills manifest_ / held_ (dataset_manifest.cc).
+  absl::Status ApplyManifest(SampleListing* listing);
+
+  // The block-read path of ReadSample (record formats): a view of the
+  // sample's image bytes inside its block; an empty view (data == nullptr)
+  // when the block is too large to hold.
+  absl::StatusOr<SampleView> ViewFromBlock(uint64_t id,
+                                            uint64_t block_samples) const;
   // One aligned read of [offset, offset + size) of `file` (O_DIRECT when
   // the file system takes it).
   absl::StatusOr<Block> ReadBlock(const std::string& file, uint64_t offset,
                                   uint64_t size) const;
+  // Reads [begin, end) of `file` (4 KiB aligned) into dst: O_DIRECT first,
+  // buffered when refused; counted. *got: bytes read.
+  absl::Status ReadAlignedInto(const std::string& file, uint64_t begin, uint64_t end,
+                               uint8_t* dst, uint64_t* got) const;
+  // The samples [*lo, *hi) of the block of `block_samples` holding `id` that
+  // live in id's file, and their records' range [*begin, *end).
+  void BlockRange(uint64_t id, uint64_t block_samples, uint64_t* lo, uint64_t* hi,
+                  uint64_t* begin, uint64_t* end) const;
 };
 
 }  // namespace nearprep

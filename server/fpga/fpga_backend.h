@@ -1,4 +1,4 @@
-// FpgaBackend: the Backend (server/pipeline/backend.h) that runs the
+// FpgaBackend: the Backend (server/backend/backend.h) that runs the
 // nearprep_preprocess kernel (fpga_kernels/) through XRT's native C++ API,
 // for a Samsung SmartSSD or any XRT device with a matching xclbin.
 //
@@ -11,8 +11,9 @@
 //     as every read) and read straight into its mapping, so the NVMe DMA
 //     lands in FPGA memory. Buffered path (no p2p bo, mapping or file offset
 //     not aligned, O_DIRECT refused): Dataset::ReadSample into host memory,
-//     copied into the mapping, then bo.sync(to device). counters().p2p_reads / buffered_reads count
-//     the bytes of each path.
+//     copied into the mapping, then bo.sync(to device).
+//     FpgaStats::p2p_read_bytes / buffered_read_bytes count the bytes of
+//     each path.
 //  2. Parameters are resolved on the host: ReadJpegHeader (dimensions) +
 //     DrawSampleParams (crop box, flip, brightness, saturation), written to
 //     the kernel's descriptor table (nearprep_kernel_abi.h).
@@ -21,17 +22,27 @@
 //     waited for, so the compute unit never idles between runs of a chunk.
 //  4. After a run: status records and tensors are synced back; each OK image
 //     whose decoded size matches the host header is copied to its slot.
-//  5. CPU fallback (PreprocessJpeg, same parameters; counted in
-//     counters().fallbacks): images the kernel reports unsupported / corrupt
-//     / too large / not run, images that do not fit a run's buffers, and the
-//     whole run when the device fails (XRT exception, run state other than
-//     COMPLETED, timeout). Nothing is lost: every sample ends with the same
-//     bytes and status the CPU backend would give it.
+//  5. CPU fallback (the CPU backend's per-sample path, same parameters;
+//     counted in FpgaStats::fallbacks): images the kernel reports
+//     unsupported / corrupt / too large / not run, images whose header the
+//     host cannot use, images that do not fit a run's buffers, and the whole
+//     run when the device fails (XRT exception, run state other than
+//     COMPLETED, timeout). An image already read is served from the bytes
+//     staged in the run's input buffer (PreprocessSampleBytes), so no file
+//     is read twice. Nothing is lost: every sample ends with the same bytes
+//     and status the CPU backend would give it.
 //
-// TF_COMPAT fidelity is bit-exact with the CPU backend. FAST fidelity is
-// served with TF_COMPAT arithmetic on this backend (the kernel has no
-// reduced-precision mode); the fallback then uses TF_COMPAT too, so output
-// stays a pure function of (ctx, sample_id).
+// TF_COMPAT fidelity is bit-exact with the CPU backend. The kernel computes
+// TF_COMPAT only: a request of any other fidelity (FAST, TORCHVISION) is
+// unsupported on the device and served by the CPU path with the request's
+// fidelity (counted as unsupported fallbacks), so output stays a pure
+// function of (ctx, sample_id).
+//
+// The xclbin's kernel arguments are checked against the ABI table
+// (nearprep_kernel_abi.h) at creation; a mismatching xclbin is refused with
+// FAILED_PRECONDITION naming the arguments that differ. Every run has its
+// own buffers, scratch included (queued runs may overlap inside the compute
+// unit: the kernel's top is ap_ctrl_chain + DATAFLOW).
 //
 // XRT's noop shim (XCL_EMULATION_MODE=noop) completes runs without executing
 // anything; the RunHook below lets tests execute the C-simulation kernel on
@@ -43,8 +54,8 @@
 // taken from a pool (each call holds at most two). The hook is called with a
 // lock held (one compute unit: runs execute one at a time). Never throws:
 // every XRT exception is caught here and becomes a fallback or a Status.
-// This file is the only interface of server/fpga/; XRT headers stay in the
-// .cc files.
+// This file and fpga_factory.h are the interface of server/fpga/; XRT headers
+// stay in the .cc files and the internal fpga_device.h.
 #ifndef NEARPREP_SERVER_FPGA_FPGA_BACKEND_H_
 #define NEARPREP_SERVER_FPGA_FPGA_BACKEND_H_
 
@@ -54,11 +65,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/pipeline/backend.h"
-#include "server/pipeline/backend_factory.h"
+#include "server/backend/backend.h"
 
 namespace nearprep {
 
@@ -96,13 +107,21 @@ struct FpgaBackendConfig {
   std::string detail_note;
 };
 
-// Per-backend statistics beyond BackendCounters (monotonic).
+// The backend's statistics (monotonic).
 struct FpgaStats {
+  std::atomic<uint64_t> fallbacks{0};            // samples served on the CPU
+  std::atomic<uint64_t> p2p_read_bytes{0};       // bytes landed by P2P reads
+  std::atomic<uint64_t> buffered_read_bytes{0};  // bytes read into host memory
   std::atomic<uint64_t> runs{0};
   std::atomic<uint64_t> device_images{0};    // images finished on the device
   std::atomic<uint64_t> device_errors{0};    // runs lost to device errors
   std::atomic<uint64_t> direct_reads{0};     // files read with O_DIRECT (count)
   std::atomic<uint64_t> buffered_files{0};   // files read buffered (count)
+  // Record datasets read in blocks (ReadHint): one read of a whole block of
+  // records into a run's input buffer, its samples staged in place.
+  std::atomic<uint64_t> block_reads{0};
+  std::atomic<uint64_t> block_read_bytes{0};
+  std::atomic<uint64_t> block_samples{0};    // samples staged from them
   std::atomic<uint64_t> fallback_unsupported{0};
   std::atomic<uint64_t> fallback_corrupt{0};
   std::atomic<uint64_t> fallback_too_large{0};
@@ -125,11 +144,15 @@ class FpgaBackend : public Backend {
   std::string detail() const override;
   void Process(const WorkContext& ctx, SampleWork* samples, size_t n) override;
 
-  const FpgaStats& stats() const { return stats_; }
+  // fallbacks, p2p_read_bytes, buffered_read_bytes, runs, device_images,
+  // device_errors.
+  std::vector<BackendStat> stats() const override;
+
+  const FpgaStats& fpga_stats() const { return stats_; }
   // Whether the input buffers were allocated with flags::p2p.
   bool p2p_buffers() const;
 
-  class Impl;  // XRT state (fpga_backend.cc)
+  class Impl;  // XRT state (fpga_device.h)
 
  private:
   FpgaBackend() = default;
@@ -138,20 +161,13 @@ class FpgaBackend : public Backend {
 };
 
 // Development hooks (fpga_simulation.cc), used by CreateFpgaBackend for
-// BackendOptions::fpga_simulate_kernel / fpga_inject_error_run.
+// FpgaOptions::simulate_kernel / inject_error_run.
 //  - simulate_kernel: executes the C-simulation kernel (nearprep_fpga_csim)
 //    on the run's mapped buffers; needs config.scratch_device_only = false.
 //  - inject_error_run >= 0: the run with that run_index reports a device
 //    error (UNAVAILABLE) instead of results.
 // Returns an empty function when neither is asked for.
 FpgaRunHook MakeDevelopmentHook(bool simulate_kernel, int64_t inject_error_run);
-
-// The factory entry point (server/pipeline/backend_factory.cc): config from
-// BackendOptions (xclbin, device_index, and the development options
-// fpga_simulate_kernel / fpga_inject_error_run). On success `*why` (may be null) says
-// which device and xclbin are used; on failure the status says why not.
-absl::StatusOr<std::shared_ptr<Backend>> CreateFpgaBackend(
-    const BackendOptions& options, std::string* why);
 
 }  // namespace nearprep
 

@@ -1,3 +1,8 @@
+// One idea, kept in one file although it is over 500 lines: the fused
+// single-pass CPU path (decode, then every float op per output row); its
+// stages share the row cache and the per-lane kernels, and splitting them
+// would put the TensorFlow-order arithmetic in several places.
+//
 // The CPU preprocessing path. Decode: TF_COMPAT whole-image and progressive
 // decodes decode the full image; TF_COMPAT crops of baseline images decode
 // only the crop's region (plus a 1-pixel margin) with the same pixels and

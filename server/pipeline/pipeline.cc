@@ -26,6 +26,23 @@ PipelineOptions Resolve(PipelineOptions o) {
 
 }  // namespace
 
+TensorGeometry OutputGeometry(const StreamRequest& request, uint64_t n) {
+  const uint64_t h = static_cast<uint64_t>(request.context.spec.height);
+  const uint64_t w = static_cast<uint64_t>(request.context.spec.width);
+  return request.context.output.layout == Layout::kNCHW
+             ? TensorGeometry::Nchw(n, 3, h, w)
+             : TensorGeometry::Nhwc(n, h, w, 3);
+}
+
+uint64_t BatchMemoryBytes(const StreamRequest& request) {
+  uint64_t bytes = uint64_t{request.batch_size} *
+                   request.context.output.SampleBytes(request.context.spec);
+  if (request.compression != TensorCompression::kNone) {
+    bytes += CompressedBound(OutputGeometry(request, request.batch_size));
+  }
+  return bytes;
+}
+
 Pipeline::Pipeline(const PipelineOptions& options,
                    std::shared_ptr<Backend> backend)
     : scheduler_(std::make_shared<Scheduler>(Resolve(options),
@@ -42,14 +59,14 @@ absl::StatusOr<std::unique_ptr<BatchStream>> Pipeline::OpenStream(
   assert(request.batch_size > 0);
   assert(request.shard_index < request.num_shards);
   assert(request.context.spec.height > 0 && request.context.spec.width > 0);
-  assert(uint64_t{request.batch_size} *
-             request.context.output.SampleBytes(request.context.spec) <=
-         request.memory_limit_bytes);
+  assert(BatchMemoryBytes(request) <= request.memory_limit_bytes);
+  assert(request.compression == TensorCompression::kNone ||
+         request.context.output.dtype == DType::kUint8);
   auto stream = std::make_shared<Scheduler::Stream>(
       request, scheduler_->options().prefetch_depth, &scheduler_->counters());
   scheduler_->Add(stream);
   return std::unique_ptr<BatchStream>(
-      new StreamHandle(scheduler_, std::move(stream)));
+      new StreamHandle(scheduler_, std::move(stream), request));
 }
 
 const PipelineCounters& Pipeline::counters() const {

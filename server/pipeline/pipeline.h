@@ -60,10 +60,11 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/tensor_codec.h"
+#include "server/backend/backend.h"
 #include "server/common/types.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/backend.h"
 
 namespace nearprep {
 
@@ -73,8 +74,8 @@ namespace nearprep {
 // Preconditions of Pipeline::OpenStream (asserted in debug builds):
 //   context.dataset != nullptr, batch_size > 0,
 //   shard_index < num_shards, context.spec.height and width > 0,
-//   batch_size * context.output.SampleBytes(context.spec) <=
-//   memory_limit_bytes.
+//   BatchMemoryBytes(request) <= memory_limit_bytes; compression is kNone
+//   or the dtype is uint8.
 struct StreamRequest {
   // What every sample of the stream shares (dataset, transform, output,
   // decode limits, seed, epoch); handed to the backend as is.
@@ -97,7 +98,25 @@ struct StreamRequest {
   // consumer): the prefetch depth is lowered to fit. The daemon copies its
   // limit (ServiceLimits::per_stream_memory_bytes) in.
   uint64_t memory_limit_bytes = uint64_t{1} << 30;
+  // Non-empty: the explicit mode (fleet datasets): the stream serves
+  // exactly these ids in this order instead of a shard of the epoch order.
+  std::vector<uint64_t> sample_ids;
+  // Lossless compression of each batch's tensor (common/tensor_codec.h;
+  // uint8 only). Applied when the consumer takes a batch (StreamHandle::Next
+  // runs it on the thread that answers Next, with no pipeline lock held):
+  // the batch is compressed into a buffer of the stream's own small pool and
+  // its uncompressed buffer returns at once. Each batch then counts
+  // BatchMemoryBytes() against memory_limit_bytes.
+  TensorCompression compression = TensorCompression::kNone;
+  int compression_level = kDefaultCompressionLevel;
 };
+
+// The geometry of an n-image tensor of the request's output.
+TensorGeometry OutputGeometry(const StreamRequest& request, uint64_t n);
+
+// Memory one batch of the request may hold: batch_size * sample bytes, plus
+// with a compression the bound of its compressed copy.
+uint64_t BatchMemoryBytes(const StreamRequest& request);
 
 struct SampleErrorInfo {
   uint64_t sample_id = 0;
@@ -124,6 +143,10 @@ struct BatchData {
   Layout layout = Layout::kNHWC;
   const uint8_t* tensor = nullptr;
   size_t tensor_bytes = 0;
+  // kNone: `tensor` holds the elements. Otherwise it holds the compressed
+  // payload of uncompressed_bytes bytes of elements.
+  TensorCompression compression = TensorCompression::kNone;
+  uint64_t uncompressed_bytes = 0;
   std::shared_ptr<void> storage;  // Owns the tensor memory.
 };
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "server/pipeline/backend.h"
+#include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
 
 namespace nearprep {

@@ -25,7 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "server/pipeline/backend.h"
+#include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
 #include "server/pipeline/resume_validator.h"
 #include "server/pipeline/stream_assembler.h"

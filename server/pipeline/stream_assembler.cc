@@ -41,8 +41,7 @@ void CountFailure(PipelineCounters& c, const absl::Status& s) {
 }
 
 uint64_t DepthFor(const StreamRequest& r, int prefetch_depth) {
-  const uint64_t batch_bytes =
-      uint64_t{r.batch_size} * r.context.output.SampleBytes(r.context.spec);
+  const uint64_t batch_bytes = BatchMemoryBytes(r);
   return std::max<uint64_t>(
       1, std::min<uint64_t>(static_cast<uint64_t>(std::max(1, prefetch_depth)),
                             r.memory_limit_bytes /
@@ -56,7 +55,7 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
                                  PipelineCounters* counters)
     : req_(request),
       counters_(counters),
-      shard_(ShardSamples(
+      shard_(!request.sample_ids.empty() ? request.sample_ids : ShardSamples(
           request.shuffle && request.block_shuffle
               ? BlockShuffledOrder(request.context.dataset->size(),
                                    request.context.seed,
@@ -281,7 +280,7 @@ void StreamAssembler::Emit(uint32_t n) {
   } else {
     bd->shape = {n, h, w, 3};
   }
-  bd->dtype = c.output.dtype;
+  bd->dtype = c.output.dtype;  // compression: StreamHandle::Next
   bd->layout = c.output.layout;
   if (n > 0 && buf != nullptr) {
     bd->tensor = buf;

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/pipeline/backend.h"
+#include "server/backend/backend.h"
 #include "server/pipeline/buffer_pool.h"
 #include "server/pipeline/pipeline.h"
 #include "server/pipeline/resume_validator.h"

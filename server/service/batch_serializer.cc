@@ -72,6 +72,10 @@ void BatchToProto(const BatchData& b, bool with_data, v1::Batch* out) {
   for (uint64_t d : b.shape) tensor->add_shape(d);
   tensor->set_dtype(static_cast<v1::DType>(b.dtype));
   tensor->set_layout(static_cast<v1::Layout>(b.layout));
+  if (b.compression != TensorCompression::kNone) {
+    tensor->set_compression(static_cast<v1::Compression>(b.compression));
+    tensor->set_uncompressed_bytes(b.uncompressed_bytes);
+  }
   if (with_data && b.tensor_bytes > 0) {
     tensor->set_data(reinterpret_cast<const char*>(b.tensor), b.tensor_bytes);
   }

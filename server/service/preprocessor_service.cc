@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "server/service/batch_serializer.h"
+#include "server/service/fleet_request.h"
 
 #ifndef NEARPREP_VERSION
 #define NEARPREP_VERSION "0.0.0"
@@ -153,6 +154,7 @@ grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
     info->set_num_shards(d->num_shards());
     info->set_total_bytes(d->total_bytes());
     info->set_block_samples(d->block_samples());
+    FillFleetInfo(*d, info);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -169,6 +171,8 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
   }
   info->set_backend_detail(detail);
   info->set_workers(static_cast<uint32_t>(pipeline_->workers()));
+  info->add_compressions(v1::COMPRESSION_DELTA_ZSTD);
+  info->add_compressions(v1::COMPRESSION_GRADIENT_ZSTD);
   v1::Limits* l = info->mutable_limits();
   l->set_max_batch_size(limits_.max_batch_size);
   l->set_max_output_pixels(limits_.max_output_pixels);
@@ -180,7 +184,6 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
 
   constexpr auto kRelaxed = std::memory_order_relaxed;
   const PipelineCounters& p = pipeline_->counters();
-  const BackendCounters& b = backend.counters();
   v1::Counters* c = info->mutable_counters();
   c->set_streams_started(streams_.counters().streams_started.load(kRelaxed));
   c->set_streams_active(streams_.counters().streams_active.load(kRelaxed));
@@ -192,9 +195,13 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
   c->set_decode_errors(p.decode_errors.load(kRelaxed));
   c->set_limit_errors(p.limit_errors.load(kRelaxed));
   c->set_io_errors(p.io_errors.load(kRelaxed));
-  c->set_backend_fallbacks(b.fallbacks.load(kRelaxed));
-  c->set_p2p_reads(b.p2p_reads.load(kRelaxed));
-  c->set_buffered_reads(b.buffered_reads.load(kRelaxed));
+  // The backend's own counters that ServerInfo has fields for (a backend
+  // without them, like cpu, leaves them 0).
+  for (const BackendStat& s : backend.stats()) {
+    if (s.name == "fallbacks") c->set_backend_fallbacks(s.value);
+    if (s.name == "p2p_read_bytes") c->set_p2p_reads(s.value);
+    if (s.name == "buffered_read_bytes") c->set_buffered_reads(s.value);
+  }
   info->set_uptime_seconds(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::seconds>(
           std::chrono::steady_clock::now() - start_time_)

@@ -7,7 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
 #include "server/data/block_shuffle.h"
+#include "server/service/fleet_request.h"
 
 namespace nearprep {
 namespace {
@@ -178,6 +180,44 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   return s;
 }
 
+namespace {
+
+// output.compression and output.compression_level.
+absl::Status CheckCompression(const v1::OutputFormat& o) {
+  const int c = o.compression();
+  if (!IsKnownCompression(c)) {
+    return Invalid("output.compression",
+                   absl::StrCat("unknown value ", c,
+                                " (see ServerInfo.compressions)"));
+  }
+  if (c == v1::COMPRESSION_NONE) {
+    if (o.compression_level() != 0) {
+      return Invalid("output.compression_level",
+                     absl::StrCat("must be 0 without output.compression, got ",
+                                  o.compression_level()));
+    }
+    return absl::OkStatus();
+  }
+  if (o.dtype() != v1::DTYPE_UINT8) {
+    return Invalid("output.compression",
+                   absl::StrCat(v1::Compression_Name(o.compression()),
+                                " requires output.dtype DTYPE_UINT8 (the "
+                                "filters predict bytes), got ",
+                                v1::DType_Name(o.dtype())));
+  }
+  const int level = o.compression_level();
+  if (level != 0 &&
+      (level < kMinCompressionLevel || level > kMaxCompressionLevel)) {
+    return Invalid("output.compression_level",
+                   absl::StrCat("must be 0 (default ", kDefaultCompressionLevel,
+                                ") or in [", kMinCompressionLevel, ", ",
+                                kMaxCompressionLevel, "], got ", level));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<StreamRequest> ValidateStreamRequest(
     const v1::StreamBatchesRequest& request, const DatasetLookup& lookup,
     const ServiceLimits& limits) {
@@ -222,6 +262,7 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
       !st.ok()) {
     return st;
   }
+  if (auto st = CheckCompression(request.output()); !st.ok()) return st;
   if (auto st = CheckEnum("shuffle_mode", request.shuffle_mode(), 1);
       !st.ok()) {
     return st;
@@ -272,6 +313,23 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
         batch_bytes, " bytes, over the server limit per_stream_memory_bytes = ",
         limits.per_stream_memory_bytes));
   }
+  r.compression =
+      static_cast<TensorCompression>(request.output().compression());
+  if (r.compression != TensorCompression::kNone) {
+    r.compression_level = request.output().compression_level() != 0
+                              ? request.output().compression_level()
+                              : kDefaultCompressionLevel;
+    r.context.spec = *spec;
+    r.batch_size = request.batch_size();
+    const uint64_t with_copy = BatchMemoryBytes(r);
+    if (with_copy > limits.per_stream_memory_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "output.compression: one batch of ", request.batch_size(),
+          " samples and its compressed copy need ", with_copy,
+          " bytes, over the server limit per_stream_memory_bytes = ",
+          limits.per_stream_memory_bytes));
+    }
+  }
 
   r.context.dataset = dataset;
   r.context.spec = *spec;
@@ -299,6 +357,10 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   r.error_policy = static_cast<ErrorPolicy>(request.error_policy());
   r.include_params = request.include_params();
   r.memory_limit_bytes = limits.per_stream_memory_bytes;
+  // Fleet datasets: explicit sample ids (fleet_request.h).
+  if (absl::Status st = ApplyExplicitIds(request, *dataset, &r); !st.ok()) {
+    return st;
+  }
   return r;
 }
 

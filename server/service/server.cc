@@ -54,7 +54,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
-    const ServerOptions& options, std::shared_ptr<Backend> backend) {
+    const ServerOptions& options, std::shared_ptr<Backend> backend,
+    std::string backend_why) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("NearprepServer: no backend");
+  }
   std::unique_ptr<NearprepServer> s(new NearprepServer());
   for (const DatasetConfig& c : options.datasets) {
     for (const auto& d : s->datasets_) {
@@ -74,13 +78,7 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
     }
     s->datasets_.push_back(std::move(*d));
   }
-  std::string why;
-  if (backend == nullptr) {
-    absl::StatusOr<std::shared_ptr<Backend>> b =
-        CreateBackend(options.backend, &why);
-    if (!b.ok()) return b.status();
-    backend = std::move(*b);
-  }
+  const std::string& why = backend_why;
   spdlog::info("backend: {}{}{}", backend->name(), why.empty() ? "" : " (",
                why.empty() ? std::string() : why + ")");
   s->pipeline_ = std::make_unique<Pipeline>(options.pipeline, backend);
@@ -96,13 +94,16 @@ NearprepServer::~NearprepServer() {
   Shutdown(std::chrono::milliseconds(0));
   // Order: the gRPC server first (no more callbacks into the service), then
   // the service, the pipeline (joins workers) and the datasets.
-  server_.reset();
+  {
+    absl::MutexLock l(&mu_);
+    server_.reset();
+  }
   service_.reset();
   pipeline_.reset();
 }
 
 absl::Status NearprepServer::Start(const std::string& address, int port) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (server_ != nullptr || shut_down_) {
     return absl::FailedPreconditionError("server already started");
   }
@@ -151,7 +152,7 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
-  spdlog::info("nearprepd listening on {}:{} ({})", address, bound_port_,
+  spdlog::info("nearprepd listening on {}:{} ({})", address, selected,
                !tls                            ? "plaintext"
                : tls_.client_ca_file.empty() ? "TLS"
                                              : "TLS, client certificates "
@@ -160,16 +161,20 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
 }
 
 void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
+  // server_ no longer changes once shut_down_ is set (Start refuses to run,
+  // the destructor resets it after this returns): use it without the lock.
+  grpc::Server* server = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     if (server_ == nullptr) return;
+    server = server_.get();
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
   StreamRegistry& streams = service_->streams();
   streams.BeginDrain();
-  if (auto* health = server_->GetHealthCheckService()) {
+  if (auto* health = server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
   // grpc::Server::Shutdown stops listening at once and blocks until every
@@ -183,8 +188,8 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
                              std::chrono::milliseconds(500);
   std::promise<void> stopped;
   std::future<void> stopped_future = stopped.get_future();
-  std::thread stopper([this, grpc_deadline, &stopped] {
-    server_->Shutdown(grpc_deadline);
+  std::thread stopper([server, grpc_deadline, &stopped] {
+    server->Shutdown(grpc_deadline);
     stopped.set_value();
   });
   if (!streams.WaitUntilEmpty(deadline)) {
@@ -196,17 +201,17 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
   }
   while (stopped_future.wait_for(std::chrono::milliseconds(50)) !=
          std::future_status::ready) {
-    grpc_server_cancel_all_calls(server_->c_server());
+    grpc_server_cancel_all_calls(server->c_server());
   }
   stopper.join();
-  server_->Wait();
+  server->Wait();
   spdlog::info("nearprepd stopped");
 }
 
 absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
   grpc::Server* server = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (server_ == nullptr || shut_down_) {
       return absl::FailedPreconditionError("not serving");
     }
@@ -228,7 +233,7 @@ absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
 void NearprepServer::Wait() {
   grpc::Server* server = nullptr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     server = server_.get();
   }
   if (server != nullptr) server->Wait();

@@ -1,7 +1,7 @@
 // NearprepServer: the daemon's server lifecycle, usable in-process (tests,
 // benchmarks) as well as by nearprepd. Modelled on tf.data's server_lib:
 //
-//   auto server = NearprepServer::Create(options);   // datasets, backend
+//   auto server = NearprepServer::Create(options, backend);  // datasets
 //   (*server)->Start("127.0.0.1", 0);                // port 0: pick one
 //   int port = (*server)->BoundPort();
 //   ...
@@ -19,17 +19,18 @@
 #ifndef NEARPREP_SERVER_SERVICE_SERVER_H_
 #define NEARPREP_SERVER_SERVICE_SERVER_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/backend.h"
-#include "server/pipeline/backend_factory.h"
+#include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
 #include "server/service/request_validation.h"
 
@@ -45,7 +46,6 @@ struct ServerOptions {
   std::vector<DatasetConfig> datasets;
   PipelineOptions pipeline;
   ServiceLimits limits;
-  BackendOptions backend;
   // Optional TLS. Paths of PEM files; all empty = plaintext. cert_file and
   // key_file go together; client_ca_file set = mutual TLS (every client must
   // present a certificate signed by one of these CAs).
@@ -59,11 +59,14 @@ struct ServerOptions {
 
 class NearprepServer {
  public:
-  // Opens every dataset (errors name the dataset), builds the backend with
-  // CreateBackend (unless `backend` is given: tests inject one) and the
-  // pipeline. Nothing listens yet.
+  // Opens every dataset (errors name the dataset) and builds the pipeline
+  // over `backend` (chosen by the caller: nearprepd with CreateBackend of
+  // server/daemon/backend_choice.h, tests and benchmarks directly).
+  // `backend_why` says why that backend (ServerInfo.backend_detail; may be
+  // empty). Nothing listens yet.
   static absl::StatusOr<std::unique_ptr<NearprepServer>> Create(
-      const ServerOptions& options, std::shared_ptr<Backend> backend = nullptr);
+      const ServerOptions& options, std::shared_ptr<Backend> backend,
+      std::string backend_why = "");
   ~NearprepServer();  // Shutdown with no drain time if still running.
   NearprepServer(const NearprepServer&) = delete;
   NearprepServer& operator=(const NearprepServer&) = delete;
@@ -74,7 +77,7 @@ class NearprepServer {
   // when only one of cert_file / key_file is set.
   absl::Status Start(const std::string& address, int port);
   // The port actually bound; 0 before Start.
-  int BoundPort() const { return bound_port_; }
+  int BoundPort() const { return bound_port_.load(); }
   // See the header comment. Blocks until the server has stopped.
   void Shutdown(std::chrono::milliseconds drain);
   // Blocks until Shutdown has completed.
@@ -100,10 +103,12 @@ class NearprepServer {
   std::vector<std::unique_ptr<Dataset>> datasets_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<PreprocessorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  int bound_port_ = 0;
-  std::mutex mu_;
-  bool shut_down_ = false;
+  absl::Mutex mu_;
+  // Set by Start; once shut_down_ is set it no longer changes (Shutdown then
+  // uses it without the lock).
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> bound_port_{0};
 };
 
 }  // namespace nearprep

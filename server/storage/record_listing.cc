@@ -107,6 +107,7 @@ absl::Status ListRecordShards(const Storage& storage,
   for (const std::string& name : names) {
     if (name.empty() || name[0] == '.' || absl::EndsWith(name, kIndexSuffix) ||
         absl::EndsWith(name, ".idx") ||
+        absl::EndsWith(name, ".nearprep-manifest") ||
         absl::StrContains(name, ".nearprep-index.tmp") ||
         ::fnmatch(options.shard_pattern.c_str(), name.c_str(), 0) != 0) {
       continue;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/records/shard_index.h"
+#include "server/records/range_reader.h"
 #include "server/records/tar_shard.h"
 #include "server/records/tf_example.h"
 #include "server/records/tfrecord.h"
@@ -27,13 +28,7 @@ constexpr char kTarget[] = "records";
 #define CHECK_REC(cond, msg) NEARPREP_FUZZ_CHECK(kTarget, cond, msg)
 
 records::RangeReader Reader(const uint8_t* data, size_t size) {
-  return [data, size](uint64_t off, size_t n,
-                      uint8_t* dst) -> absl::StatusOr<size_t> {
-    if (off >= size) return 0;
-    const size_t k = std::min<size_t>(n, size - off);
-    std::memcpy(dst, data + off, k);
-    return k;
-  };
+  return records::MemoryRangeReader(data, size);
 }
 
 void CheckExample(const uint8_t* data, size_t n) {

@@ -142,13 +142,22 @@ int FuzzStreamRequest(const uint8_t* data, size_t size) {
     CheckAccepted(*r, limits);
   } else {
     const absl::Status& s = r.status();
+    // FAILED_PRECONDITION is the fleet's answer when the request was planned
+    // against another manifest (manifest_hash) or names a sample of a
+    // partition this daemon does not hold (sample_ids[i]); nothing else.
     CHECK_REQ(s.code() == absl::StatusCode::kInvalidArgument ||
                   s.code() == absl::StatusCode::kNotFound ||
-                  s.code() == absl::StatusCode::kResourceExhausted,
+                  s.code() == absl::StatusCode::kResourceExhausted ||
+                  s.code() == absl::StatusCode::kFailedPrecondition,
               s.ToString());
     CHECK_REQ(MessageNamesField(s), "message names no field: " + s.ToString());
     if (s.code() == absl::StatusCode::kNotFound) {
       CHECK_REQ(s.message().rfind("dataset: ", 0) == 0, s.ToString());
+    }
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      CHECK_REQ(s.message().rfind("manifest_hash: ", 0) == 0 ||
+                    s.message().rfind("sample_ids[", 0) == 0,
+                s.ToString());
     }
   }
 

@@ -283,5 +283,76 @@ TEST_F(DaemonIntegrationTest, SlowReaderWithShortKeepaliveLosesNothing) {
   EXPECT_EQ(d.Kill(SIGTERM), 0);
 }
 
+// Compressed uint8 batches (OutputFormat.compression): the C++ client's two
+// receive paths (Next and NextInto) hand out exactly the tensors of the
+// uncompressed stream with the same draws, in both layouts and with both
+// filters; the daemon advertises the codecs and refuses them for float32.
+TEST_F(DaemonIntegrationTest, CompressedStreamsEqualUncompressedOnes) {
+  Daemon d;
+  StartSmallDaemon(&d);
+  Client client({.target = "127.0.0.1:" + std::to_string(d.port())});
+  auto info = client.Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->compressions_size(), 2);
+  EXPECT_EQ(info->compressions(0), v1::COMPRESSION_DELTA_ZSTD);
+  EXPECT_EQ(info->compressions(1), v1::COMPRESSION_GRADIENT_ZSTD);
+
+  for (v1::Layout layout : {v1::LAYOUT_NHWC, v1::LAYOUT_NCHW}) {
+    v1::StreamBatchesRequest req = testing_util::BasicRequest("synth", 5);
+    req.mutable_transform()->set_width(17);  // odd rows
+    req.mutable_output()->set_dtype(v1::DTYPE_UINT8);
+    req.mutable_output()->set_layout(layout);
+    std::vector<v1::Batch> plain;
+    {
+      auto reader = client.StreamBatches(req);
+      v1::Batch b;
+      while (reader->Next(&b)) plain.push_back(b);
+      ASSERT_TRUE(reader->status().ok()) << reader->status();
+    }
+    ASSERT_EQ(plain.size(), 5u);  // 24 samples: 4 x 5 + 4
+    for (v1::Compression comp :
+         {v1::COMPRESSION_DELTA_ZSTD, v1::COMPRESSION_GRADIENT_ZSTD}) {
+      SCOPED_TRACE(::testing::Message() << "layout " << layout << " "
+                                        << v1::Compression_Name(comp));
+      v1::StreamBatchesRequest creq = req;
+      creq.mutable_output()->set_compression(comp);
+      auto reader = client.StreamBatches(creq);
+      v1::Batch b;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_TRUE(reader->Next(&b)) << reader->status();
+        EXPECT_EQ(b.tensor().compression(), v1::COMPRESSION_NONE);
+        EXPECT_TRUE(Canonical(b) == Canonical(plain[i])) << "batch " << i;
+      }
+      EXPECT_FALSE(reader->Next(&b));
+      EXPECT_TRUE(reader->status().ok()) << reader->status();
+
+      // NextInto: one copy of the decoded bytes into caller memory.
+      creq.mutable_output()->set_compression_level(5);
+      auto into = client.StreamBatches(creq);
+      std::string buf;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_TRUE(into->NextInto(&b, [&buf](size_t n) {
+          buf.assign(n, '\0');
+          return reinterpret_cast<uint8_t*>(buf.data());
+        })) << into->status();
+        EXPECT_EQ(buf, plain[i].tensor().data()) << "batch " << i;
+        v1::Batch header = plain[i];
+        header.mutable_tensor()->clear_data();
+        EXPECT_TRUE(Canonical(b) == Canonical(header)) << "batch " << i;
+      }
+    }
+  }
+  v1::StreamBatchesRequest bad = testing_util::BasicRequest("synth", 5);
+  bad.mutable_output()->set_compression(v1::COMPRESSION_DELTA_ZSTD);
+  auto reader = client.StreamBatches(bad);
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(reader->status().message().find("output.compression"),
+            std::string::npos)
+      << reader->status();
+  EXPECT_EQ(d.Kill(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace nearprep

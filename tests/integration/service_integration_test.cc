@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "server/backend/cpu_backend.h"
 #include "server/service/preprocessor_service.h"
 #include "server/service/request_validation.h"
 #include "server/service/server.h"
@@ -51,8 +52,7 @@ std::unique_ptr<NearprepServer> StartServer(const std::string& good,
   o.pipeline.workers = workers;
   o.pipeline.prefetch_depth = 3;
   o.limits = limits;
-  o.backend.kind = "cpu";
-  auto s = NearprepServer::Create(o);
+  auto s = NearprepServer::Create(o, std::make_shared<CpuBackend>());
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return nullptr;
   absl::Status st = (*s)->Start("127.0.0.1", 0);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "nearprep/client.h"
+#include "server/backend/cpu_backend.h"
 #include "server/daemon/daemon_config.h"
 #include "server/service/server.h"
 #include "tests/integration/test_util.h"
@@ -96,14 +97,14 @@ class TlsTest : public ::testing::Test {
     o.datasets = {d};
     o.pipeline.workers = 1;
     o.pipeline.prefetch_depth = 2;
-    o.backend.kind = "cpu";
     o.tls = std::move(tls);
     return o;
   }
 
   static std::unique_ptr<NearprepServer> StartServer(
       ServerOptions::TlsOptions tls) {
-    auto s = NearprepServer::Create(Options(std::move(tls)));
+    auto s = NearprepServer::Create(Options(std::move(tls)),
+                                    std::make_shared<CpuBackend>());
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return nullptr;
     absl::Status st = (*s)->Start("127.0.0.1", 0);
@@ -274,7 +275,8 @@ TEST_F(TlsTest, BadServerTlsFilesAreStartErrors) {
       {{"", Cert("server.key"), ""}, "tls.cert"},
   };
   for (const Case& c : cases) {
-    auto s = NearprepServer::Create(Options(c.tls));
+    auto s = NearprepServer::Create(Options(c.tls),
+                                    std::make_shared<CpuBackend>());
     ASSERT_TRUE(s.ok()) << s.status();
     absl::Status st = (*s)->Start("127.0.0.1", 0);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
@@ -283,7 +285,8 @@ TEST_F(TlsTest, BadServerTlsFilesAreStartErrors) {
   }
   // A key that does not match the certificate: no crash, an error.
   auto s = NearprepServer::Create(
-      Options({Cert("server.pem"), Cert("client.key"), ""}));
+      Options({Cert("server.pem"), Cert("client.key"), ""}),
+      std::make_shared<CpuBackend>());
   ASSERT_TRUE(s.ok()) << s.status();
   absl::Status st = (*s)->Start("127.0.0.1", 0);
   if (!st.ok()) {

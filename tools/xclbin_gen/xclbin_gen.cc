@@ -38,9 +38,16 @@ constexpr uint32_t kRegisterRange = 0x1000;
 // Register offset of argument i in the s_axilite map (HLS layout: 0x00 ctrl,
 // 0x04 gie, 0x08 ier, 0x0c isr, arguments from 0x10; each 64-bit pointer
 // takes two data words and one reserved word).
+// The arguments written: kKernelArgs, less one with --omit-arg (a test
+// xclbin whose arguments do not match the host's ABI table).
+std::vector<nf::KernelArg>& Args() {
+  static std::vector<nf::KernelArg> args;
+  return args;
+}
+
 uint32_t ArgOffset(int i) {
   uint32_t off = 0x10;
-  for (int k = 0; k < i; ++k) off += nf::kKernelArgs[k].kind == 1 ? 12 : 8;
+  for (int k = 0; k < i; ++k) off += Args()[k].kind == 1 ? 12 : 8;
   return off;
 }
 
@@ -64,11 +71,11 @@ std::string KernelXml(const std::string& vbnv) {
        "clockFreq=\"250MHz\" numComputeUnits=\"1\">\n";
   x += "        <kernel name=\"" + k + "\" language=\"c\" vlnv=\"xilinx.com:hls:" + k +
        ":1.0\" attributes=\"\" preferredWorkGroupSizeMultiple=\"0\" workGroupSize=\"1\" "
-       "interrupt=\"true\" hwControlProtocol=\"ap_ctrl_hs\" type=\"pl\">\n";
+       "interrupt=\"true\" hwControlProtocol=\"ap_ctrl_chain\" type=\"pl\">\n";
   x += "          <port name=\"S_AXI_CONTROL\" mode=\"slave\" range=\"" + Hex(kRegisterRange) +
        "\" dataWidth=\"32\" portType=\"addressable\" base=\"0x0\"/>\n";
   std::vector<std::string> ports;
-  for (const nf::KernelArg& a : nf::kKernelArgs) {
+  for (const nf::KernelArg& a : Args()) {
     if (a.kind != 1) continue;
     bool seen = false;
     for (const auto& p : ports) seen |= p == a.port;
@@ -78,8 +85,8 @@ std::string KernelXml(const std::string& vbnv) {
          "\" mode=\"master\" range=\"0xFFFFFFFFFFFFFFFF\" dataWidth=\"512\" "
          "portType=\"addressable\" base=\"0x0\"/>\n";
   }
-  for (int i = 0; i < nf::kNumArgs; ++i) {
-    const nf::KernelArg& a = nf::kKernelArgs[i];
+  for (int i = 0; i < static_cast<int>(Args().size()); ++i) {
+    const nf::KernelArg& a = Args()[i];
     x += "          <arg name=\"" + std::string(a.name) + "\" addressQualifier=\"" +
          std::to_string(a.kind) + "\" id=\"" + std::to_string(i) + "\" port=\"" + a.port +
          "\" size=\"" + Hex(a.size) + "\" offset=\"" + Hex(ArgOffset(i)) + "\" hostOffset=\"0x0\" hostSize=\"" +
@@ -119,11 +126,28 @@ void HashUuid(const std::vector<char>& data, unsigned char out[16]) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: %s OUTPUT.xclbin [PLATFORM_VBNV]\n", argv[0]);
+  std::vector<std::string> pos;
+  std::string omit;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--omit-arg" && i + 1 < argc) {
+      omit = argv[++i];
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.empty() || pos.size() > 2) {
+    std::fprintf(stderr, "usage: %s [--omit-arg NAME] OUTPUT.xclbin [PLATFORM_VBNV]\n", argv[0]);
     return 2;
   }
-  const std::string vbnv = argc == 3 ? argv[2] : "xilinx_u2_gen3x4_xdma_gc_2_202110_1";
+  for (const nf::KernelArg& a : nf::kKernelArgs) {
+    if (omit != a.name) Args().push_back(a);
+  }
+  if (!omit.empty() && Args().size() == static_cast<size_t>(nf::kNumArgs)) {
+    std::fprintf(stderr, "--omit-arg %s: no such kernel argument\n", omit.c_str());
+    return 2;
+  }
+  const std::string vbnv = pos.size() == 2 ? pos[1] : "xilinx_u2_gen3x4_xdma_gc_2_202110_1";
 
   // MEM_TOPOLOGY
   std::vector<char> mem;
@@ -145,7 +169,7 @@ int main(int argc, char** argv) {
   ip_data id;
   std::memset(&id, 0, sizeof(id));
   id.m_type = IP_KERNEL;
-  id.properties = IP_INT_ENABLE_MASK | (AP_CTRL_HS << IP_CONTROL_SHIFT);
+  id.properties = IP_INT_ENABLE_MASK | (AP_CTRL_CHAIN << IP_CONTROL_SHIFT);
   id.m_base_address = kCuBase;
   const std::string cu = std::string(nf::kKernelName) + ":" + nf::kKernelName + "_1";
   std::snprintf(reinterpret_cast<char*>(id.m_name), sizeof(id.m_name), "%s", cu.c_str());
@@ -154,10 +178,10 @@ int main(int argc, char** argv) {
   // CONNECTIVITY: pointer arguments -> bank0
   std::vector<char> con;
   int32_t n = 0;
-  for (const nf::KernelArg& a : nf::kKernelArgs) n += a.kind == 1;
+  for (const nf::KernelArg& a : Args()) n += a.kind == 1;
   Append(&con, n);
-  for (int i = 0; i < nf::kNumArgs; ++i) {
-    if (nf::kKernelArgs[i].kind != 1) continue;
+  for (int i = 0; i < static_cast<int>(Args().size()); ++i) {
+    if (Args()[i].kind != 1) continue;
     connection c{i, 0, 0};
     Append(&con, c);
   }
@@ -215,7 +239,7 @@ int main(int argc, char** argv) {
   std::memcpy(file.data() + offsetof(axlf, m_sections), sh.data(),
               num * sizeof(axlf_section_header));
 
-  const std::string out = argv[1];
+  const std::string out = pos[0];
   const std::string tmp = out + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {

@@ -16,6 +16,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "nearprep/v1/tf_example.pb.h"
 #include "server/data/dataset.h"
+#include "server/records/range_reader.h"
 #include "server/records/shard_index.h"
 #include "server/records/tfrecord.h"
 
@@ -77,13 +78,7 @@ absl::Status Inflate(const std::string& in, const std::string& name,
 }
 
 records::RangeReader StringReader(const std::string& s) {
-  return [&s](uint64_t off, size_t n,
-              uint8_t* dst) -> absl::StatusOr<size_t> {
-    if (off >= s.size()) return 0;
-    const size_t k = std::min<size_t>(n, s.size() - off);
-    std::memcpy(dst, s.data() + off, k);
-    return k;
-  };
+  return records::MemoryRangeReader(s.data(), s.size());
 }
 
 void Octal(uint64_t v, size_t width, char* field) {

@@ -13,6 +13,14 @@
 // Batch.tensor or Tensor.data field) is refused with DATA_LOSS; our daemon
 // never sends one.
 //
+// Compressed tensors (Tensor.compression set, common/tensor_codec.h): the
+// payload is copied into a per-thread scratch buffer and decoded into
+// allocate(uncompressed size); the header then says COMPRESSION_NONE and
+// uncompressed_bytes 0, exactly as if the tensor had come uncompressed. A
+// damaged payload is DATA_LOSS ("compressed tensor: image 3: ..."). The
+// Tensor fields that describe the payload must precede Tensor.data (as every
+// protobuf serializer emits them).
+//
 // Thread-safety: a pure function; `raw` is read, not modified.
 #ifndef NEARPREP_CLIENT_CPP_SRC_BATCH_DECODER_H_
 #define NEARPREP_CLIENT_CPP_SRC_BATCH_DECODER_H_
@@ -30,6 +38,18 @@ namespace nearprep {
 // DATA_LOSS: malformed message; RESOURCE_EXHAUSTED: allocate returned null.
 absl::Status DecodeBatchInto(grpc::ByteBuffer* raw, v1::Batch* header,
                              const TensorAllocator& allocate);
+
+// Decodes a compressed tensor in place in a parsed Batch (the Next() path):
+// tensor.data becomes the elements and the compression fields are cleared.
+// No-op for an uncompressed tensor. DATA_LOSS on a damaged payload.
+absl::Status DecompressBatchTensor(v1::Batch* batch);
+
+// Decodes `size` payload bytes described by `tensor` (its shape, dtype,
+// layout, compression and uncompressed_bytes) into `dst`, which holds
+// tensor.uncompressed_bytes() bytes. DATA_LOSS on any mismatch.
+absl::Status DecodeTensorPayload(const v1::Tensor& tensor,
+                                 const uint8_t* payload, size_t size,
+                                 uint8_t* dst);
 
 }  // namespace nearprep
 

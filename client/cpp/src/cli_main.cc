@@ -12,6 +12,8 @@
 //   nearprep mkdataset --out DIR [--classes C --per-class K --with-bad-files]
 //   nearprep pack     --source DIR | --from-tfrecord F... --out DIR
 //                     [--format tfrecord|tar] [--shard-size BYTES]
+//   nearprep manifest --root DIR [--format tfrecord|tar] [--partitions C]
+//   nearprep fleet-plan --manifest FILE ... (client/cpp/fleet/fleet_cli.h)
 //
 // Exit status: 0 on success, 1 on an error (printed to stderr), 2 on bad
 // flags.
@@ -30,6 +32,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cpp/fleet/fleet_cli.h"
 #include "client/cpp/pack/pack.h"
 #include "client/cpp/src/batch_json.h"
 #include "client/cpp/src/contact_sheet.h"
@@ -492,6 +495,8 @@ int main(int argc, char** argv) {
                    "shard size (bytes; K/M/G/KiB/MiB/GiB suffixes)")
       ->capture_default_str();
 
+  std::shared_ptr<FleetCommands> fleet_cmds = AddFleetCommands(&app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -525,6 +530,7 @@ int main(int argc, char** argv) {
 #endif
   }
   if (pack->parsed()) return RunPack(pack_o, pack_size);
+  if (int rc = RunFleetCommands(*fleet_cmds); rc >= 0) return rc;
   if (mk->parsed()) {
     MkDatasetOptions o;
     o.output_dir = mk_out;

@@ -155,9 +155,11 @@ class GrpcBatchReader : public BatchReader {
     return ReadNext(batch, [batch](grpc::ByteBuffer* raw) {
       const grpc::Status st =
           grpc::SerializationTraits<v1::Batch>::Deserialize(raw, batch);
-      return st.ok() ? absl::OkStatus()
-                     : absl::DataLossError(absl::StrCat(
-                           "malformed Batch message: ", st.error_message()));
+      if (!st.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("malformed Batch message: ", st.error_message()));
+      }
+      return DecompressBatchTensor(batch);
     });
   }
 

@@ -109,6 +109,13 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--layout", layout, "nhwc | nchw")
       ->check(CLI::IsMember({"nhwc", "nchw"}))
       ->capture_default_str();
+  app->add_option("--compression", compression,
+                  "uint8 wire compression: none | delta | gradient (zstd)")
+      ->check(CLI::IsMember({"none", "delta", "gradient"}))
+      ->capture_default_str();
+  app->add_option("--compression-level", compression_level,
+                  "zstd level, 0 = server default (1)")
+      ->capture_default_str();
   app->add_option("--fidelity", fidelity, "tf | fast")
       ->check(CLI::IsMember({"tf", "fast"}))
       ->capture_default_str();
@@ -210,6 +217,10 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype, "'"));
   }
   o->set_layout(layout == "nchw" ? v1::LAYOUT_NCHW : v1::LAYOUT_NHWC);
+  o->set_compression(compression == "delta"      ? v1::COMPRESSION_DELTA_ZSTD
+                     : compression == "gradient" ? v1::COMPRESSION_GRADIENT_ZSTD
+                                                 : v1::COMPRESSION_NONE);
+  o->set_compression_level(compression_level);
   r.set_error_policy(policy == "fail" ? v1::ERROR_POLICY_FAIL_STREAM
                                       : v1::ERROR_POLICY_SKIP);
   return r;

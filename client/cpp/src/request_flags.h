@@ -4,6 +4,7 @@
 //   --shard i/n         shard i of n (0 <= i < n)
 //   --crop none|center|rrc, --flip P, --brightness D, --saturation L U,
 //   --dtype float32|float16|bfloat16|uint8, --layout nhwc|nchw,
+//   --compression none|delta|gradient [--compression-level L] (uint8),
 //   --fidelity tf|fast, --policy skip|fail, ...
 //   --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
 //       (TlsFlags; also on `info`)
@@ -72,6 +73,8 @@ struct RequestFlags {
   std::vector<float> std;
   std::string dtype = "float32";
   std::string layout = "nhwc";
+  std::string compression = "none";  // none | delta | gradient
+  int compression_level = 0;
   std::string fidelity = "tf";
   std::string policy = "skip";
   bool params = false;

@@ -6,7 +6,9 @@ deserializer) and only its small header is parsed with protobuf; `images` is
 np.frombuffer over the received bytes at the offset of Tensor.data, so the
 tensor bytes are never copied by the client (gRPC's own copy of the socket
 data into a Python bytes object is the only one). The array is therefore
-read-only; call images.copy() to modify it.
+read-only; call images.copy() to modify it. A compressed tensor
+(Tensor.compression) is decoded by nearprep.codec into a new array (the
+header's compression fields are then cleared, as on the native path).
 
 bfloat16 has no numpy dtype: `images` then holds the raw bits as uint16 and
 bfloat16_to_float32() widens them exactly.
@@ -18,6 +20,9 @@ import dataclasses
 from typing import List, Optional, Tuple
 
 import numpy as np
+
+from nearprep import codec
+from nearprep.errors import DataLossError
 
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
 LAYOUTS = ("NHWC", "NCHW")
@@ -265,6 +270,19 @@ def _make_batch(header, buffer, offset, nbytes, target):
         raise WireError(f"tensor.dtype: unknown value {t.dtype}")
     dtype_name, np_dtype = _NP_DTYPE[t.dtype]
     shape = tuple(int(s) for s in t.shape)
+    if t.compression:
+        # Compressed uint8 (the native path decodes in C++ and never gets
+        # here): decode into a new array; the header then reads as if the
+        # tensor had come uncompressed, as on the native path.
+        if t.dtype != 3:
+            raise DataLossError(f"tensor.compression {t.compression} with "
+                                f"dtype {dtype_name}")
+        images = codec.decompress(
+            t.compression, shape, t.layout == 1,
+            memoryview(buffer)[offset:offset + nbytes], t.uncompressed_bytes)
+        t.ClearField("compression")
+        t.ClearField("uncompressed_bytes")
+        buffer, offset, nbytes = images, 0, images.nbytes
     count = 1
     for s in shape:
         count *= s

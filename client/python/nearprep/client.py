@@ -289,6 +289,9 @@ class Client:
         fidelity         "tf_compat" | "fast"
         dtype            "float32" | "float16" | "bfloat16" | "uint8"
         layout           "NHWC" | "NCHW"
+        compression      "none" | "delta_zstd" | "gradient_zstd" (uint8 only;
+                         see ServerInfo.compressions); compression_level
+                         0 (= 1) or -1000..19. Batches arrive decoded.
         error_policy     "skip" | "fail_stream"
         include_params   fill Batch.params
         Or pass a ready nearprep.v1.StreamBatchesRequest as `request`.

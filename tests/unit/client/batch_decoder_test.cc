@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tensor_codec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
@@ -164,6 +165,114 @@ TEST(BatchDecoderTest, NullAllocationIsResourceExhausted) {
       DecodeBatchInto(&raw, &header, [](size_t) { return nullptr; });
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
 }
+
+
+// ---------------------------------------------------------------------------
+// Compressed tensors (common/tensor_codec.h): both receive paths decode them
+// into the same bytes as the uncompressed tensor; damage is DATA_LOSS.
+
+namespace compressed {
+
+struct Pair {
+  v1::Batch plain;
+  v1::Batch packed;
+};
+
+Pair MakePair(v1::Layout layout, TensorCompression comp) {
+  Pair p;
+  p.plain = SampleBatch(0);
+  v1::Tensor* t = p.plain.mutable_tensor();
+  t->clear_shape();
+  const uint64_t n = 3, h = 5, w = 7;
+  const TensorGeometry g = layout == v1::LAYOUT_NCHW
+                               ? TensorGeometry::Nchw(n, 3, h, w)
+                               : TensorGeometry::Nhwc(n, h, w, 3);
+  if (layout == v1::LAYOUT_NCHW) {
+    for (uint64_t d : {n, uint64_t{3}, h, w}) t->add_shape(d);
+  } else {
+    for (uint64_t d : {n, h, w, uint64_t{3}}) t->add_shape(d);
+  }
+  t->set_layout(layout);
+  std::string data(g.total_bytes(), '\0');
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<char>((i * i) % 251 + i / 9);
+  }
+  t->set_data(data);
+  p.packed = p.plain;
+  std::string out(CompressedBound(g), '\0');
+  absl::StatusOr<size_t> size = CompressTensor(
+      g, comp, 1, reinterpret_cast<const uint8_t*>(data.data()),
+      reinterpret_cast<uint8_t*>(out.data()), out.size());
+  EXPECT_TRUE(size.ok()) << size.status();
+  out.resize(*size);
+  v1::Tensor* pt = p.packed.mutable_tensor();
+  pt->set_compression(static_cast<v1::Compression>(comp));
+  pt->set_uncompressed_bytes(g.total_bytes());
+  pt->set_data(out);
+  return p;
+}
+
+TEST(BatchDecoderCompressedTest, BothPathsDecodeToThePlainTensor) {
+  for (v1::Layout layout : {v1::LAYOUT_NHWC, v1::LAYOUT_NCHW}) {
+    for (TensorCompression comp :
+         {TensorCompression::kDeltaZstd, TensorCompression::kGradientZstd}) {
+      SCOPED_TRACE(::testing::Message() << "layout " << layout << " comp "
+                                        << static_cast<int>(comp));
+      Pair p = MakePair(layout, comp);
+      const std::string bytes = p.packed.SerializeAsString();
+      for (size_t slice : {size_t{3}, size_t{100}, bytes.size()}) {
+        Decoded d = Decode(bytes, slice);
+        ASSERT_TRUE(d.status.ok()) << d.status;
+        EXPECT_EQ(d.allocations, 1);
+        EXPECT_EQ(d.tensor, p.plain.tensor().data());
+        v1::Batch header = p.plain;
+        header.mutable_tensor()->clear_data();
+        EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+            d.header, header))
+            << d.header.DebugString();
+      }
+      v1::Batch parsed = p.packed;
+      ASSERT_TRUE(DecompressBatchTensor(&parsed).ok());
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed,
+                                                                     p.plain));
+    }
+  }
+}
+
+TEST(BatchDecoderCompressedTest, CorruptPayloadIsDataLoss) {
+  Pair p = MakePair(v1::LAYOUT_NHWC, TensorCompression::kGradientZstd);
+  std::string payload = p.packed.tensor().data();
+  payload[payload.size() / 2] ^= 0x40;
+  payload[payload.size() - 2] ^= 0x11;  // the checksum of the last frame
+  p.packed.mutable_tensor()->set_data(payload);
+  Decoded d = Decode(p.packed.SerializeAsString(), 64);
+  EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss) << d.status;
+  EXPECT_NE(d.status.message().find("compressed tensor"), std::string::npos)
+      << d.status;
+  v1::Batch parsed = p.packed;
+  absl::Status st = DecompressBatchTensor(&parsed);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+
+  // uncompressed_bytes that disagrees with the shape.
+  Pair q = MakePair(v1::LAYOUT_NCHW, TensorCompression::kDeltaZstd);
+  q.packed.mutable_tensor()->set_uncompressed_bytes(
+      q.packed.tensor().uncompressed_bytes() + 1);
+  d = Decode(q.packed.SerializeAsString(), 64);
+  EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss) << d.status;
+  EXPECT_NE(d.status.message().find("uncompressed_bytes"), std::string::npos);
+  // A compression value this client does not know.
+  q = MakePair(v1::LAYOUT_NCHW, TensorCompression::kDeltaZstd);
+  q.packed.mutable_tensor()->set_compression(static_cast<v1::Compression>(9));
+  d = Decode(q.packed.SerializeAsString(), 64);
+  EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss) << d.status;
+  // Compression with a float dtype.
+  q = MakePair(v1::LAYOUT_NCHW, TensorCompression::kDeltaZstd);
+  q.packed.mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+  d = Decode(q.packed.SerializeAsString(), 64);
+  EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss) << d.status;
+}
+
+}  // namespace compressed
 
 }  // namespace
 }  // namespace nearprep

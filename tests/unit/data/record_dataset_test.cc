@@ -102,6 +102,31 @@ TEST(RecordDatasetTest, BlockReadsGiveTheSameBytesInFewLargeReads) {
   EXPECT_EQ(c.reads.load() - reads_before, 116u);
 }
 
+TEST(RecordDatasetTest, BlockViewsPointIntoTheBlockWithoutACopy) {
+  auto storage = Shards(20, 20);
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok());
+  std::vector<uint8_t> scratch;
+  absl::StatusOr<SampleView> v3 = (*ds)->ReadSampleView(3, ReadHint{8}, &scratch);
+  absl::StatusOr<SampleView> v5 = (*ds)->ReadSampleView(5, ReadHint{8}, &scratch);
+  ASSERT_TRUE(v3.ok() && v5.ok());
+  EXPECT_EQ(std::string(v3->data, v3->data + v3->size), Image(3));
+  EXPECT_EQ(std::string(v5->data, v5->data + v5->size), Image(5));
+  // Both are views of the same block (ids 0..7), held alive by `keep`; the
+  // caller's scratch was not used.
+  ASSERT_NE(v3->keep, nullptr);
+  EXPECT_EQ(v3->keep, v5->keep);
+  EXPECT_GT(v5->data, v3->data);
+  EXPECT_TRUE(scratch.empty());
+  EXPECT_EQ((*ds)->read_counters().reads.load(), 1u);
+  // Without the hint the bytes land in the scratch vector.
+  absl::StatusOr<SampleView> v9 = (*ds)->ReadSampleView(9, ReadHint{}, &scratch);
+  ASSERT_TRUE(v9.ok());
+  EXPECT_EQ(v9->keep, nullptr);
+  EXPECT_EQ(v9->data, scratch.data());
+  EXPECT_EQ(std::string(v9->data, v9->data + v9->size), Image(9));
+}
+
 TEST(RecordDatasetTest, DamagedRecordFailsAloneWithShardAndOffset) {
   auto storage = std::make_shared<MemStorage>();
   std::string shard;

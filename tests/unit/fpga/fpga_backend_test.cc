@@ -19,15 +19,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nearprep/v1/tf_example.pb.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"
+#include "server/backend/cpu_backend.h"
+#include "server/daemon/backend_choice.h"
 #include "server/data/dataset.h"
 #include "server/fpga/fpga_backend.h"
-#include "server/pipeline/backend_factory.h"
-#include "server/pipeline/cpu_backend.h"
-#include "tests/unit/pipeline/backend_conformance.h"
+#include "server/fpga/fpga_factory.h"
+#include "server/records/tfrecord.h"
+#include "tests/unit/backend/backend_conformance.h"
+#include "tests/unit/backend/test_images.h"
 #include "tests/unit/pipeline/fake_backend.h"
-#include "tests/unit/pipeline/test_images.h"
 
 namespace nearprep {
 namespace {
@@ -191,8 +194,7 @@ TEST_F(FpgaBackendTest, CreateFailsCleanlyOnMissingOrBadXclbin) {
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("xclbin"), std::string::npos)
       << bad.status();
-  BackendOptions o;
-  o.kind = "fpga";
+  FpgaOptions o;
   o.xclbin = "";
   std::string why;
   EXPECT_FALSE(CreateFpgaBackend(o, &why).ok());
@@ -203,17 +205,108 @@ TEST_F(FpgaBackendTest, CreateFailsCleanlyOnMissingOrBadXclbin) {
   EXPECT_NE(why.find("p2p"), std::string::npos) << why;
 }
 
+TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
+  // Generated with `nearprep_xclbin_gen --omit-arg scratch`: a kernel whose
+  // sixth argument is num_images. Its host would write num_images into the
+  // scratch pointer's registers; it is refused at creation.
+  FpgaBackendConfig c = TestConfig();
+  c.xclbin = NEARPREP_TEST_XCLBIN_BAD_ARGS;
+  auto bad = FpgaBackend::Create(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string msg(bad.status().message());
+  EXPECT_NE(msg.find("does not match the kernel ABI"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(NEARPREP_TEST_XCLBIN_BAD_ARGS), std::string::npos) << msg;
+  EXPECT_NE(msg.find("6 arguments, the ABI has 7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("argument 5 is 'num_images' (scalar, 4 bytes), expected 'scratch' "
+                     "(global memory pointer, 8 bytes)"),
+            std::string::npos)
+      << msg;
+  // The factory says so too.
+  FpgaOptions o;
+  o.xclbin = NEARPREP_TEST_XCLBIN_BAD_ARGS;
+  std::string why;
+  auto f = CreateFpgaBackend(o, &why);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("does not match the kernel ABI"), std::string::npos)
+      << f.status();
+  // The matching xclbin of the same build loads.
+  c.xclbin = NEARPREP_TEST_XCLBIN;
+  EXPECT_TRUE(FpgaBackend::Create(c).ok());
+}
+
+TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
+  // The kernel's top is ap_ctrl_chain + DATAFLOW: run k+1 is started (and
+  // may begin inside the compute unit) before run k is waited for, so the
+  // two must not share any buffer - the scratch included.
+  FpgaBackendConfig c = TestConfig();
+  c.max_images_per_run = 2;
+  c.jpeg_bytes_per_run = 8192;
+  struct RunBuffers {
+    const void* p[6];
+  };
+  std::vector<RunBuffers> runs;
+  c.hook = [&runs](const FpgaRunView& v) {
+    runs.push_back(RunBuffers{{v.jpeg, v.desc, v.cfg, v.out, v.status, v.scratch}});
+    return RunKernel(v);
+  };
+  auto fpga = MakeFpga(c);
+  ASSERT_NE(fpga, nullptr);
+  const WorkContext ctx = AugmentingContext(dataset_.get());
+  const auto want = ProcessAll(cpu_, ctx, 1);
+  const auto got = ProcessAll(*fpga, ctx, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
+  ASSERT_GE(runs.size(), 6u);
+  const char* names[6] = {"jpeg", "desc", "cfg", "out", "status", "scratch"};
+  for (size_t k = 0; k + 1 < runs.size(); ++k) {
+    for (int a = 0; a < 6; ++a) {
+      for (int b = 0; b < 6; ++b) {
+        EXPECT_NE(runs[k].p[a], runs[k + 1].p[b])
+            << "runs " << k << " and " << k + 1 << " share a buffer (" << names[a] << ", "
+            << names[b] << ")";
+      }
+    }
+  }
+}
+
+TEST_F(FpgaBackendTest, CpuFallbackKeepsTheRequestFidelity) {
+  // The kernel computes TF_COMPAT only; other fidelities are unsupported on
+  // the device and served by the CPU with the request's own fidelity, so the
+  // bytes equal the CPU backend's for that fidelity.
+  auto fpga = MakeFpga(TestConfig());
+  ASSERT_NE(fpga, nullptr);
+  WorkContext fast = AugmentingContext(dataset_.get());
+  fast.spec.fidelity = Fidelity::kFast;
+  fast.spec.height = fast.spec.width = 16;  // downscaling: FAST decodes at a reduced scale
+  WorkContext tf = fast;
+  tf.spec.fidelity = Fidelity::kTfCompat;
+  const auto want_fast = ProcessAll(cpu_, fast, 1);
+  const auto want_tf = ProcessAll(cpu_, tf, 1);
+  int fast_differs = 0;
+  for (size_t i = 0; i < want_fast.size(); ++i) fast_differs += want_fast[i].bytes != want_tf[i].bytes;
+  ASSERT_GT(fast_differs, 0) << "FAST and TF_COMPAT agree here: the test could not fail";
+  const auto got = ProcessAll(*fpga, fast, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, want_fast, got), 0);
+  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
+  EXPECT_EQ(fpga->fpga_stats().fallback_unsupported.load(), dataset_->size());
+  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), dataset_->size());
+  // TF_COMPAT requests still run on the device.
+  const auto got_tf = ProcessAll(*fpga, tf, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, want_tf, got_tf), 0);
+  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 16u);
+}
+
 TEST_F(FpgaBackendTest, FactoryPicksFpgaForAutoOnlyWhenTheXclbinLoads) {
   BackendOptions o;
   o.kind = "auto";
-  o.xclbin = NEARPREP_TEST_XCLBIN;
+  o.fpga.xclbin = NEARPREP_TEST_XCLBIN;
   std::string why;
   {
     auto b = CreateBackend(o, &why);
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ((*b)->name(), "fpga") << why;
   }
-  o.xclbin = dir_.path() + "/missing.xclbin";
+  o.fpga.xclbin = dir_.path() + "/missing.xclbin";
   auto cpu = CreateBackend(o, &why);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ((*cpu)->name(), "cpu");
@@ -228,27 +321,38 @@ TEST_F(FpgaBackendTest, MatchesCpuBytesAndCountsFallbacks) {
   EXPECT_TRUE(fpga->p2p_buffers());
   const WorkContext ctx = AugmentingContext(dataset_.get());
   const auto want = ProcessAll(cpu_, ctx, 1);
+  const uint64_t reads_before = dataset_->read_counters().reads.load();
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
+  // Each file is read once: the CPU fallback is served from the bytes
+  // already staged in the run's input buffer.
+  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before,
+            dataset_->size());
   int good = 0;
   for (const auto& r : want) good += r.status.ok();
   EXPECT_EQ(good, 18);  // 22 files, 4 broken
-  const FpgaStats& st = fpga->stats();
+  const FpgaStats& st = fpga->fpga_stats();
   // Two progressive files are unsupported by the kernel; the truncated file
   // is corrupt; the three other broken files fail on the host.
   EXPECT_EQ(st.fallback_unsupported.load(), 2u);
   EXPECT_EQ(st.fallback_corrupt.load(), 1u);
   EXPECT_EQ(st.fallback_host.load(), 3u);
   EXPECT_EQ(st.device_images.load(), 16u);
-  EXPECT_EQ(fpga->counters().fallbacks.load(), 22u - 16u);
+  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), 22u - 16u);
   EXPECT_EQ(st.device_errors.load(), 0u);
   // The noop shim's buffers are not 4 KiB aligned: O_DIRECT is refused
   // (EINVAL) and the bytes travel the buffered path.
-  EXPECT_EQ(fpga->counters().p2p_reads.load(), 0u);
-  EXPECT_GT(fpga->counters().buffered_reads.load(), 0u);
+  EXPECT_EQ(fpga->fpga_stats().p2p_read_bytes.load(), 0u);
+  EXPECT_GT(fpga->fpga_stats().buffered_read_bytes.load(), 0u);
   EXPECT_GE(st.runs.load(), 1u);
   EXPECT_NE(fpga->detail().find("device images 16"), std::string::npos)
       << fpga->detail();
+  // The generic interface reports the same counters by name.
+  uint64_t fallbacks = 0;
+  for (const BackendStat& s : fpga->stats()) {
+    if (s.name == "fallbacks") fallbacks = s.value;
+  }
+  EXPECT_EQ(fallbacks, 22u - 16u);
 }
 
 TEST_F(FpgaBackendTest, SmallBuffersSplitAChunkIntoManyDoubleBufferedRuns) {
@@ -263,8 +367,8 @@ TEST_F(FpgaBackendTest, SmallBuffersSplitAChunkIntoManyDoubleBufferedRuns) {
   const auto want = ProcessAll(cpu_, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-  EXPECT_GE(fpga->stats().runs.load(), 7u);  // >= 16 device images / 3
-  EXPECT_EQ(fpga->stats().device_images.load(), 16u);
+  EXPECT_GE(fpga->fpga_stats().runs.load(), 7u);  // >= 16 device images / 3
+  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 16u);
 }
 
 TEST_F(FpgaBackendTest, InjectedDeviceErrorMidStreamFallsBackWithNoSampleLost) {
@@ -286,7 +390,7 @@ TEST_F(FpgaBackendTest, InjectedDeviceErrorMidStreamFallsBackWithNoSampleLost) {
     const auto want = ProcessAll(cpu_, ctx, 1);
     const auto got = ProcessAll(*fpga, ctx, 11);
     EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-    const FpgaStats& st = fpga->stats();
+    const FpgaStats& st = fpga->fpga_stats();
     EXPECT_EQ(st.device_errors.load(), 1u);
     EXPECT_GE(st.fallback_device_error.load(), 1u);
     EXPECT_LE(st.fallback_device_error.load(), 4u);
@@ -310,10 +414,10 @@ TEST_F(FpgaBackendTest, WithoutTheHookEveryImageIsNotRunAndServedByTheCpu) {
   const auto want = ProcessAll(cpu_, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, 5);
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-  EXPECT_EQ(fpga->stats().device_images.load(), 0u);
+  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
   // The 18 good images and the truncated one reach a run.
-  EXPECT_EQ(fpga->stats().fallback_not_run.load(), 19u);
-  EXPECT_EQ(fpga->counters().fallbacks.load(), 22u);
+  EXPECT_EQ(fpga->fpga_stats().fallback_not_run.load(), 19u);
+  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), 22u);
 }
 
 TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
@@ -347,12 +451,88 @@ TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
   const auto want = ProcessAll(cpu, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, 32);
   EXPECT_EQ(CountDifferences(**ds, want, got), 0);
-  const uint64_t on_device = fpga->stats().device_images.load();
-  EXPECT_EQ(on_device + fpga->counters().fallbacks.load(), (*ds)->size());
+  const uint64_t on_device = fpga->fpga_stats().device_images.load();
+  EXPECT_EQ(on_device + fpga->fpga_stats().fallbacks.load(), (*ds)->size());
   EXPECT_GT(on_device, (*ds)->size() * 9 / 10);
   std::printf("real images: %llu of %zu on the device (C-sim), %llu CPU fallbacks\n",
               static_cast<unsigned long long>(on_device), (*ds)->size(),
-              static_cast<unsigned long long>(fpga->counters().fallbacks.load()));
+              static_cast<unsigned long long>(fpga->fpga_stats().fallbacks.load()));
+}
+
+// A TFRecord dataset read in blocks (ReadHint, as block shuffle reads): the
+// backend reads each block of records with one large read into the run's
+// input buffer and gives the kernel the offset and size of every image
+// inside it (issue 8: the SmartSSD's P2P path needs large reads).
+TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
+  ASSERT_TRUE(kEnvReady);
+  testing_common::TempDir dir;
+  constexpr int kPerShard = 20, kShards = 2, kBad = 27;
+  for (int sh = 0; sh < kShards; ++sh) {
+    std::string shard;
+    for (int i = sh * kPerShard; i < (sh + 1) * kPerShard; ++i) {
+      const std::vector<uint8_t> jpeg = testing_internal::MakeTestJpeg(
+          24 + 5 * (i % 9), 60 - 3 * (i % 7), i % 3 == 0 ? TJSAMP_420 : TJSAMP_444, 75 + i % 20,
+          false, i);
+      tfexample::Example ex;
+      auto& f = *ex.mutable_features()->mutable_feature();
+      f["image/encoded"].mutable_bytes_list()->add_value(
+          std::string(jpeg.begin(), jpeg.end()));
+      f["image/class/label"].mutable_int64_list()->add_value(i % 5);
+      const size_t at = shard.size();
+      records::AppendTfRecord(ex.SerializeAsString(), &shard);
+      if (i == kBad) shard[at + 12 + (shard.size() - at - 16) / 2] ^= 0x40;  // bad CRC
+    }
+    testing_internal::WriteFile(std::filesystem::path(dir.path()) /
+                                    ("train-0000" + std::to_string(sh) + ".tfrecord"),
+                                std::vector<uint8_t>(shard.begin(), shard.end()));
+  }
+  DatasetConfig config;
+  config.name = "rec";
+  config.format = "tfrecord";
+  config.root = dir.path();
+  auto ds = Dataset::Open(config);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->size(), static_cast<size_t>(kShards * kPerShard));
+  WorkContext ctx = AugmentingContext(ds->get());
+  ctx.read_hint.block_samples = 8;
+  CpuBackend cpu;
+  const auto want = ProcessAll(cpu, ctx, 1);
+  ASSERT_FALSE(want[kBad].status.ok());  // the damaged record: DATA_LOSS
+  EXPECT_EQ(want[kBad].status.code(), absl::StatusCode::kDataLoss) << want[kBad].status;
+  const ReadCounters& rc = (*ds)->read_counters();
+  const uint64_t reads0 = rc.reads.load(), bytes0 = rc.bytes.load();
+  auto fpga = MakeFpga(TestConfig());
+  ASSERT_NE(fpga, nullptr);
+  const auto got = ProcessAll(*fpga, ctx, (*ds)->size());
+  EXPECT_EQ(CountDifferences(**ds, want, got), 0);
+  EXPECT_EQ(got[kBad].status.code(), absl::StatusCode::kDataLoss) << got[kBad].status;
+  const uint64_t reads = rc.reads.load() - reads0, bytes = rc.bytes.load() - bytes0;
+  const FpgaStats& st = fpga->fpga_stats();
+  // Blocks of 8 ids, each part within one shard: [0,8) [8,16) [16,20)
+  // [20,24) [24,32) [32,40) - six reads for forty samples, plus one when a
+  // block is split between two runs (32 images per run: [32,40) is read
+  // again for the second run).
+  EXPECT_GE(reads, 6u);
+  EXPECT_LE(reads, 6u + st.runs.load() - 1);
+  EXPECT_EQ(st.block_reads.load(), reads);
+  EXPECT_GE(st.block_read_bytes.load(), bytes);  // 4 KiB-rounded, past the end of a shard
+  EXPECT_GE(bytes / reads, 4 * 600u);  // several records per read
+  EXPECT_EQ(st.block_samples.load(), static_cast<uint64_t>(kShards * kPerShard - 1));
+  EXPECT_EQ(st.device_images.load(), static_cast<uint64_t>(kShards * kPerShard - 1));
+  EXPECT_EQ(st.fallbacks.load(), 0u);
+  std::printf("tfrecord blocks: %llu reads, %llu bytes (%.0f bytes/read) for %zu samples\n",
+              static_cast<unsigned long long>(reads), static_cast<unsigned long long>(bytes),
+              static_cast<double>(bytes) / static_cast<double>(reads), (*ds)->size());
+  // Without the hint (global shuffle): one read per sample, no block reads.
+  WorkContext one = ctx;
+  one.read_hint.block_samples = 0;
+  auto fpga2 = MakeFpga(TestConfig());
+  ASSERT_NE(fpga2, nullptr);
+  const uint64_t reads1 = rc.reads.load();
+  const auto got2 = ProcessAll(*fpga2, one, (*ds)->size());
+  EXPECT_EQ(CountDifferences(**ds, ProcessAll(cpu, one, 1), got2), 0);
+  EXPECT_EQ(fpga2->fpga_stats().block_reads.load(), 0u);
+  EXPECT_GE(rc.reads.load() - reads1, static_cast<uint64_t>(kShards * kPerShard - 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(

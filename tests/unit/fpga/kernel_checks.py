@@ -11,8 +11,13 @@ silently get wrong, found without Vitis.
             multiply-add (llvm.fmuladd / llvm.fma); global constructors
             (llvm.global_ctors: a static with a run-time initialiser).
   lint      refuses, in the kernel sources and headers: malloc/free/new/
-            delete, std containers and smart pointers, and static variables
-            that are not constexpr.
+            delete, std containers and smart pointers, static variables
+            that are not constexpr, loops without a LOOP_TRIPCOUNT pragma
+            (unless UNROLLed or bounded by a literal / kConstant: HLS knows
+            those trip counts; without it the reports have no latency), and
+            streams declared in a kernel source without a STREAM pragma
+            whose depth is the declared one (streams of blocks take their
+            depth from the template only).
   selftest  plants one violation of each kind in a scratch source and checks
             that `ir` / `lint` catch it (and that the clean kernel passes).
 
@@ -40,6 +45,11 @@ FMA = re.compile(r"@llvm\.(fmuladd|fma)\.")
 # Functions of the stub Vitis headers (hls::, ap_uint, ap_int): provided by
 # the HLS tool, so declared-only calls to them are fine.
 ALLOWED_MANGLED = re.compile(r"^_Z(N|NK)\d*(3hls|7ap_uint|6ap_int)")
+# The C++ unwinder's personality routine: referenced by the cleanup landing
+# pads clang emits for the destructors of the stream-of-blocks locks around
+# calls. Nothing in the kernel throws (the lint refuses throw/try, and
+# __cxa_throw would be an external call), so no landing pad is ever taken.
+ALLOWED_EXTERNAL = {"__gxx_personality_v0"}
 
 # Files of fpga_kernels/include that are C-simulation models, not kernel code
 # (their synthesis branch only includes the Vitis headers).
@@ -56,6 +66,7 @@ LINT_RULES = [
                 r"unordered_set|string|memory|functional|thread|mutex)>"),
      "include of a std container/thread header"),
     (re.compile(r"#\s*include\s*\"server/"), "kernel includes server/ code"),
+    (re.compile(r"\bthrow\b|\btry\s*\{|\bcatch\s*\("), "exceptions: none in hardware"),
 ]
 STATIC_VAR = re.compile(r"\bstatic\b(?!_)(?!\s+constexpr\b)")
 STATIC_FUNC = re.compile(r"\bstatic\s+(inline\s+)?[\w:<>,\s\*&]+?\b\w+\s*\(")
@@ -111,7 +122,7 @@ def scan_ir(modules):
             if not ALLOWED_INTRINSIC.match(fn):
                 findings.append("%s: intrinsic %s" % (where, fn))
             continue
-        if ALLOWED_MANGLED.match(fn):
+        if ALLOWED_MANGLED.match(fn) or fn in ALLOWED_EXTERNAL:
             continue
         findings.append("%s: call to external function %s (not in the kernel)" % (where, fn))
     return findings
@@ -143,6 +154,86 @@ def lint_text(name, text):
     return findings
 
 
+LOOP_HEAD = re.compile(r"\b(for|while)\s*\(|\bdo\s*\{")
+CONST_BOUND = re.compile(r"^\s*\w+\s*(<|<=|>|>=)\s*(\d+|k[A-Z]\w*)\s*$")
+TRIPCOUNT = re.compile(r"#\s*pragma\s+HLS\s+(LOOP_TRIPCOUNT|UNROLL)\b", re.I)
+STREAM_DECL = re.compile(r"\bhls::stream<[^;>]*?,\s*(\w+)\s*>\s+([^;]*);")
+STREAM_PRAGMA = re.compile(r"#\s*pragma\s+HLS\s+STREAM\s+variable\s*=\s*(\w+)"
+                           r"(?:\s+type\s*=\s*\w+)?(?:\s+depth\s*=\s*(\w+))?", re.I)
+
+
+def _close(code, i, open_ch, close_ch):
+    """Index just past the bracket matching code[i] (an open_ch)."""
+    depth = 0
+    for k in range(i, len(code)):
+        if code[k] == open_ch:
+            depth += 1
+        elif code[k] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return len(code)
+
+
+def lint_loops(name, code):
+    """Loops whose body does not start with a LOOP_TRIPCOUNT (or UNROLL)
+    pragma, except for-loops with a literal / kConstant bound."""
+    findings = []
+    for m in LOOP_HEAD.finditer(code):
+        ln = code.count("\n", 0, m.start()) + 1
+        if m.group(0).startswith("do"):
+            body = m.end()
+        else:
+            end = _close(code, code.index("(", m.start()), "(", ")")
+            rest = code[end:].lstrip()
+            if rest.startswith(";"):
+                continue  # the while of a do-while
+            if m.group(1) == "for":
+                header = code[code.index("(", m.start()) + 1:end - 1].split(";")
+                if len(header) == 3 and CONST_BOUND.match(header[1]):
+                    continue
+            if not rest.startswith("{"):
+                findings.append("%s:%d: loop without braces (no room for LOOP_TRIPCOUNT): %s"
+                                % (name, ln, code[m.start():end].strip()))
+                continue
+            body = end + code[end:].index("{") + 1
+        # The pragmas right at the start of the body.
+        ok = False
+        for line in code[body:].split("\n"):
+            t = line.strip()
+            if not t:
+                continue
+            if not t.startswith("#"):
+                break
+            if TRIPCOUNT.search(t):
+                ok = True
+        if not ok:
+            head = code[m.start():code.find("\n", m.start())].strip()
+            findings.append("%s:%d: loop without LOOP_TRIPCOUNT: %s" % (name, ln, head))
+    return findings
+
+
+def lint_streams(name, code):
+    """Every hls::stream / stream of blocks declared in `code` has a STREAM
+    pragma naming it, whose depth (if the declaration has one) is the
+    declared depth."""
+    pragmas = {}
+    for m in STREAM_PRAGMA.finditer(code):
+        pragmas[m.group(1)] = m.group(2)
+    findings = []
+    for m in STREAM_DECL.finditer(code):
+        depth = m.group(1)
+        names = re.findall(r"(\w+)\s*\(\s*\"", m.group(2))
+        ln = code.count("\n", 0, m.start()) + 1
+        for n in names:
+            if n not in pragmas:
+                findings.append("%s:%d: stream %s without a STREAM pragma" % (name, ln, n))
+            elif depth and pragmas[n] != depth:
+                findings.append("%s:%d: stream %s: STREAM depth %s, declared %s"
+                                % (name, ln, n, pragmas[n], depth))
+    return findings
+
+
 def run_lint(makefile):
     kdir = os.path.dirname(os.path.abspath(makefile))
     files = [os.path.join(kdir, s) for s in makefile_vars(makefile)["SRCS"]]
@@ -151,8 +242,19 @@ def run_lint(makefile):
               if f.endswith(".h") and f not in LINT_SKIP]
     findings = []
     for f in files:
-        findings += lint_text(os.path.relpath(f, kdir), open(f).read())
+        text = open(f).read()
+        rel = os.path.relpath(f, kdir)
+        findings += lint_text(rel, text)
+        code = _strip_keep_strings(text)
+        findings += lint_loops(rel, code)
+        findings += lint_streams(rel, code)
     return findings
+
+
+def _strip_keep_strings(src):
+    """Comments removed, string literals kept (stream names)."""
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
 
 
 # Each planted violation: (label, source, check) where check is "ir" or "lint".
@@ -175,7 +277,30 @@ PLANTED = [
     ("std::vector", "#include <vector>\nint F() { std::vector<int> v(3); return v[0]; }\n",
      "lint"),
     ("non-constexpr static", "int F() { static int calls = 0; return ++calls; }\n", "lint"),
+    ("throw", "int F(int x) { if (x < 0) throw 1; return x; }\n", "lint"),
+    ("for loop without LOOP_TRIPCOUNT",
+     "int F(int n) {\n  int s = 0;\n  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+     "    s += i;\n  }\n  return s;\n}\n", "lint"),
+    ("while loop without LOOP_TRIPCOUNT",
+     "int F(int n) {\n  while (n > 1) {\n    n >>= 1;\n  }\n  return n;\n}\n", "lint"),
+    ("loop without braces", "int F(int n) {\n  int s = 0;\n  for (int i = 0; i < n; ++i) s += i;\n"
+     "  return s;\n}\n", "lint"),
+    ("stream without STREAM pragma",
+     "void F() {\n  hls::stream<int, kDepth> s(\"s\");\n}\n", "lint"),
+    ("STREAM depth other than the declared one",
+     "void F() {\n  hls::stream<int, kDepth> s(\"s\");\n#pragma HLS STREAM variable = s depth = 2\n}\n",
+     "lint"),
 ]
+
+# Loops and streams the lint must accept.
+CLEAN_LOOPS = (
+    "int F(int n, const int* a) {\n  int s = 0;\nrows:\n  for (int i = 0; i < n; ++i) {\n"
+    "#pragma HLS PIPELINE II = 1\n#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16\n    s += a[i];\n  }\n"
+    "  for (int k = 0; k < 8; ++k) s += k;\n  for (int l = 16; l >= kMin; --l) s -= l;\n"
+    "  for (int u = 0; u < n; ++u) {\n#pragma HLS UNROLL\n    s ^= u;\n  }\n"
+    "  do {\n#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4\n    --n;\n  } while (n > 0);\n"
+    "  hls::stream<int, kDepth> q(\"q\");\n#pragma HLS STREAM variable = q depth = kDepth\n"
+    "  return s;\n}\n")
 
 
 def selftest(clang, makefile):
@@ -186,7 +311,9 @@ def selftest(clang, makefile):
             path = os.path.join(tmp, "planted.cc")
             open(path, "w").write(src)
             if check == "lint":
-                found = lint_text("planted.cc", src)
+                code = _strip_keep_strings(src)
+                found = (lint_text("planted.cc", src) + lint_loops("planted.cc", code) +
+                         lint_streams("planted.cc", code))
             else:
                 flags = list(v["HLS_CFLAGS"])
                 if check == "ir-contract-on":
@@ -214,6 +341,8 @@ def selftest(clang, makefile):
         open(path, "w").write(clean)
         ir, err = compile_ir(clang, v["HLS_CFLAGS"], path, tmp, tmp)
         bad = ([err] if err else scan_ir({"clean.cc": ir})) + lint_text("clean.cc", clean)
+        code = _strip_keep_strings(CLEAN_LOOPS)
+        bad += lint_loops("clean_loops.cc", code) + lint_streams("clean_loops.cc", code)
         if bad:
             failures.append("clean code flagged: " + "; ".join(bad))
     return failures

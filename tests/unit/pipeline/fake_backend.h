@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/backend/backend.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/backend.h"
 #include "server/storage/mem_storage.h"
 
 namespace nearprep {

@@ -5,18 +5,14 @@
 
 #include "gtest/gtest.h"
 #include "nearprep/v1/tf_example.pb.h"
+#include "server/records/range_reader.h"
 #include "server/records/tfrecord.h"
 
 namespace nearprep::records {
 namespace {
 
 RangeReader StringReader(const std::string& s) {
-  return [&s](uint64_t off, size_t n, uint8_t* dst) -> absl::StatusOr<size_t> {
-    if (off >= s.size()) return 0;
-    const size_t k = std::min<size_t>(n, s.size() - off);
-    std::memcpy(dst, s.data() + off, k);
-    return k;
-  };
+  return MemoryRangeReader(s.data(), s.size());
 }
 
 std::string Example(const std::string& image, int64_t label) {

@@ -6,18 +6,17 @@
 
 #include "gtest/gtest.h"
 #include "server/records/crc32c.h"
+#include "server/records/range_reader.h"
 
 namespace nearprep::records {
 namespace {
 
+// Counts the reads it serves when `calls` is set.
 RangeReader StringReader(const std::string& s, int* calls = nullptr) {
-  return [&s, calls](uint64_t off, size_t n,
-                     uint8_t* dst) -> absl::StatusOr<size_t> {
+  RangeReader read = MemoryRangeReader(s.data(), s.size());
+  return [read, calls](uint64_t off, size_t n, uint8_t* dst) {
     if (calls) ++*calls;
-    if (off >= s.size()) return 0;
-    const size_t k = std::min<size_t>(n, s.size() - off);
-    std::memcpy(dst, s.data() + off, k);
-    return k;
+    return read(off, n, dst);
   };
 }
 

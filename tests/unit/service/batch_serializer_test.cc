@@ -130,6 +130,22 @@ TEST_F(BatchSerializerTest, PayloadSliceReferencesBatchMemoryUntilReleased) {
   EXPECT_TRUE(weak.expired()) << "the slice's destroy callback must release it";
 }
 
+TEST_F(BatchSerializerTest, CompressedTensorCarriesItsCodecAndSize) {
+  std::shared_ptr<BatchData> b = MakeBatch(3, 96, false);
+  b->compression = TensorCompression::kGradientZstd;
+  b->uncompressed_bytes = 3 * 96 + 5;  // any value: the serializer copies it
+  v1::Batch typed;
+  BatchToProto(*b, true, &typed);
+  std::vector<grpc::Slice> slices;
+  const std::string raw = Flatten(SerializeBatch(b), &slices);
+  EXPECT_TRUE(raw == typed.SerializeAsString());
+  v1::Batch parsed;
+  ASSERT_TRUE(parsed.ParseFromString(raw));
+  EXPECT_EQ(parsed.tensor().compression(), v1::COMPRESSION_GRADIENT_ZSTD);
+  EXPECT_EQ(parsed.tensor().uncompressed_bytes(), 3u * 96u + 5u);
+  EXPECT_EQ(parsed.tensor().data().size(), 3u * 96u);
+}
+
 TEST_F(BatchSerializerTest, EmptyTensorMatchesTypedSerialization) {
   std::shared_ptr<BatchData> b = MakeBatch(0, 0, true);
   v1::Batch typed;

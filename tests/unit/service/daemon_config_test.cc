@@ -94,8 +94,8 @@ datasets:
   EXPECT_EQ(c.server.limits.max_decoded_pixels, 1000000u);
   EXPECT_EQ(c.server.limits.max_concurrent_streams, 5u);
   EXPECT_EQ(c.server.limits.per_stream_memory_bytes, uint64_t{256} << 20);
-  EXPECT_EQ(c.server.backend.kind, "auto");
-  EXPECT_EQ(c.server.backend.xclbin, "/opt/k.xclbin");
+  EXPECT_EQ(c.backend.kind, "auto");
+  EXPECT_EQ(c.backend.fpga.xclbin, "/opt/k.xclbin");
   EXPECT_EQ(c.log_level, "debug");
   EXPECT_DOUBLE_EQ(c.drain_seconds, 2.5);
   ASSERT_EQ(c.server.datasets.size(), 3u);

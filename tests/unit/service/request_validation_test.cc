@@ -272,6 +272,66 @@ TEST_F(RequestValidationTest, LimitsAreResourceExhausted) {
   EXPECT_TRUE(Validate(r).ok());
 }
 
+TEST_F(RequestValidationTest, CompressionNeedsUint8AndAKnownCodec) {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  v1::StreamBatchesRequest r = Good();
+  r.mutable_output()->set_compression(v1::COMPRESSION_GRADIENT_ZSTD);
+  // float32 (the default dtype): refused, naming the field.
+  ExpectError(r, kInvalid, "output.compression");
+  auto v = Validate(r);
+  EXPECT_NE(v.status().message().find("DTYPE_UINT8"), std::string::npos)
+      << v.status();
+  r.mutable_output()->set_dtype(v1::DTYPE_FLOAT16);
+  ExpectError(r, kInvalid, "output.compression");
+  r.mutable_output()->set_dtype(v1::DTYPE_UINT8);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->compression, TensorCompression::kGradientZstd);
+  EXPECT_EQ(v->compression_level, kDefaultCompressionLevel);
+  r.mutable_output()->set_compression_level(7);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->compression_level, 7);
+  r.mutable_output()->set_compression_level(20);
+  ExpectError(r, kInvalid, "output.compression_level");
+  r.mutable_output()->set_compression_level(-1001);
+  ExpectError(r, kInvalid, "output.compression_level");
+  r.mutable_output()->set_compression_level(-200);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->compression_level, -200);
+  r.mutable_output()->set_compression_level(0);
+  r.mutable_output()->set_compression(static_cast<v1::Compression>(3));
+  ExpectError(r, kInvalid, "output.compression");
+  // A level without a compression is a mistake, not a no-op.
+  r.mutable_output()->set_compression(v1::COMPRESSION_NONE);
+  r.mutable_output()->set_compression_level(3);
+  ExpectError(r, kInvalid, "output.compression_level");
+  r.mutable_output()->set_compression_level(0);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->compression, TensorCompression::kNone);
+}
+
+TEST_F(RequestValidationTest, CompressedCopyCountsAgainstStreamMemory) {
+  v1::StreamBatchesRequest r = Good();
+  r.mutable_output()->set_dtype(v1::DTYPE_UINT8);
+  // 8 samples x 32 x 48 x 3 bytes = 36864 bytes per batch.
+  limits_.per_stream_memory_bytes = 36864;
+  EXPECT_TRUE(Validate(r).ok());
+  r.mutable_output()->set_compression(v1::COMPRESSION_DELTA_ZSTD);
+  ExpectError(r, absl::StatusCode::kResourceExhausted, "output.compression");
+  StreamRequest probe;
+  probe.batch_size = 8;
+  probe.context.spec.height = 32;
+  probe.context.spec.width = 48;
+  probe.context.output.dtype = DType::kUint8;
+  probe.compression = TensorCompression::kDeltaZstd;
+  EXPECT_GT(BatchMemoryBytes(probe), 2u * 36864);
+  limits_.per_stream_memory_bytes = BatchMemoryBytes(probe);
+  EXPECT_TRUE(Validate(r).ok());
+}
+
 TEST_F(RequestValidationTest, MalformedFieldWinsOverUnknownDataset) {
   // A request that is wrong is INVALID_ARGUMENT whatever the server holds.
   v1::StreamBatchesRequest r = Good();

@@ -20,6 +20,11 @@
 // native Python module uses it to fill page-aligned pooled buffers that
 // numpy then wraps without a copy).
 //
+// Compressed batches (OutputFormat.compression, docs/protocol.md): Next()
+// and NextInto() both hand out the decoded tensor (NextInto decodes
+// straight into the caller's memory), with tensor.compression reading
+// COMPRESSION_NONE; a damaged payload ends the reader with DATA_LOSS.
+//
 // Thread-safety: Client is thread-safe; a BatchReader is used by one thread,
 // except Cancel(), which any thread may call at any time.
 #ifndef NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_

@@ -12,9 +12,9 @@ class stream {
   explicit stream(const char* name);
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
-  void write(const T& v);
-  T read();
-  bool read_nb(T& v);
+  void write(const T& v) noexcept;
+  T read() noexcept;
+  bool read_nb(T& v) noexcept;
   bool empty() const;
   bool full() const;
 };

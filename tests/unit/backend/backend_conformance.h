@@ -8,7 +8,7 @@
 //       ::testing::Values(BackendUnderTest{"fpga", [] { return MakeFpga(); }}),
 //       [](const auto& info) { return info.param.name; });
 //
-// Link: nearprep_pipeline, libjpeg-turbo::turbojpeg, GTest.
+// Link: nearprep_backend, libjpeg-turbo::turbojpeg, GTest.
 //
 // What it checks, on a generated dataset (test_images.h) and several
 // TF_COMPAT WorkContexts (whole-image resize, random resized crop, center
@@ -20,8 +20,8 @@
 //  - Process() called concurrently from two threads gives the same results.
 //
 // Thread-safety: test code; the fixture is per test.
-#ifndef NEARPREP_TESTS_UNIT_PIPELINE_BACKEND_CONFORMANCE_H_
-#define NEARPREP_TESTS_UNIT_PIPELINE_BACKEND_CONFORMANCE_H_
+#ifndef NEARPREP_TESTS_UNIT_BACKEND_BACKEND_CONFORMANCE_H_
+#define NEARPREP_TESTS_UNIT_BACKEND_BACKEND_CONFORMANCE_H_
 
 #include <cstring>
 #include <functional>
@@ -32,12 +32,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/backend/backend.h"
+#include "server/backend/cpu_backend.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/backend.h"
-#include "server/pipeline/cpu_backend.h"
-#include "tests/unit/pipeline/fake_backend.h"
 #include "tests/common/temp_dir.h"
-#include "tests/unit/pipeline/test_images.h"
+#include "tests/unit/backend/test_images.h"
+#include "tests/unit/pipeline/fake_backend.h"
 
 namespace nearprep {
 
@@ -239,4 +239,4 @@ TEST_P(BackendConformanceTest, ConcurrentCallsFromTwoThreads) {
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_TESTS_UNIT_PIPELINE_BACKEND_CONFORMANCE_H_
+#endif  // NEARPREP_TESTS_UNIT_BACKEND_BACKEND_CONFORMANCE_H_

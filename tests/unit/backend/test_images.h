@@ -4,8 +4,8 @@
 // empty, not a JPEG, a header claiming a huge image).
 //
 // Thread-safety: functions are reentrant; each writes its own files.
-#ifndef NEARPREP_TESTS_UNIT_PIPELINE_TEST_IMAGES_H_
-#define NEARPREP_TESTS_UNIT_PIPELINE_TEST_IMAGES_H_
+#ifndef NEARPREP_TESTS_UNIT_BACKEND_TEST_IMAGES_H_
+#define NEARPREP_TESTS_UNIT_BACKEND_TEST_IMAGES_H_
 
 #include <turbojpeg.h>
 
@@ -113,4 +113,4 @@ inline void WriteConformanceDataset(const std::string& root) {
 }  // namespace testing_internal
 }  // namespace nearprep
 
-#endif  // NEARPREP_TESTS_UNIT_PIPELINE_TEST_IMAGES_H_
+#endif  // NEARPREP_TESTS_UNIT_BACKEND_TEST_IMAGES_H_

@@ -1,7 +1,10 @@
 // Backend: where samples are read, decoded and transformed. The pipeline
 // hands a backend groups of samples ("chunks") of one stream; the backend
 // fills each sample's output slot and result fields. Implementations: "cpu"
-// (server/pipeline/cpu_backend.h) and "fpga" (server/fpga/, XRT).
+// (server/backend/cpu_backend.h) and "fpga" (server/fpga/, XRT). This header
+// is the whole interface: the pipeline includes it and nothing else of a
+// backend; which backend runs is wiring, decided by the daemon
+// (server/daemon/backend_choice.h).
 //
 // Contract
 //  - Process() is called concurrently from the shared worker pool, each call
@@ -11,17 +14,17 @@
 //    the chunk are unaffected.
 //  - Output is a pure function of (ctx, sample_id): two backends produce the
 //    same bytes for the same sample in TF_COMPAT fidelity (the shared
-//    conformance suite in tests/unit/pipeline checks this).
+//    conformance suite in tests/unit/backend checks this).
 //  - The backend reads the sample bytes itself (ctx.dataset), so a backend
 //    with peer-to-peer storage can bypass host memory.
-#ifndef NEARPREP_SERVER_PIPELINE_BACKEND_H_
-#define NEARPREP_SERVER_PIPELINE_BACKEND_H_
+#ifndef NEARPREP_SERVER_BACKEND_BACKEND_H_
+#define NEARPREP_SERVER_BACKEND_BACKEND_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/common/types.h"
@@ -53,11 +56,12 @@ struct SampleWork {
   StageTimes times;
 };
 
-// Counters a backend exposes (monotonic; read with relaxed loads).
-struct BackendCounters {
-  std::atomic<uint64_t> fallbacks{0};      // samples handed to the CPU path
-  std::atomic<uint64_t> p2p_reads{0};      // bytes landed by P2P reads
-  std::atomic<uint64_t> buffered_reads{0};
+// One of a backend's own counters (monotonic), e.g. {"fallbacks", 6}. The
+// names a backend reports are its own; the service maps those it knows onto
+// ServerInfo fields.
+struct BackendStat {
+  std::string name;
+  uint64_t value = 0;
 };
 
 class Backend {
@@ -71,12 +75,11 @@ class Backend {
   // Processes samples[0..n). See the contract above.
   virtual void Process(const WorkContext& ctx, SampleWork* samples,
                        size_t n) = 0;
-  virtual const BackendCounters& counters() const { return counters_; }
-
- protected:
-  BackendCounters counters_;
+  // A snapshot of the backend's counters; may be called concurrently with
+  // Process(). Empty when the backend counts nothing of its own.
+  virtual std::vector<BackendStat> stats() const { return {}; }
 };
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_SERVER_PIPELINE_BACKEND_H_
+#endif  // NEARPREP_SERVER_BACKEND_BACKEND_H_

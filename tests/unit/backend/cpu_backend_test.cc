@@ -1,7 +1,7 @@
 // CpuBackend: the shared conformance suite, its plumbing (read, parameter
 // draws, preprocessing) against the image module's building blocks, the
 // backend factory, and the whole pipeline on the real sample images.
-#include "server/pipeline/cpu_backend.h"
+#include "server/backend/cpu_backend.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,9 +11,8 @@
 #include "server/data/epoch_plan.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/preprocess.h"
-#include "server/pipeline/backend_factory.h"
 #include "server/pipeline/pipeline.h"
-#include "tests/unit/pipeline/backend_conformance.h"
+#include "tests/unit/backend/backend_conformance.h"
 
 namespace nearprep {
 namespace {
@@ -101,18 +100,31 @@ TEST_F(CpuBackendTest, ReportsReadErrorsAndUsesInjectedReader) {
   EXPECT_EQ(plain.name(), "cpu");
 }
 
-TEST(BackendFactoryTest, CreatesCpuAndRefusesUnknown) {
-  std::string why;
-  auto cpu = CreateBackend(BackendOptions{"cpu", "", 0}, &why);
-  ASSERT_TRUE(cpu.ok());
-  EXPECT_EQ((*cpu)->name(), "cpu");
-  EXPECT_FALSE(why.empty());
-  auto bad = CreateBackend(BackendOptions{"gpu", "", 0}, nullptr);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("gpu"), std::string::npos);
-  auto any = CreateBackend(BackendOptions{"auto", "", 0}, &why);
-  ASSERT_TRUE(any.ok());
-  EXPECT_FALSE(why.empty());
+TEST_F(CpuBackendTest, BytesInHandGiveWhatReadingGives) {
+  // PreprocessSampleBytes (a fallback's path, bytes already read) equals
+  // ProcessSampleOnCpu (reads first) for good and broken files alike.
+  WorkContext ctx = conformance_internal::Contexts(dataset_.get())[1];
+  const size_t bytes = ctx.output.SampleBytes(ctx.spec);
+  int good = 0;
+  for (const Sample& s : dataset_->samples()) {
+    std::vector<uint8_t> file, scratch;
+    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    std::vector<uint8_t> a(bytes), b(bytes);
+    SampleWork wa, wb;
+    wa.sample_id = wb.sample_id = s.id;
+    wa.out = a.data();
+    wb.out = b.data();
+    ProcessSampleOnCpu(ctx, nullptr, &scratch, &wa);
+    PreprocessSampleBytes(ctx, file.data(), file.size(), 17, &wb);
+    EXPECT_EQ(wa.status, wb.status) << s.path;
+    EXPECT_EQ(wb.times.read_us, 17u);
+    if (!wa.status.ok()) continue;
+    ++good;
+    EXPECT_EQ(a, b) << s.path;
+    EXPECT_EQ(wa.params.crop.x, wb.params.crop.x) << s.path;
+    EXPECT_EQ(wa.params.flip, wb.params.flip) << s.path;
+  }
+  EXPECT_EQ(good, 8);
 }
 
 std::string Concat(const std::vector<std::shared_ptr<const BatchData>>& bs) {

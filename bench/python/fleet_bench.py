@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Fleet client: a trainer's batches assembled from 3 nodes vs served by 1.
+
+    PYTHONPATH=client/python:build/python /usr/bin/python3 bench/python/fleet_bench.py \
+        --build build [--source ../shared/datasets/imagenet-sample-200] [--epochs 2]
+
+Packs the source images into TFRecord shards (`nearprep pack`), writes a
+manifest with C partitions (`nearprep manifest`), and measures one trainer
+(T = 1) reading whole epochs three ways, alternating, the same request each
+time (seed, crop, uint8 output):
+  single    nearprep.Client.batches() on one daemon holding every shard
+            (the ordinary single-node mode: the baseline)
+  fleet-1   nearprep.fleet.FleetClient on that same one daemon (manifest)
+  fleet-3   FleetClient over 3 daemons each holding a third of the
+            partitions (no replicas), so every global batch is assembled
+            from 3 nodes
+It prints images/s and the trainer process's CPU per image (user + system
+of this process, i.e. the client's own work: planning, requests,
+assembly), median of --repeats runs, and the ratios to `single`. All daemons
+run on this machine, so on a small box they compete with each other and with
+the client for the same cores: the figures say what the client costs, not
+how a real fleet scales.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+import nearprep  # noqa: E402
+from nearprep import fleet_plan as fp  # noqa: E402
+from nearprep.fleet import FleetClient  # noqa: E402
+
+
+def start_daemon(nearprepd, workdir, name, root, manifest, workers):
+    d = os.path.join(workdir, name)
+    os.makedirs(d, exist_ok=True)
+    config, port_file = os.path.join(d, "nearprepd.yaml"), os.path.join(d, "port")
+    with open(config, "w") as f:
+        f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
+                f"  - name: ds\n    format: tfrecord\n    root: {root}\n")
+        if manifest:
+            f.write(f"    manifest: {manifest}\n")
+    cmd = [nearprepd, "--config", config, "--port", "0", "--port-file", port_file,
+           "--workers", str(workers)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "log"), "w"))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
+        if proc.poll() is not None:
+            raise RuntimeError(f"nearprepd {name} exited: {open(os.path.join(d, 'log')).read()[-1000:]}")
+        time.sleep(0.05)
+    raise RuntimeError("nearprepd did not start")
+
+
+def measure(fn):
+    c0, t0 = time.process_time(), time.perf_counter()
+    n = fn()
+    return n, time.perf_counter() - t0, time.process_time() - c0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--source", default=os.path.normpath(
+        os.path.join(ROOT, "..", "shared", "datasets", "imagenet-sample-200")))
+    ap.add_argument("--partitions", type=int, default=12)
+    ap.add_argument("--global-batch", type=int, default=32)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1, help="decode workers per daemon")
+    a = ap.parse_args()
+    cli = os.path.join(a.build, "client", "cpp", "nearprep")
+    nearprepd = os.path.join(a.build, "server", "daemon", "nearprepd")
+    req = dict(height=a.size, width=a.size, dtype="uint8", crop="random_resized",
+               flip_probability=0.5)
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="fleet_bench_") as tmp:
+        shards = os.path.join(tmp, "shards")
+        subprocess.run([cli, "pack", "--source", a.source, "--out", shards, "--format",
+                        "tfrecord", "--shard-size", "512KiB"], check=True, capture_output=True)
+        manifest = os.path.join(tmp, "ds.nearprep-manifest")
+        subprocess.run([cli, "manifest", "--root", shards, "--format", "tfrecord",
+                        "--partitions", str(a.partitions), "--out", manifest],
+                       check=True, capture_output=True)
+        m = fp.load_manifest(manifest)
+        try:
+            p, single = start_daemon(nearprepd, tmp, "all", shards, manifest, a.workers)
+            procs.append(p)
+            thirds = []
+            for i in range(3):
+                root = os.path.join(tmp, f"node{i}")
+                os.makedirs(root)
+                for part in range(i, m.num_partitions, 3):
+                    for s in m.shards[m.partition_shard[part]:m.partition_shard[part + 1]]:
+                        os.link(os.path.join(shards, s.name), os.path.join(root, s.name))
+                p, t = start_daemon(nearprepd, tmp, f"n{i}", root, manifest, a.workers)
+                procs.append(p)
+                thirds.append(t)
+
+            def run_single(epoch):
+                n = 0
+                with nearprep.Client(single, native=False) as c:
+                    for b in c.batches("ds", batch_size=a.global_batch, seed=1, epoch=epoch,
+                                       shuffle=True, **req):
+                        n += len(b)
+                return n
+
+            def run_fleet(targets, epoch):
+                n = 0
+                with FleetClient(targets, "ds", manifest=m, seed=1, global_batch=a.global_batch,
+                                 trainers=1, rank=0, prefetch=3, **req) as fc:
+                    for b in fc.epoch(epoch):
+                        n += len(b.positions)
+                return n
+
+            modes = {"single": lambda e: run_single(e),
+                     "fleet-1": lambda e: run_fleet([single], e),
+                     "fleet-3": lambda e: run_fleet(thirds, e)}
+            for fn in modes.values():  # warm the page cache and the indexes
+                fn(0)
+            res = {k: [] for k in modes}
+            for r in range(a.repeats):
+                for k, fn in modes.items():
+                    n, wall, cpu = measure(lambda: sum(fn(e) for e in range(1, 1 + a.epochs)))
+                    res[k].append((n / wall, cpu / n * 1e6))
+            print(f"{m.num_samples} samples, {m.num_partitions} partitions, {len(m.shards)} shards, "
+                  f"G = {a.global_batch}, {a.size}x{a.size} uint8, {a.workers} worker(s)/daemon, "
+                  f"median of {a.repeats}")
+            base = statistics.median(x[0] for x in res["single"])
+            base_cpu = statistics.median(x[1] for x in res["single"])
+            for k, xs in res.items():
+                ips = statistics.median(x[0] for x in xs)
+                cpu = statistics.median(x[1] for x in xs)
+                print(f"  {k:8s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
+                      f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)")
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    main()

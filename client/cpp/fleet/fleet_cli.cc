@@ -1,0 +1,227 @@
+// See fleet_cli.h.
+#include "client/cpp/fleet/fleet_cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "client/cpp/fleet/fleet_client.h"
+#include "server/fleet/global_plan.h"
+#include "server/fleet/manifest.h"
+#include "server/fleet/manifest_scan.h"
+
+namespace nearprep {
+
+struct FleetCommands {
+  CLI::App* manifest = nullptr;
+  fleet::ScanOptions scan;
+  std::string manifest_out;
+
+  CLI::App* plan = nullptr;
+  std::string plan_manifest;
+  fleet::PlanParams params;
+  uint32_t trainers = 1;
+  uint32_t trainer = 0;
+  int64_t batch = -1;
+
+  CLI::App* read = nullptr;
+  std::string read_targets, read_dataset = "ds", read_manifest;
+  fleet::PlanParams read_params;
+  uint32_t read_trainers = 1, read_trainer = 0;
+  uint64_t read_epoch = 0, read_start = 0;
+  int64_t read_stop = -1;
+  uint32_t height = 224, width = 224;
+  std::string crop = "none", dtype = "float32";
+  float flip = 0;
+};
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return 1;
+}
+
+int RunManifest(const FleetCommands& c) {
+  uint64_t refused = 0;
+  fleet::ScanOptions o = c.scan;
+  o.refused = &refused;
+  absl::StatusOr<fleet::Manifest> m = fleet::ScanManifest(o);
+  if (!m.ok()) return Fail(std::string(m.status().message()));
+  const std::string text = fleet::SerializeManifest(*m);
+  const std::string out = c.manifest_out.empty() ? c.scan.root + "/MANIFEST" : c.manifest_out;
+  {
+    std::ofstream f(out + ".tmp", std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.good()) return Fail(out + ": cannot write");
+  }
+  if (std::rename((out + ".tmp").c_str(), out.c_str()) != 0) {
+    return Fail(out + ": cannot rename into place");
+  }
+  std::printf("manifest %s: %llu samples, %zu shards, %u partitions%s\nhash %s\n",
+              out.c_str(), static_cast<unsigned long long>(m->num_samples),
+              m->shards.size(), m->num_partitions,
+              refused ? " (some shards or shard tails refused: see the log)" : "",
+              m->hash.c_str());
+  return 0;
+}
+
+int RunPlan(const FleetCommands& c) {
+  std::ifstream f(c.plan_manifest, std::ios::binary);
+  if (!f) return Fail(c.plan_manifest + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  absl::StatusOr<fleet::Manifest> m = fleet::ParseManifest(ss.str());
+  if (!m.ok()) return Fail(std::string(m.status().message()));
+  absl::Status st = fleet::CheckTrainers(c.params.global_batch, c.trainers);
+  if (!st.ok()) return Fail(std::string(st.message()));
+  if (c.trainer >= c.trainers) return Fail("--trainer: must be < --trainers");
+  auto plan = fleet::GlobalPlan::Create(m->partition_start, c.params);
+  if (!plan.ok()) return Fail(std::string(plan.status().message()));
+  uint64_t a = 0, b = (*plan)->size();
+  std::string out;
+  const auto emit = [&](uint64_t lo, uint64_t hi) {
+    for (uint64_t p = lo; p < hi; ++p) {
+      const fleet::GlobalPlan::Entry e = (*plan)->At(p);
+      out += std::to_string(p) + " " + std::to_string(e.sample_id) + " " +
+             std::to_string(e.partition) + "\n";
+    }
+  };
+  if (c.batch >= 0) {
+    std::tie(a, b) = (*plan)->Slice(static_cast<uint64_t>(c.batch), c.trainer, c.trainers);
+    emit(a, b);
+  } else {
+    for (uint64_t g = 0; g < (*plan)->num_batches(); ++g) {
+      std::tie(a, b) = (*plan)->Slice(g, c.trainer, c.trainers);
+      emit(a, b);
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int RunRead(const FleetCommands& c) {
+  std::ifstream f(c.read_manifest, std::ios::binary);
+  if (!f) return Fail(c.read_manifest + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  absl::StatusOr<fleet::Manifest> m = fleet::ParseManifest(ss.str());
+  if (!m.ok()) return Fail(std::string(m.status().message()));
+  FleetClientOptions o;
+  o.targets = absl::StrSplit(c.read_targets, ',', absl::SkipEmpty());
+  o.dataset = c.read_dataset;
+  o.manifest = *m;
+  o.plan = c.read_params;
+  o.trainers = c.read_trainers;
+  o.rank = c.read_trainer;
+  o.request.mutable_transform()->set_height(c.height);
+  o.request.mutable_transform()->set_width(c.width);
+  o.request.mutable_transform()->set_flip_probability(c.flip);
+  if (c.crop == "random_resized") {
+    o.request.mutable_transform()->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
+  } else if (c.crop == "center") {
+    o.request.mutable_transform()->set_crop(v1::CROP_MODE_CENTER);
+  } else if (c.crop != "none") {
+    return Fail("--crop: none, center or random_resized");
+  }
+  if (c.dtype == "uint8") {
+    o.request.mutable_output()->set_dtype(v1::DTYPE_UINT8);
+  } else if (c.dtype != "float32") {
+    return Fail("--dtype: float32 or uint8");
+  }
+  o.on_event = [](const std::string& e) { std::fprintf(stderr, "event: %s\n", e.c_str()); };
+  absl::StatusOr<std::unique_ptr<FleetClient>> fc = FleetClient::Create(o);
+  if (!fc.ok()) return Fail(std::string(fc.status().message()));
+  const uint64_t end = c.read_stop >= 0 ? static_cast<uint64_t>(c.read_stop)
+                                        : (*fc)->NumBatches(c.read_epoch);
+  for (uint64_t g = c.read_start; g < end; ++g) {
+    absl::StatusOr<FleetBatch> b = (*fc)->ReadBatch(c.read_epoch, g);
+    if (!b.ok()) return Fail(std::string(b.status().message()));
+    std::vector<std::pair<uint64_t, std::string>> lines;
+    for (const FleetSample& s : b->samples) {
+      lines.emplace_back(s.position, std::to_string(s.sample_id) + " " + fleet::Sha256Hex(s.tensor));
+    }
+    for (const FleetSampleError& e : b->errors) {
+      lines.emplace_back(e.position, std::to_string(e.sample_id) + " error:" + e.code);
+    }
+    std::sort(lines.begin(), lines.end());
+    for (const auto& [p, text] : lines) {
+      std::printf("%llu %llu %s\n", static_cast<unsigned long long>(c.read_epoch),
+                  static_cast<unsigned long long>(p), text.c_str());
+    }
+  }
+  const FleetClient::Stats st = (*fc)->stats();
+  std::fprintf(stderr, "requests %llu failovers %llu duplicates_dropped %llu waits %llu\n",
+               static_cast<unsigned long long>(st.requests),
+               static_cast<unsigned long long>(st.failovers),
+               static_cast<unsigned long long>(st.duplicates_dropped),
+               static_cast<unsigned long long>(st.waits));
+  return 0;
+}
+
+}  // namespace
+
+std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
+  auto c = std::make_shared<FleetCommands>();
+  c->manifest = app->add_subcommand(
+      "manifest", "write a fleet manifest (partitions, checksums, hash) over record shards");
+  c->manifest->add_option("--root", c->scan.root, "folder of the shards")->required();
+  c->manifest->add_option("--format", c->scan.format, "tfrecord or tar")
+      ->capture_default_str();
+  c->manifest->add_option("--partitions", c->scan.partitions,
+                          "partitions C (capped by the shard count)")
+      ->capture_default_str();
+  c->manifest->add_option("--shard-pattern", c->scan.shard_pattern,
+                          "which files are shards (fnmatch)")
+      ->capture_default_str();
+  c->manifest->add_option("--out", c->manifest_out, "manifest file (default ROOT/MANIFEST)");
+
+  c->plan = app->add_subcommand("fleet-plan",
+                                "print positions of the fleet's global epoch plan");
+  c->plan->add_option("--manifest", c->plan_manifest, "manifest file")->required();
+  c->plan->add_option("--seed", c->params.seed)->capture_default_str();
+  c->plan->add_option("--epoch", c->params.epoch)->capture_default_str();
+  c->plan->add_option("--block", c->params.block_samples, "block B in samples")
+      ->capture_default_str();
+  c->plan->add_option("--window", c->params.window, "window W")->capture_default_str();
+  c->plan->add_option("--global-batch", c->params.global_batch, "global batch G")
+      ->capture_default_str();
+  c->plan->add_option("--trainers", c->trainers, "trainers T")->capture_default_str();
+  c->plan->add_option("--trainer", c->trainer, "trainer k")->capture_default_str();
+  c->plan->add_option("--batch", c->batch, "one global batch (default: all)");
+
+  c->read = app->add_subcommand(
+      "fleet-read", "read a trainer's slices of a fleet epoch (C++ fleet client); prints "
+                    "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE");
+  c->read->add_option("--targets", c->read_targets, "host:port,host:port,...")->required();
+  c->read->add_option("--dataset", c->read_dataset)->capture_default_str();
+  c->read->add_option("--manifest", c->read_manifest, "manifest file")->required();
+  c->read->add_option("--seed", c->read_params.seed)->capture_default_str();
+  c->read->add_option("--block", c->read_params.block_samples)->capture_default_str();
+  c->read->add_option("--window", c->read_params.window)->capture_default_str();
+  c->read->add_option("--global-batch", c->read_params.global_batch)->capture_default_str();
+  c->read->add_option("--trainers", c->read_trainers)->capture_default_str();
+  c->read->add_option("--trainer", c->read_trainer)->capture_default_str();
+  c->read->add_option("--epoch", c->read_epoch)->capture_default_str();
+  c->read->add_option("--start-batch", c->read_start)->capture_default_str();
+  c->read->add_option("--stop-batch", c->read_stop, "default: the end of the epoch");
+  c->read->add_option("--height", c->height)->capture_default_str();
+  c->read->add_option("--width", c->width)->capture_default_str();
+  c->read->add_option("--crop", c->crop, "none, center, random_resized")->capture_default_str();
+  c->read->add_option("--flip", c->flip, "flip probability")->capture_default_str();
+  c->read->add_option("--dtype", c->dtype, "float32 or uint8")->capture_default_str();
+  return c;
+}
+
+int RunFleetCommands(const FleetCommands& c) {
+  if (c.manifest->parsed()) return RunManifest(c);
+  if (c.plan->parsed()) return RunPlan(c);
+  if (c.read->parsed()) return RunRead(c);
+  return -1;
+}
+
+}  // namespace nearprep

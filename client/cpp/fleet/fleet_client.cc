@@ -1,0 +1,339 @@
+// See fleet_client.h.
+#include "client/cpp/fleet/fleet_client.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nearprep/client.h"
+
+namespace nearprep {
+
+uint64_t RendezvousScore(const std::string& node, uint32_t partition) {
+  const std::string hex = fleet::Sha256Hex(absl::StrCat(node, "/", partition));
+  return std::strtoull(hex.substr(0, 16).c_str(), nullptr, 16);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Node {
+  std::string target;
+  std::unique_ptr<Client> client;
+  std::set<uint32_t> partitions;
+  bool alive = false;
+  Clock::time_point dead_since{};
+};
+
+struct Item {
+  uint64_t position, sample_id;
+  uint32_t partition;
+};
+
+// What one node returned for some items.
+struct NodeResult {
+  absl::Status status;  // not OK: the node failed (fail over)
+  std::map<uint64_t, FleetSample> ok;             // by sample id
+  std::map<uint64_t, FleetSampleError> bad;       // by sample id
+};
+
+bool FailoverCode(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+struct FleetClient::Impl {
+  FleetClientOptions o;
+  std::mutex mu;
+  std::vector<Node> nodes;
+  Stats stats;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_future<absl::StatusOr<FleetBatch>>> jobs;
+  std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans;
+
+  std::shared_ptr<fleet::GlobalPlan> Plan(uint64_t epoch) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = plans.find(epoch);
+    if (it != plans.end()) return it->second;
+    fleet::PlanParams p = o.plan;
+    p.epoch = epoch;
+    auto plan = fleet::GlobalPlan::Create(o.manifest.partition_start, p);
+    if (!plan.ok()) return nullptr;
+    if (plans.size() > 4) plans.erase(plans.begin());
+    return plans[epoch] = std::shared_ptr<fleet::GlobalPlan>(std::move(plan).value());
+  }
+
+  void Event(const std::string& s) {
+    if (o.on_event) o.on_event(s);
+  }
+
+  // Probes node i (ListDatasets) and updates its state. Not under mu.
+  void Probe(size_t i) {
+    absl::StatusOr<std::vector<v1::DatasetInfo>> infos = nodes[i].client->ListDatasets();
+    std::lock_guard<std::mutex> lock(mu);
+    Node& n = nodes[i];
+    n.alive = false;
+    n.dead_since = Clock::now();
+    if (!infos.ok()) return;
+    for (const v1::DatasetInfo& d : *infos) {
+      if (d.name() != o.dataset) continue;
+      if (d.manifest_hash() != o.manifest.hash) {
+        Event(absl::StrCat(n.target, ": manifest ", d.manifest_hash(), " is not the plan's"));
+        return;
+      }
+      n.partitions = std::set<uint32_t>(d.partitions_held().begin(), d.partitions_held().end());
+      n.alive = true;
+    }
+  }
+
+  void ReprobeDead() {
+    std::vector<size_t> due;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (!nodes[i].alive && Clock::now() - nodes[i].dead_since >= o.probe_interval) {
+          due.push_back(i);
+        }
+      }
+    }
+    for (size_t i : due) Probe(i);
+  }
+
+  void MarkDead(size_t i, const absl::Status& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (nodes[i].alive) {
+      Event(absl::StrCat("node ", nodes[i].target, " marked dead: ", why.ToString()));
+    }
+    nodes[i].alive = false;
+    nodes[i].dead_since = Clock::now();
+    ++stats.failovers;
+  }
+
+  // Live replica for partition p (highest score), or -1. Under mu.
+  int Assign(uint32_t p) {
+    int best = -1;
+    uint64_t best_score = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (!nodes[i].alive || !nodes[i].partitions.count(p)) continue;
+      const uint64_t s = RendezvousScore(nodes[i].target, p);
+      if (best < 0 || s > best_score ||
+          (s == best_score && nodes[i].target > nodes[static_cast<size_t>(best)].target)) {
+        best = static_cast<int>(i);
+        best_score = s;
+      }
+    }
+    return best;
+  }
+
+  NodeResult Fetch(size_t node, uint64_t epoch, const std::vector<Item>& items) {
+    NodeResult r;
+    v1::StreamBatchesRequest req = o.request;
+    req.set_dataset(o.dataset);
+    req.set_seed(o.plan.seed);
+    req.set_epoch(epoch);
+    req.set_manifest_hash(o.manifest.hash);
+    req.set_error_policy(v1::ERROR_POLICY_SKIP);
+    req.clear_sample_ids();
+    for (const Item& it : items) req.add_sample_ids(it.sample_id);
+    req.set_batch_size(static_cast<uint32_t>(std::min<size_t>(items.size(), 256)));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.requests;
+    }
+    std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req);
+    v1::Batch b;
+    while (reader->Next(&b)) {
+      const size_t n = static_cast<size_t>(b.sample_ids_size());
+      const size_t row = n ? b.tensor().data().size() / n : 0;
+      for (size_t i = 0; i < n; ++i) {
+        FleetSample s;
+        s.sample_id = b.sample_ids(static_cast<int>(i));
+        s.label = b.labels(static_cast<int>(i));
+        s.tensor = b.tensor().data().substr(i * row, row);
+        s.node = nodes[node].target;
+        r.ok[s.sample_id] = std::move(s);
+      }
+      for (const v1::SampleError& e : b.errors()) {
+        r.bad[e.sample_id()] = FleetSampleError{0, e.sample_id(), e.code(), e.message()};
+      }
+    }
+    r.status = reader->status();
+    if (r.status.ok()) {
+      for (const Item& it : items) {
+        if (!r.ok.count(it.sample_id) && !r.bad.count(it.sample_id)) {
+          r.status = absl::UnavailableError(
+              absl::StrCat(nodes[node].target, ": stream ended without sample ", it.sample_id));
+          break;
+        }
+      }
+    }
+    return r;
+  }
+
+  absl::StatusOr<FleetBatch> Run(uint64_t epoch, uint64_t g) {
+    std::shared_ptr<fleet::GlobalPlan> plan = Plan(epoch);
+    if (!plan) return absl::InvalidArgumentError("epoch: outside the fleet plan's range");
+    const auto [lo, hi] = plan->Slice(g, o.rank, o.trainers);
+    std::map<uint64_t, Item> want;  // by position
+    std::map<uint64_t, uint64_t> pos_of;  // sample id -> position
+    for (uint64_t p = lo; p < hi; ++p) {
+      const fleet::GlobalPlan::Entry e = plan->At(p);
+      want[p] = Item{p, e.sample_id, e.partition};
+      pos_of[e.sample_id] = p;
+    }
+    std::map<uint64_t, FleetSample> ok;
+    std::map<uint64_t, FleetSampleError> bad;
+    const Clock::time_point t0 = Clock::now();
+    while (true) {
+      std::map<size_t, std::vector<Item>> by_node;
+      std::set<uint32_t> orphans;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& [p, it] : want) {
+          if (ok.count(p) || bad.count(p)) continue;
+          const int n = Assign(it.partition);
+          if (n < 0) {
+            orphans.insert(it.partition);
+          } else {
+            by_node[static_cast<size_t>(n)].push_back(it);
+          }
+        }
+      }
+      if (by_node.empty() && orphans.empty()) break;
+      std::vector<std::pair<size_t, std::future<NodeResult>>> futs;
+      for (auto& [n, items] : by_node) {
+        futs.emplace_back(n, std::async(std::launch::async, [this, n = n, epoch, items = items] {
+                            return Fetch(n, epoch, items);
+                          }));
+      }
+      for (auto& [n, f] : futs) {
+        NodeResult r = f.get();
+        if (!r.status.ok() && !FailoverCode(r.status.code())) return r.status;
+        if (!r.status.ok()) MarkDead(n, r.status);
+        for (auto& [sid, s] : r.ok) {
+          const uint64_t p = pos_of.at(sid);
+          if (ok.count(p) || bad.count(p)) {
+            std::lock_guard<std::mutex> lock(mu);
+            ++stats.duplicates_dropped;
+            continue;
+          }
+          s.position = p;
+          ok[p] = std::move(s);
+        }
+        for (auto& [sid, e] : r.bad) {
+          const uint64_t p = pos_of.at(sid);
+          if (ok.count(p) || bad.count(p)) continue;
+          e.position = p;
+          bad[p] = std::move(e);
+        }
+      }
+      if (!orphans.empty() && futs.empty()) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++stats.waits;
+        }
+        Event(absl::StrCat("epoch ", epoch, " batch ", g, ": no live replica for partitions ",
+                           absl::StrJoin(orphans, ","), "; waiting"));
+        if (o.max_wait.count() > 0 && Clock::now() - t0 > o.max_wait) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "no live replica for partitions ", absl::StrJoin(orphans, ","), " within max_wait"));
+        }
+        std::this_thread::sleep_for(o.probe_interval);
+      }
+      ReprobeDead();
+    }
+    FleetBatch out;
+    out.epoch = epoch;
+    out.batch = g;
+    for (auto& [p, s] : ok) out.samples.push_back(std::move(s));
+    for (auto& [p, e] : bad) out.errors.push_back(std::move(e));
+    return out;
+  }
+};
+
+FleetClient::FleetClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+FleetClient::~FleetClient() {
+  // Let prefetch jobs finish before the state they use goes away.
+  for (auto& [k, f] : impl_->jobs) f.wait();
+}
+
+absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOptions o) {
+  if (absl::Status s = fleet::CheckTrainers(o.plan.global_batch, o.trainers); !s.ok()) return s;
+  if (o.rank >= o.trainers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: must be < trainers = ", o.trainers, ", got ", o.rank));
+  }
+  if (o.targets.empty()) return absl::InvalidArgumentError("targets: at least one is needed");
+  auto impl = std::make_unique<Impl>();
+  impl->o = std::move(o);
+  for (const std::string& t : impl->o.targets) {
+    ClientOptions co;
+    co.target = t;
+    co.reconnect_deadline = std::chrono::milliseconds(0);  // fail over instead
+    co.keepalive_time = impl->o.keepalive_time;
+    co.keepalive_timeout = impl->o.keepalive_timeout;
+    co.rpc_timeout = std::chrono::milliseconds(5000);
+    Node n;
+    n.target = t;
+    n.client = std::make_unique<Client>(co);
+    impl->nodes.push_back(std::move(n));
+  }
+  for (size_t i = 0; i < impl->nodes.size(); ++i) impl->Probe(i);
+  return std::unique_ptr<FleetClient>(new FleetClient(std::move(impl)));
+}
+
+uint64_t FleetClient::NumBatches(uint64_t epoch) {
+  std::shared_ptr<fleet::GlobalPlan> plan = impl_->Plan(epoch);
+  return plan ? plan->num_batches() : 0;
+}
+
+absl::StatusOr<FleetBatch> FleetClient::ReadBatch(uint64_t epoch, uint64_t batch) {
+  const uint64_t end = NumBatches(epoch);
+  for (uint64_t g = batch; g < std::min<uint64_t>(end, batch + std::max(1, impl_->o.prefetch));
+       ++g) {
+    if (!impl_->jobs.count({epoch, g})) {
+      Impl* impl = impl_.get();
+      impl_->jobs[{epoch, g}] =
+          std::async(std::launch::async, [impl, epoch, g] { return impl->Run(epoch, g); })
+              .share();
+    }
+  }
+  // Jobs before this batch are not wanted any more (a jump back or ahead).
+  for (auto it = impl_->jobs.begin(); it != impl_->jobs.end();) {
+    if (it->first < std::make_pair(epoch, batch)) {
+      it->second.wait();
+      it = impl_->jobs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto it = impl_->jobs.find({epoch, batch});
+  if (it == impl_->jobs.end()) return absl::OutOfRangeError("batch: past the end of the epoch");
+  absl::StatusOr<FleetBatch> r = it->second.get();
+  impl_->jobs.erase(it);
+  return r;
+}
+
+FleetClient::Stats FleetClient::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+}  // namespace nearprep

@@ -1,0 +1,99 @@
+// C++ fleet client (issue 14): one trainer (rank k of T) of a dataset whose
+// partitions live on several daemons. The same protocol as the Python
+// nearprep.fleet.FleetClient (docs/protocol.md, "Fleet datasets"): the global
+// plan (server/fleet/global_plan.h) gives each position's sample and
+// partition; each partition goes to the live replica with the highest
+// rendezvous score sha256(node + "/" + partition) (first 8 bytes, big
+// endian); each node gets one explicit-ids request per global batch;
+// failures (UNAVAILABLE, also a node that stops answering: keepalive;
+// FAILED_PRECONDITION, ...) mark the node dead and its positions go to the
+// next replica; results for positions already filled are dropped; with no
+// live replica the client waits (on_event reports it) and never changes the
+// data. Global batches are fetched `prefetch` ahead.
+//
+// Thread-safety: one FleetClient per trainer thread.
+#ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
+#define NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nearprep/v1/nearprep.pb.h"
+#include "server/fleet/global_plan.h"
+#include "server/fleet/manifest.h"
+
+namespace nearprep {
+
+struct FleetClientOptions {
+  std::vector<std::string> targets;  // host:port each
+  std::string dataset;
+  fleet::Manifest manifest;
+  fleet::PlanParams plan;  // epoch is set per call
+  uint32_t trainers = 1;
+  uint32_t rank = 0;
+  // Transform, output, include_params... (dataset, ids, batch_size, seed,
+  // epoch, manifest_hash are filled in).
+  v1::StreamBatchesRequest request;
+  int prefetch = 2;
+  std::chrono::milliseconds probe_interval{500};
+  // A stream silent for keepalive_time + keepalive_timeout is a dead node.
+  std::chrono::milliseconds keepalive_time{2000};
+  std::chrono::milliseconds keepalive_timeout{3000};
+  // Give up waiting for a live replica after this long (0: wait forever).
+  std::chrono::milliseconds max_wait{0};
+  std::function<void(const std::string&)> on_event;
+};
+
+struct FleetSample {
+  uint64_t position = 0;
+  uint64_t sample_id = 0;
+  int64_t label = 0;
+  std::string tensor;  // this sample's tensor bytes
+  std::string node;
+};
+struct FleetSampleError {
+  uint64_t position = 0;
+  uint64_t sample_id = 0;
+  std::string code, message;
+};
+struct FleetBatch {
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
+  std::vector<FleetSample> samples;      // position order
+  std::vector<FleetSampleError> errors;  // position order
+};
+
+uint64_t RendezvousScore(const std::string& node, uint32_t partition);
+
+class FleetClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<FleetClient>> Create(FleetClientOptions options);
+  ~FleetClient();
+
+  uint64_t NumBatches(uint64_t epoch);
+  // This trainer's slice of global batch `batch` of `epoch` (prefetches the
+  // next ones). Errors: INVALID_ARGUMENT and the like from a daemon (a bad
+  // request), DEADLINE_EXCEEDED after max_wait without a live replica.
+  absl::StatusOr<FleetBatch> ReadBatch(uint64_t epoch, uint64_t batch);
+
+  struct Stats {
+    uint64_t requests = 0, failovers = 0, duplicates_dropped = 0, waits = 0;
+  };
+  Stats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit FleetClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nearprep
+
+#endif  // NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_

@@ -1,0 +1,382 @@
+"""Fleet client (issue 14): one trainer's batches of a partitioned dataset
+served by several daemons, in the global plan's order, exactly once.
+
+    from nearprep.fleet import FleetClient
+    fc = FleetClient(["10.0.0.1:7070", "10.0.0.2:7070"], "imagenet",
+                     manifest="imagenet.nearprep-manifest", seed=1,
+                     global_batch=256, trainers=8, rank=3,
+                     height=224, width=224, crop="random_resized")
+    for batch in fc.epoch(0):            # FleetBatch objects, in order
+        train(batch.images, batch.labels)
+        ckpt = fc.checkpoint()           # resume with any T dividing G
+
+How (docs/protocol.md, "Fleet datasets"):
+- The plan (nearprep.fleet_plan) gives every global position's sample id and
+  partition; this trainer takes positions [gG + kG/T, gG + (k+1)G/T) of each
+  global batch g.
+- Each partition is served by the live replica with the highest rendezvous
+  score sha256(node/partition): every trainer computes the same assignment,
+  no dispatcher. Each node gets one request per global batch with the ids it
+  serves (StreamBatchesRequest.sample_ids), `prefetch` global batches ahead.
+- A node that fails (UNAVAILABLE, DEADLINE_EXCEEDED: also a node that stops
+  answering without a reset, FAILED_PRECONDITION: it no longer holds the
+  partition) is marked dead and the positions it owed are requested from the
+  next replica; results for positions already filled are dropped (late
+  duplicates, counted in stats). Dead nodes are re-probed with ListDatasets.
+  With no live replica for a partition the client waits and reports through
+  on_wait(message); it never skips or substitutes data.
+- A sample that fails to decode is reported at its position in
+  FleetBatch.errors (the batch then has one image fewer).
+
+Discovery: `targets` is a list of "host:port", or one "dns:NAME:PORT" that
+resolves to every node (a Kubernetes headless Service: deploy/k8s).
+
+Thread-safety: one FleetClient per trainer; iterate from one thread.
+"""
+
+import concurrent.futures as _futures
+import hashlib
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from nearprep import fleet_plan as fp
+from nearprep.batch import parse_batch
+from nearprep.client import Client
+from nearprep.errors import NearprepError, from_rpc_error
+from nearprep.request import build_request
+
+_STREAM_METHOD = "/nearprep.v1.Preprocessor/StreamBatches"
+_FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION,
+                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INTERNAL,
+                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def discover(spec) -> List[str]:
+    """Targets from a list of "host:port" or one "dns:NAME:PORT" (every
+    address NAME resolves to, sorted): a headless Service's DNS name."""
+    if isinstance(spec, str):
+        if spec.startswith("dns:"):
+            name, _, port = spec[4:].rpartition(":")
+            infos = socket.getaddrinfo(name, int(port), type=socket.SOCK_STREAM)
+            addrs = sorted({i[4][0] for i in infos})
+            return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addrs]
+        return [spec]
+    return list(spec)
+
+
+def rendezvous_score(node: str, partition: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{node}/{partition}".encode()).digest()[:8], "big")
+
+
+def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
+    """The replica serving `partition`: highest rendezvous score."""
+    if not live_holders:
+        return None
+    return max(live_holders, key=lambda n: (rendezvous_score(n, partition), n))
+
+
+@dataclass
+class PositionError:
+    position: int
+    sample_id: int
+    code: str
+    message: str
+
+
+@dataclass
+class FleetBatch:
+    """This trainer's slice of global batch `batch` of `epoch`.
+
+    positions/sample_ids/labels/images are in position order and hold the
+    samples that decoded; errors lists the others at their positions."""
+    epoch: int
+    batch: int
+    positions: List[int]
+    sample_ids: List[int]
+    labels: np.ndarray
+    images: np.ndarray
+    errors: List[PositionError]
+    served_by: Dict[int, str] = field(default_factory=dict)  # position -> node
+
+
+class _Node:
+    def __init__(self, target):
+        self.target = target
+        self.partitions = set()
+        self.alive = False
+        self.dead_since = 0.0
+        self.last_error = ""
+
+
+class FleetClient:
+    """One trainer (rank k of T) of a fleet dataset. Request keywords
+    (height, width, crop, dtype, ...) are those of Client.batches()."""
+
+    def __init__(self, targets, dataset, *, manifest, seed=0, block_samples=64,
+                 window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
+                 rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
+                 max_request_ids=256, client=None, **request_kw):
+        self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
+        fp.check_trainers(global_batch, trainers)
+        if not 0 <= rank < trainers:
+            raise ValueError(f"rank: must be in [0, {trainers}), got {rank}")
+        self.dataset = dataset
+        self.seed, self.block_samples, self.window = seed, block_samples, window
+        self.global_batch, self.trainers, self.rank = global_batch, trainers, rank
+        self.prefetch = max(1, prefetch)
+        self.rpc_timeout = rpc_timeout
+        self.probe_interval = probe_interval
+        self.on_wait = on_wait or (lambda msg: None)
+        self.on_event = on_event or (lambda msg: None)
+        self.max_request_ids = max_request_ids
+        self._targets = discover(targets)
+        self._own_client = client is None
+        self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout)
+        self._pb2 = self._client._pb2
+        # The request template (validated like Client.batches()).
+        self._template = build_request(self._pb2, dataset, batch_size=1, seed=seed,
+                                       error_policy="skip", **request_kw)
+        self._template.manifest_hash = self.manifest.hash
+        self._nodes = {t: _Node(t) for t in self._targets}
+        self._lock = threading.Lock()
+        self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
+        self._epoch = None
+        self._next_batch = 0
+        self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
+                      "waits": 0, "samples": 0}
+        for n in self._nodes.values():
+            self._probe(n)
+
+    # -- nodes -------------------------------------------------------------
+
+    def _probe(self, node):
+        try:
+            infos = self._client.datasets(node.target)
+        except NearprepError as e:
+            node.alive, node.last_error = False, str(e)
+            node.dead_since = time.monotonic()
+            return
+        for d in infos:
+            if d.name == self.dataset:
+                if d.manifest_hash != self.manifest.hash:
+                    node.alive = False
+                    node.last_error = (f"manifest {d.manifest_hash or '(none)'} differs from "
+                                       f"the plan's {self.manifest.hash}")
+                    self.on_event(f"{node.target}: {node.last_error}")
+                    return
+                node.partitions = set(d.partitions_held)
+                node.alive = True
+                return
+        node.alive, node.last_error = False, f"no dataset {self.dataset!r}"
+
+    def _mark_dead(self, target, why):
+        with self._lock:
+            n = self._nodes[target]
+            if n.alive:
+                self.on_event(f"node {target} marked dead: {why}")
+            n.alive, n.last_error, n.dead_since = False, why, time.monotonic()
+
+    def _reprobe_dead(self):
+        now = time.monotonic()
+        for n in list(self._nodes.values()):
+            if not n.alive and now - n.dead_since >= self.probe_interval:
+                self._probe(n)
+                if not n.alive:
+                    n.dead_since = time.monotonic()
+                else:
+                    self.on_event(f"node {n.target} is live again")
+
+    def live_nodes(self) -> List[str]:
+        return sorted(t for t, n in self._nodes.items() if n.alive)
+
+    def _assign(self, partition) -> Optional[str]:
+        holders = [t for t, n in self._nodes.items() if n.alive and partition in n.partitions]
+        return choose(partition, holders)
+
+    # -- one node request ----------------------------------------------------
+
+    def _fetch(self, target, epoch, items):
+        """items: [(position, sample_id)] in position order. Returns
+        {sample_id: (label, image)} and {sample_id: (code, message)};
+        raises grpc.RpcError (or NearprepError) on failure."""
+        ids = [sid for _, sid in items]
+        ok, bad = {}, {}
+        for lo in range(0, len(ids), self.max_request_ids):
+            chunk = ids[lo:lo + self.max_request_ids]
+            req = self._pb2.StreamBatchesRequest()
+            req.CopyFrom(self._template)
+            req.epoch = epoch
+            req.batch_size = len(chunk)
+            req.sample_ids.extend(chunk)
+            channel = self._client._channel(target)
+            call = channel.unary_stream(
+                _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
+                response_deserializer=None)(req, timeout=self.rpc_timeout)
+            with self._lock:
+                self.stats["requests"] += 1
+            for raw in call:
+                b = parse_batch(raw, self._pb2, target)
+                for i, sid in enumerate(b.sample_ids.tolist()):
+                    ok[sid] = (int(b.labels[i]), b.images[i])
+                for e in b.errors:
+                    bad[e.sample_id] = (e.code, e.message)
+            missing = [s for s in chunk if s not in ok and s not in bad]
+            if missing:
+                raise NearprepError(f"{target}: stream ended without {len(missing)} samples",
+                                    code="UNAVAILABLE", target=target)
+        return ok, bad
+
+    # -- a global batch --------------------------------------------------------
+
+    def _plan(self, epoch):
+        params = fp.PlanParams(seed=self.seed, epoch=epoch, block_samples=self.block_samples,
+                               window=self.window, global_batch=self.global_batch)
+        return fp.GlobalPlan.for_manifest(self.manifest, params)
+
+    def _submit(self, epoch, items_by_part):
+        """Submits requests for {partition: [(pos, sid)]}; returns
+        [(future, target, items)] and the partitions without a live replica."""
+        by_node: Dict[str, list] = {}
+        orphans = []
+        for part, items in items_by_part.items():
+            t = self._assign(part)
+            if t is None:
+                orphans.append(part)
+                continue
+            by_node.setdefault(t, []).extend(items)
+        out = []
+        for t, items in by_node.items():
+            items.sort()
+            out.append((self._pool.submit(self._fetch, t, epoch, items), t, items))
+        return out, orphans
+
+    def _start_batch(self, plan, epoch, g):
+        lo, hi = plan.slice(g, self.rank, self.trainers)
+        want = {}
+        parts: Dict[int, list] = {}
+        for pos in range(lo, hi):
+            sid, part = plan.at(pos)
+            want[pos] = (sid, part)
+            parts.setdefault(part, []).append((pos, sid))
+        pending, orphans = self._submit(epoch, parts)
+        return {"g": g, "want": want, "pending": pending, "orphans": orphans,
+                "ok": {}, "bad": {}, "by": {}}
+
+    def _finish_batch(self, epoch, st):
+        want = st["want"]
+        waited_since = None
+        while True:
+            retry_parts: Dict[int, list] = {}
+            for fut, target, items in st["pending"]:
+                try:
+                    ok, bad = fut.result()
+                except (grpc.RpcError, NearprepError) as e:
+                    code = e.code() if isinstance(e, grpc.RpcError) else None
+                    if isinstance(e, grpc.RpcError) and code not in _FAILOVER_CODES:
+                        raise from_rpc_error(e, target) from None
+                    why = (f"{code.name}: {e.details()}" if isinstance(e, grpc.RpcError)
+                           else str(e))
+                    self._mark_dead(target, why)
+                    with self._lock:
+                        self.stats["failovers"] += 1
+                    ok, bad = {}, {}
+                pos_of = {sid: pos for pos, sid in items}
+                for sid, val in ok.items():
+                    pos = pos_of.get(sid)
+                    if pos is None or pos in st["ok"] or pos in st["bad"]:
+                        self.stats["duplicates_dropped"] += 1
+                        continue
+                    st["ok"][pos], st["by"][pos] = val, target
+                for sid, val in bad.items():
+                    pos = pos_of.get(sid)
+                    if pos is None or pos in st["ok"] or pos in st["bad"]:
+                        self.stats["duplicates_dropped"] += 1
+                        continue
+                    st["bad"][pos], st["by"][pos] = val, target
+                for pos, sid in items:
+                    if pos not in st["ok"] and pos not in st["bad"]:
+                        retry_parts.setdefault(want[pos][1], []).append((pos, sid))
+            for part in st["orphans"]:
+                retry_parts.setdefault(part, []).extend(
+                    (pos, sid) for pos, (sid, p) in want.items()
+                    if p == part and pos not in st["ok"] and pos not in st["bad"])
+            st["pending"], st["orphans"] = [], []
+            if not retry_parts:
+                break
+            self._reprobe_dead()
+            pending, orphans = self._submit(epoch, retry_parts)
+            st["pending"], st["orphans"] = pending, orphans
+            if orphans and not pending:
+                now = time.monotonic()
+                waited_since = waited_since or now
+                self.stats["waits"] += 1
+                self.on_wait(f"epoch {epoch} batch {st['g']}: no live replica for "
+                             f"partitions {sorted(orphans)} (waiting {now - waited_since:.1f} s; "
+                             f"live nodes {self.live_nodes()})")
+                time.sleep(self.probe_interval)
+        positions = sorted(st["ok"])
+        images = (np.stack([st["ok"][p][1] for p in positions]) if positions
+                  else np.zeros((0,), dtype=np.uint8))
+        errors = [PositionError(p, want[p][0], *st["bad"][p]) for p in sorted(st["bad"])]
+        self.stats["samples"] += len(positions)
+        return FleetBatch(epoch, st["g"], positions, [want[p][0] for p in positions],
+                          np.array([st["ok"][p][0] for p in positions], dtype=np.int64),
+                          images, errors, dict(st["by"]))
+
+    # -- iteration ---------------------------------------------------------------
+
+    def epoch(self, epoch, start_batch=0, stop_batch=None):
+        """Yields this trainer's FleetBatch for global batches start_batch ..
+        (stop_batch or the end of the epoch) - 1. checkpoint() after a
+        yielded batch resumes right after it."""
+        plan = self._plan(epoch)
+        end = plan.num_batches if stop_batch is None else min(stop_batch, plan.num_batches)
+        window = []
+        g = start_batch
+        while g < end or window:
+            while g < end and len(window) < self.prefetch:
+                window.append(self._start_batch(plan, epoch, g))
+                g += 1
+            st = window.pop(0)
+            batch = self._finish_batch(epoch, st)
+            self._epoch, self._next_batch = epoch, st["g"] + 1
+            yield batch
+
+    def resume(self, checkpoint, stop_batch=None):
+        """Continues where `checkpoint` (a fleet_plan.Checkpoint or its
+        dict) stands, with this client's trainer count."""
+        c = checkpoint if isinstance(checkpoint, fp.Checkpoint) else fp.Checkpoint.from_dict(checkpoint)
+        mine = (self.manifest.hash, self.seed, self.block_samples, self.window,
+                self.global_batch, self.manifest.num_partitions)
+        theirs = (c.manifest_hash, c.seed, c.block_samples, c.window, c.global_batch,
+                  c.num_partitions)
+        if mine != theirs:
+            raise ValueError(f"checkpoint: plan {theirs} differs from this client's {mine}")
+        return self.epoch(c.epoch, c.next_batch, stop_batch)
+
+    def checkpoint(self, epoch=None, next_batch=None) -> fp.Checkpoint:
+        e = self._epoch if epoch is None else epoch
+        nb = self._next_batch if next_batch is None else next_batch
+        plan_batches = self._plan(e).num_batches
+        if nb >= plan_batches:  # the epoch is done: the next one starts
+            e, nb = e + 1, 0
+        return fp.Checkpoint(self.manifest.hash, self.seed, self.block_samples, self.window,
+                             self.global_batch, self.manifest.num_partitions, e, nb)
+
+    def close(self):
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_client:
+            self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,97 @@
+#include "server/backend/cpu_backend.h"
+
+#include <chrono>
+#include <exception>
+#include <new>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/data/epoch_plan.h"
+#include "server/image/preprocess.h"
+
+namespace nearprep {
+namespace {
+
+uint64_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::steady_clock::now() - t0)
+          .count());
+}
+
+// The status of the exception being handled (call only inside a catch):
+// no exception leaves a backend.
+absl::Status StatusOfException(uint64_t id) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sample ", id, ": out of memory"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("sample ", id, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(
+        absl::StrCat("sample ", id, ": unknown exception"));
+  }
+}
+
+}  // namespace
+
+std::string CpuBackend::detail() const {
+  return absl::StrCat("cpu: libjpeg-turbo decode + TensorFlow-exact float ops, ",
+                      std::thread::hardware_concurrency(), " hardware threads");
+}
+
+void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
+                           size_t size, uint64_t read_us, SampleWork* s) {
+  s->times = StageTimes{};
+  s->params = SampleParams{};
+  try {
+    const uint64_t id = s->sample_id;
+    ParamsFn draw = [&ctx, id](int height, int width) {
+      return DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch, id, height, width);
+    };
+    s->status = PreprocessJpeg(data, size, ctx.spec, ctx.output, ctx.limits,
+                               draw, &s->params, s->out, &s->times);
+  } catch (...) {
+    s->status = StatusOfException(s->sample_id);
+  }
+  s->times.read_us = read_us;
+}
+
+void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
+                        std::vector<uint8_t>* buffer, SampleWork* s) {
+  s->times = StageTimes{};
+  s->params = SampleParams{};
+  uint64_t read_us = 0;
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (reader) {
+      s->status = reader(ctx, s->sample_id, buffer);
+    } else if (ctx.dataset == nullptr) {
+      s->status = absl::FailedPreconditionError("no dataset in WorkContext");
+    } else {
+      s->status = ctx.dataset->ReadSample(s->sample_id, buffer, ctx.read_hint);
+    }
+    read_us = MicrosSince(t0);
+  } catch (...) {
+    s->status = StatusOfException(s->sample_id);
+  }
+  if (!s->status.ok()) {
+    s->times.read_us = read_us;
+    return;
+  }
+  PreprocessSampleBytes(ctx, buffer->data(), buffer->size(), read_us, s);
+}
+
+void CpuBackend::Process(const WorkContext& ctx, SampleWork* samples,
+                         size_t n) {
+  thread_local std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < n; ++i) ProcessSampleOnCpu(ctx, reader_, &buffer, &samples[i]);
+  // Do not pin an unusually large file's memory in the thread forever.
+  if (buffer.capacity() > (size_t{16} << 20)) {
+    std::vector<uint8_t>().swap(buffer);
+  }
+}
+
+}  // namespace nearprep

@@ -1,0 +1,64 @@
+// CpuBackend: the reference backend. For each sample: read the file
+// (ctx.dataset->ReadSample, timed as read_us), then PreprocessJpeg with the
+// sample's random parameters drawn by DrawSampleParams(spec, seed, epoch,
+// id, decoded height, decoded width).
+//
+// The per-sample path is also offered as two functions, for backends that
+// serve some samples on the CPU (the FPGA backend's fallback):
+// ProcessSampleOnCpu reads the sample first; PreprocessSampleBytes starts
+// from bytes the caller has already read, so a fallback never reads a file
+// twice.
+//
+// Thread-safety: Process() may be called concurrently; the read buffer is
+// thread_local, everything else is per call. Never throws.
+#ifndef NEARPREP_SERVER_BACKEND_CPU_BACKEND_H_
+#define NEARPREP_SERVER_BACKEND_CPU_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/backend/backend.h"
+
+namespace nearprep {
+
+// Reads a sample's encoded bytes into *out. The default (an empty function)
+// reads the file through ctx.dataset; benchmarks substitute bytes preloaded
+// in memory.
+using SampleReader = std::function<absl::Status(
+    const WorkContext& ctx, uint64_t sample_id, std::vector<uint8_t>* out)>;
+
+// One sample on the CPU: reads it with `reader` (or ctx.dataset when empty)
+// into `buffer` (scratch), then PreprocessSampleBytes. Sets every result
+// field of *sample; never throws.
+void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
+                        std::vector<uint8_t>* buffer, SampleWork* sample);
+
+// One sample on the CPU from its encoded bytes [data, data + size), already
+// read by the caller in `read_us` microseconds (reported as times.read_us).
+// Sets every result field of *sample; never throws.
+void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
+                           size_t size, uint64_t read_us, SampleWork* sample);
+
+class CpuBackend : public Backend {
+ public:
+  using Reader = SampleReader;
+
+  CpuBackend() = default;
+  explicit CpuBackend(Reader reader) : reader_(std::move(reader)) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string detail() const override;
+  void Process(const WorkContext& ctx, SampleWork* samples,
+               size_t n) override;
+
+ private:
+  Reader reader_;
+};
+
+}  // namespace nearprep
+
+#endif  // NEARPREP_SERVER_BACKEND_CPU_BACKEND_H_

@@ -1,0 +1,237 @@
+// See global_plan.h and docs/protocol.md (keep them and
+// client/python/nearprep/fleet.py in step).
+#include "server/fleet/global_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/data/epoch_plan.h"
+
+namespace nearprep::fleet {
+namespace {
+
+uint64_t Draw(uint32_t w0, uint32_t w1, uint32_t w2, uint64_t seed,
+              uint64_t epoch, uint32_t tag) {
+  const uint32_t w3 = (static_cast<uint32_t>(epoch & 0xFFFFFFu) << 8) | tag;
+  const std::array<uint32_t, 4> r = Philox4x32({w0, w1, w2, w3}, PlanKey(seed));
+  return uint64_t{r[0]} | (uint64_t{r[1]} << 32);
+}
+
+// Local offset at position j of S (step 1b): blocks in permuted order.
+uint64_t SAt(const std::vector<uint64_t>& perm, uint64_t n, uint64_t b,
+             uint64_t j) {
+  const uint64_t nb = perm.size();
+  const uint64_t last_len = n - (nb - 1) * b;  // block nb-1 may be short
+  // Slot of the short block in perm.
+  uint64_t short_slot = nb;
+  if (last_len != b) {
+    short_slot = static_cast<uint64_t>(
+        std::find(perm.begin(), perm.end(), nb - 1) - perm.begin());
+  }
+  uint64_t slot, off;
+  if (j < short_slot * b) {
+    slot = j / b;
+    off = j % b;
+  } else if (j < short_slot * b + last_len) {
+    slot = short_slot;
+    off = j - short_slot * b;
+  } else {
+    const uint64_t k = j - short_slot * b - last_len;  // into the later blocks
+    slot = short_slot + 1 + k / b;
+    off = k % b;
+  }
+  return perm[slot] * b + off;
+}
+
+std::vector<uint64_t> BlockPerm(uint64_t n, uint32_t partition,
+                                const PlanParams& p) {
+  const uint64_t b = std::max<uint64_t>(p.block_samples, 1);
+  const uint64_t nb = (n + b - 1) / b;
+  std::vector<uint64_t> perm(nb);
+  for (uint64_t i = 0; i < nb; ++i) perm[i] = i;
+  for (uint64_t i = nb; i-- > 1;) {
+    std::swap(perm[i], perm[PartitionBlockDraw(p.seed, p.epoch, partition,
+                                               static_cast<uint32_t>(i)) %
+                            (i + 1)]);
+  }
+  return perm;
+}
+
+// Window permutation of `len` entries: where position i of the window takes
+// its element from (Fisher-Yates applied to the identity).
+std::vector<uint64_t> WindowPerm(uint64_t len, uint32_t partition,
+                                 uint32_t window, const PlanParams& p) {
+  std::vector<uint64_t> idx(len);
+  for (uint64_t i = 0; i < len; ++i) idx[i] = i;
+  for (uint64_t i = len; i-- > 1;) {
+    std::swap(idx[i], idx[PartitionWindowDraw(p.seed, p.epoch, partition, window,
+                                              static_cast<uint32_t>(i)) %
+                          (i + 1)]);
+  }
+  return idx;
+}
+
+}  // namespace
+
+uint64_t PartitionBlockDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
+                            uint32_t i) {
+  return Draw(i, partition, 0, seed, epoch, kTagPartitionBlocks);
+}
+uint64_t PartitionWindowDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
+                             uint32_t window, uint32_t i) {
+  return Draw(i, window, partition, seed, epoch, kTagPartitionWindow);
+}
+uint64_t RoundOrderDraw(uint64_t seed, uint64_t epoch, uint32_t round,
+                        uint32_t i) {
+  return Draw(i, round, 0, seed, epoch, kTagRoundOrder);
+}
+
+uint64_t PartitionStreamAt(uint64_t n, uint32_t partition, uint64_t j,
+                           const PlanParams& params) {
+  const uint64_t b = std::max<uint64_t>(params.block_samples, 1);
+  const uint64_t w = std::max<uint32_t>(params.window, 1);
+  const std::vector<uint64_t> perm = BlockPerm(n, partition, params);
+  const uint64_t win = j / w;
+  const uint64_t start = win * w;
+  const uint64_t len = std::min(w, n - start);
+  const std::vector<uint64_t> idx =
+      WindowPerm(len, partition, static_cast<uint32_t>(win), params);
+  return SAt(perm, n, b, start + idx[j - start]);
+}
+
+std::vector<uint64_t> PartitionStream(uint64_t n, uint32_t partition,
+                                      const PlanParams& params) {
+  const uint64_t b = std::max<uint64_t>(params.block_samples, 1);
+  const uint64_t w = std::max<uint32_t>(params.window, 1);
+  const std::vector<uint64_t> perm = BlockPerm(n, partition, params);
+  std::vector<uint64_t> s;
+  s.reserve(n);
+  for (uint64_t blk : perm) {
+    for (uint64_t o = blk * b; o < std::min(n, (blk + 1) * b); ++o) s.push_back(o);
+  }
+  for (uint64_t start = 0, win = 0; start < n; start += w, ++win) {
+    const uint64_t len = std::min(w, n - start);
+    for (uint64_t i = len; i-- > 1;) {
+      const uint64_t k = PartitionWindowDraw(params.seed, params.epoch, partition,
+                                             static_cast<uint32_t>(win),
+                                             static_cast<uint32_t>(i)) %
+                         (i + 1);
+      std::swap(s[start + i], s[start + k]);
+    }
+  }
+  return s;
+}
+
+std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
+                                 const PlanParams& params) {
+  std::vector<uint32_t> order(c);
+  for (uint32_t i = 0; i < c; ++i) order[i] = i;
+  for (uint32_t i = c; i-- > 1;) {
+    std::swap(order[i],
+              order[RoundOrderDraw(params.seed, params.epoch, round, i) % (i + 1)]);
+  }
+  return order;
+}
+
+absl::Status CheckTrainers(uint64_t global_batch, uint32_t trainers) {
+  if (trainers == 0 || global_batch % trainers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainers: T = ", trainers, " must be >= 1 and divide the global batch G = ",
+        global_batch, " (each trainer takes G / T positions of every global batch)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
+    std::vector<uint64_t> partition_start, const PlanParams& params) {
+  if (partition_start.size() < 2) {
+    return absl::InvalidArgumentError("partitions: at least one is needed");
+  }
+  if (params.epoch >= (uint64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch: must be < 2^24 in a fleet plan, got ", params.epoch));
+  }
+  if (params.block_samples == 0 || params.window == 0 || params.global_batch == 0) {
+    return absl::InvalidArgumentError(
+        "block_samples, window, global_batch: must be >= 1");
+  }
+  if (params.window > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window: must be <= 1048576, got ", params.window));
+  }
+  std::unique_ptr<GlobalPlan> plan(new GlobalPlan());
+  plan->params_ = params;
+  for (size_t p = 1; p < partition_start.size(); ++p) {
+    if (partition_start[p] < partition_start[p - 1]) {
+      return absl::InvalidArgumentError("partitions: starts must ascend");
+    }
+    const uint64_t size = partition_start[p] - partition_start[p - 1];
+    if (size >= (uint64_t{1} << 32) ||
+        (size + params.block_samples - 1) / params.block_samples >= (uint64_t{1} << 32)) {
+      return absl::InvalidArgumentError("partitions: a partition must hold < 2^32 samples");
+    }
+    plan->sizes_sorted_.push_back(size);
+  }
+  plan->n_ = partition_start.back() - partition_start.front();
+  plan->start_ = std::move(partition_start);
+  std::sort(plan->sizes_sorted_.begin(), plan->sizes_sorted_.end());
+  plan->sorted_prefix_.assign(plan->sizes_sorted_.size() + 1, 0);
+  for (size_t i = 0; i < plan->sizes_sorted_.size(); ++i) {
+    plan->sorted_prefix_[i + 1] = plan->sorted_prefix_[i] + plan->sizes_sorted_[i];
+  }
+  return plan;
+}
+
+const std::vector<uint64_t>& GlobalPlan::Stream(uint32_t p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(p);
+  if (it != streams_.end()) return it->second;
+  if (streams_.size() >= 4096) streams_.clear();
+  return streams_
+      .emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_))
+      .first->second;
+}
+
+const std::vector<uint32_t>& GlobalPlan::Round(uint32_t r) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rounds_.find(r);
+  if (it != rounds_.end()) return it->second;
+  if (rounds_.size() >= 1024) rounds_.clear();
+  return rounds_
+      .emplace(r, RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_))
+      .first->second;
+}
+
+GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
+  // Positions before round r: sum_p min(n_p, r).
+  const auto before = [&](uint64_t r) {
+    const size_t k = static_cast<size_t>(
+        std::lower_bound(sizes_sorted_.begin(), sizes_sorted_.end(), r) -
+        sizes_sorted_.begin());  // partitions with n_p < r
+    return sorted_prefix_[k] + r * (sizes_sorted_.size() - k);
+  };
+  uint64_t lo = 0, hi = sizes_sorted_.back();  // round in [lo, hi)
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (before(mid) <= position) lo = mid; else hi = mid;
+  }
+  const uint64_t r = lo;
+  uint64_t offset = position - before(r);
+  const std::vector<uint32_t>& order = Round(static_cast<uint32_t>(r));
+  for (uint32_t p : order) {
+    if (start_[p + 1] - start_[p] <= r) continue;
+    if (offset-- == 0) {
+      return Entry{start_[p] + Stream(p)[r], p};
+    }
+  }
+  return Entry{};  // unreachable for position < size()
+}
+
+std::pair<uint64_t, uint64_t> GlobalPlan::Slice(uint64_t batch, uint32_t k,
+                                                uint32_t trainers) const {
+  const uint64_t per = params_.global_batch / trainers;
+  const uint64_t a = std::min(n_, batch * params_.global_batch + k * per);
+  return {a, std::min(n_, a + per)};
+}
+
+}  // namespace nearprep::fleet

@@ -1,0 +1,122 @@
+// The fleet's global epoch plan (issue 14): one deterministic sequence of
+// all samples of a partitioned dataset (manifest.h), the same for every
+// trainer whatever the trainer count T, and which storage nodes are alive.
+// docs/protocol.md ("Fleet datasets: the global plan") is normative;
+// client/python/nearprep/fleet.py re-implements it.
+//
+// Inputs: the manifest's partition sizes n_0..n_{C-1} (and sample id starts),
+// and params (seed, epoch, block B, window W, global batch G). Algorithm
+// version kFleetPlanAlgorithm. Philox key: {seed lo32, seed hi32}; counter
+// word 3 = (epoch & 0xFFFFFF) << 8 | tag (epoch < 2^24).
+//   1. Partition stream of partition p (n = n_p samples, local offsets):
+//      a. blocks of B consecutive offsets (last may be short), nb =
+//         ceil(n / B); Fisher-Yates permutation P of [0, nb): for i = nb-1
+//         down to 1 swap P[i] with P[draw % (i + 1)], draw = words 0 | 1<<32
+//         of Philox({i, p, 0, w3(tag 5)}).
+//      b. S = the blocks' offsets in order P (each block in record order).
+//      c. aligned windows of W positions of S (the last may be shorter);
+//         window w is permuted by the same Fisher-Yates with draw
+//         Philox({i, w, p, w3(tag 6)}).
+//      Position j of the stream needs only its window: any position is
+//      computable without replaying earlier ones.
+//   2. Interleave: round r = 0, 1, ... emits the r-th element of every
+//      partition with n_p > r, in the order of a Fisher-Yates permutation of
+//      [0, C) with draw Philox({i, r, 0, w3(tag 7)}) (inactive partitions
+//      skipped). Global position -> round by binary search over
+//      sum_p min(n_p, r), then the offset in the round's active order.
+//   3. Global batch g = positions [gG, min((g+1)G, N)): the last batch is
+//      short, never padded. Trainer k of T (T must divide G) takes positions
+//      [gG + k*G/T, gG + (k+1)*G/T) of it (clipped to N; may be empty).
+// Sample id at a position = partition_start[p] + stream_p[r].
+//
+// Thread-safety: GlobalPlan is immutable after Create except for its caches,
+// which are guarded by a mutex.
+#ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
+#define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace nearprep::fleet {
+
+inline constexpr char kFleetPlanAlgorithm[] = "nearprep-fleet-plan/1";
+inline constexpr uint32_t kTagPartitionBlocks = 5;
+inline constexpr uint32_t kTagPartitionWindow = 6;
+inline constexpr uint32_t kTagRoundOrder = 7;
+
+struct PlanParams {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;          // < 2^24
+  uint64_t block_samples = 64; // B >= 1
+  uint32_t window = 256;       // W >= 1
+  uint64_t global_batch = 256; // G >= 1
+};
+
+// The draws (words 0 | 1 << 32 of the Philox block).
+uint64_t PartitionBlockDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
+                            uint32_t i);
+uint64_t PartitionWindowDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
+                             uint32_t window, uint32_t i);
+uint64_t RoundOrderDraw(uint64_t seed, uint64_t epoch, uint32_t round,
+                        uint32_t i);
+
+// Local offset at stream position j of partition p of n samples (step 1).
+uint64_t PartitionStreamAt(uint64_t n, uint32_t partition, uint64_t j,
+                           const PlanParams& params);
+// The whole stream (n entries).
+std::vector<uint64_t> PartitionStream(uint64_t n, uint32_t partition,
+                                      const PlanParams& params);
+// Round r's partition order (a permutation of [0, c)).
+std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
+                                 const PlanParams& params);
+
+// INVALID_ARGUMENT unless T >= 1 divides G (the message says so).
+absl::Status CheckTrainers(uint64_t global_batch, uint32_t trainers);
+
+class GlobalPlan {
+ public:
+  struct Entry {
+    uint64_t sample_id = 0;
+    uint32_t partition = 0;
+  };
+  // partition_start: C + 1 ascending sample ids (Manifest::partition_start).
+  // INVALID_ARGUMENT for bad params (naming them).
+  static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
+      std::vector<uint64_t> partition_start, const PlanParams& params);
+
+  uint64_t size() const { return n_; }
+  uint64_t num_batches() const {
+    return (n_ + params_.global_batch - 1) / params_.global_batch;
+  }
+  const PlanParams& params() const { return params_; }
+  // position < size().
+  Entry At(uint64_t position) const;
+  // Positions [first, second) of trainer k of T in global batch g.
+  std::pair<uint64_t, uint64_t> Slice(uint64_t batch, uint32_t k,
+                                      uint32_t trainers) const;
+
+ private:
+  GlobalPlan() = default;
+  const std::vector<uint64_t>& Stream(uint32_t p) const;
+  const std::vector<uint32_t>& Round(uint32_t r) const;
+
+  PlanParams params_;
+  std::vector<uint64_t> start_;
+  std::vector<uint64_t> sizes_sorted_;
+  std::vector<uint64_t> sorted_prefix_;  // prefix sums of sizes_sorted_
+  uint64_t n_ = 0;
+  mutable std::mutex mu_;
+  mutable std::map<uint32_t, std::vector<uint64_t>> streams_;
+  mutable std::map<uint32_t, std::vector<uint32_t>> rounds_;
+};
+
+}  // namespace nearprep::fleet
+
+#endif  // NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_

@@ -1,0 +1,217 @@
+// The XRT state of FpgaBackend, shared by the files that implement it:
+// fpga_staging.cc (buffer sets, reading samples into a run's input buffer),
+// fpga_run.cc (launching runs, collecting results, double buffering) and
+// fpga_backend.cc (creation, Process). Internal to server/fpga/; includes
+// XRT headers, so only .cc files of this folder include it.
+//
+// Thread-safety: the buffer-set pool (mu, cv, free_sets, live) is guarded
+// by mu; a BufferSet is used by the one Process() call that acquired it;
+// hooks run under hook_mu (one at a time).
+#ifndef NEARPREP_SERVER_FPGA_FPGA_DEVICE_H_
+#define NEARPREP_SERVER_FPGA_FPGA_DEVICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <xrt/xrt_bo.h>
+#include <xrt/xrt_device.h>
+#include <xrt/xrt_kernel.h>
+
+#include "server/backend/backend.h"
+#include "server/data/dataset.h"
+#include "server/fpga/fpga_backend.h"
+#include "spdlog/spdlog.h"
+
+namespace nearprep {
+namespace fpga_internal {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr uint64_t kAlign = 4096;  // O_DIRECT / NVMe block alignment
+
+inline uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+
+inline uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0)
+          .count());
+}
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+inline uint32_t Lo(uint64_t v) { return static_cast<uint32_t>(v); }
+inline uint32_t Hi(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
+
+// One set of run buffers (input JPEGs, descriptors, config, output,
+// status, scratch) with its xrt::run, plus the host-side record of what is
+// staged. Every buffer a run touches is its set's own, scratch included: the
+// kernel's top is ap_ctrl_chain + DATAFLOW, so a queued run may start inside
+// the compute unit while the one before it is still draining.
+struct BufferSet {
+  xrt::bo jpeg, desc, cfg, out, status, scratch;
+  uint8_t* jpeg_map = nullptr;
+  uint32_t* desc_map = nullptr;
+  uint32_t* cfg_map = nullptr;
+  uint8_t* out_map = nullptr;
+  uint32_t* status_map = nullptr;
+  uint8_t* scratch_map = nullptr;  // null when the scratch bo is device-only
+  uint64_t jpeg_capacity = 0;
+  uint64_t out_capacity = 0;
+  int max_images = 0;
+  bool p2p = false;
+  bool direct_ok = true;  // cleared after O_DIRECT was refused (EINVAL)
+  bool broken = false;    // a run never finished: buffers may be in use
+  xrt::run run;
+
+  // Per run.
+  struct Entry {
+    size_t index = 0;  // into the chunk
+    uint64_t offset = 0, size = 0;  // the JPEG bytes in jpeg_map
+    int height = 0, width = 0;
+    SampleParams params;
+    uint64_t read_us = 0;
+  };
+  std::vector<Entry> entries;
+  // Blocks of records read whole into jpeg_map (record datasets read with
+  // ReadHint.block_samples): each sample's image bytes at base + offset.
+  struct StagedBlock {
+    uint64_t base = 0;
+    std::vector<BlockSample> samples;
+  };
+  std::vector<StagedBlock> blocks;
+  int per_run = 0;
+  size_t slot_bytes = 0;
+  uint64_t jpeg_used = 0;
+  bool any_buffered = false;
+  bool failed = false;
+  std::string error;
+  Clock::time_point started;
+
+  void Reset(int images, size_t slot) {
+    entries.clear();
+    blocks.clear();
+    per_run = images;
+    slot_bytes = slot;
+    jpeg_used = 0;
+    any_buffered = false;
+    failed = false;
+    error.clear();
+  }
+};
+
+}  // namespace fpga_internal
+
+// The helpers above by their short names, for the .cc files of this folder
+// (the only includers of this internal header).
+using fpga_internal::AlignUp;
+using fpga_internal::BufferSet;
+using fpga_internal::Clock;
+using fpga_internal::FloatBits;
+using fpga_internal::Hi;
+using fpga_internal::kAlign;
+using fpga_internal::Lo;
+using fpga_internal::MicrosSince;
+
+class FpgaBackend::Impl {
+ public:
+  FpgaBackendConfig config;
+  xrt::device device;
+  xrt::uuid uuid;
+  xrt::kernel kernel;
+  std::string device_name;
+  bool p2p = false;
+
+  FpgaStats* stats = nullptr;
+
+  std::vector<std::unique_ptr<fpga_internal::BufferSet>> sets;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<fpga_internal::BufferSet*> free_sets;
+  int live = 0;
+
+  std::mutex hook_mu;  // the test/simulation hook handles one run at a time
+  uint64_t run_counter = 0;
+  std::atomic<uint64_t> warnings{0};
+
+  // Blocks until a set is free; null when every set is broken. Only call
+  // while holding no other set.
+  fpga_internal::BufferSet* Acquire() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return !free_sets.empty() || live == 0; });
+    if (free_sets.empty()) return nullptr;
+    fpga_internal::BufferSet* s = free_sets.back();
+    free_sets.pop_back();
+    return s;
+  }
+  fpga_internal::BufferSet* TryAcquire() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (free_sets.empty()) return nullptr;
+    fpga_internal::BufferSet* s = free_sets.back();
+    free_sets.pop_back();
+    return s;
+  }
+  void Release(fpga_internal::BufferSet* s) {
+    if (s == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (s->broken) {
+        --live;
+      } else {
+        free_sets.push_back(s);
+      }
+    }
+    cv.notify_all();
+  }
+
+  void Warn(const std::string& msg) {
+    if (warnings.fetch_add(1, std::memory_order_relaxed) < 20) {
+      spdlog::warn("fpga backend: {}", msg);
+    }
+  }
+
+  // Makes sure the output bo of `s` holds `bytes` (rounded up).
+  void EnsureOut(fpga_internal::BufferSet* s, uint64_t bytes);
+  std::unique_ptr<fpga_internal::BufferSet> NewSet();
+
+  // What Stage did with a sample: staged it into the set; found the set
+  // full (stage it again into the next one); left it to the CPU path
+  // (appended to the fallback list, nothing read yet); or finished it
+  // (a read error, or served on the CPU from the bytes it read).
+  enum class StageResult { kStaged, kFull, kFallback, kDone };
+  // Reads sample `index` of the chunk into `s` and fills its descriptor.
+  StageResult Stage(fpga_internal::BufferSet* s, const WorkContext& ctx,
+                    const WorkContext& cpu_ctx, SampleWork* sample,
+                    size_t index);
+  // Writes the run configuration, syncs the inputs and starts the run.
+  void Launch(fpga_internal::BufferSet* s, const WorkContext& ctx);
+  // Waits for the run of `s` and reads its results into the chunk's
+  // samples; images the device did not finish are served on the CPU from
+  // their staged bytes.
+  void Finish(fpga_internal::BufferSet* s, const WorkContext& cpu_ctx, SampleWork* samples);
+  // The device part of Process(): stages, runs and collects the chunk;
+  // images that still need to be read and served on the CPU are appended to
+  // `fallback`.
+  void RunChunk(const WorkContext& ctx, const WorkContext& cpu_ctx,
+                SampleWork* samples, size_t n, std::vector<size_t>* fallback);
+
+  // The CPU fallback for a sample whose bytes are in hand
+  // (PreprocessSampleBytes with cpu_ctx); counted in stats->fallbacks.
+  void ServeOnCpu(const WorkContext& cpu_ctx, const uint8_t* data,
+                  uint64_t size, uint64_t read_us, SampleWork* sample);
+};
+
+}  // namespace nearprep
+
+#endif  // NEARPREP_SERVER_FPGA_FPGA_DEVICE_H_

@@ -1,0 +1,272 @@
+// FpgaBackend, staging: the run buffer sets, and reading each sample into
+// a run's input buffer (P2P with O_DIRECT, or buffered) with its host-side
+// parameters. See fpga_backend.h for the data path and the fallback rules.
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "nearprep_kernel_abi.h"
+#include "server/backend/cpu_backend.h"
+#include "server/data/epoch_plan.h"
+#include "server/fpga/fpga_device.h"
+#include "server/image/jpeg_decoder.h"
+#include "server/image/preprocess.h"
+
+namespace nearprep {
+namespace {
+
+namespace nf = nearprep_fpga;
+
+}  // namespace
+
+void FpgaBackend::Impl::EnsureOut(BufferSet* s, uint64_t bytes) {
+  bytes = AlignUp(bytes);  // the kernel writes whole 64-byte words
+  if (s->out_capacity >= bytes) return;
+  s->out_map = nullptr;
+  s->out = xrt::bo();
+  s->out = xrt::bo(device, bytes, xrt::bo::flags::normal,
+                   kernel.group_id(nf::kArgOut));
+  s->out_map = s->out.map<uint8_t*>();
+  s->out_capacity = bytes;
+}
+
+std::unique_ptr<BufferSet> FpgaBackend::Impl::NewSet() {
+  auto s = std::make_unique<BufferSet>();
+  s->max_images = config.max_images_per_run;
+  s->jpeg_capacity = AlignUp(config.jpeg_bytes_per_run);
+  const auto jpeg_group = kernel.group_id(nf::kArgJpeg);
+  if (config.use_p2p) {
+    try {
+      s->jpeg = xrt::bo(device, s->jpeg_capacity, xrt::bo::flags::p2p,
+                        jpeg_group);
+      s->jpeg_map = s->jpeg.map<uint8_t*>();
+      s->p2p = true;
+    } catch (const std::exception& e) {
+      Warn(absl::StrCat("p2p buffer not available (", e.what(),
+                        "); using buffered reads"));
+      s->jpeg = xrt::bo();
+      s->jpeg_map = nullptr;
+    }
+  }
+  if (!s->p2p) {
+    s->jpeg = xrt::bo(device, s->jpeg_capacity, xrt::bo::flags::normal,
+                      jpeg_group);
+    s->jpeg_map = s->jpeg.map<uint8_t*>();
+  }
+  const size_t n = static_cast<size_t>(s->max_images);
+  s->desc = xrt::bo(device, n * nf::kDescWords * 4, xrt::bo::flags::normal,
+                    kernel.group_id(nf::kArgDesc));
+  s->desc_map = s->desc.map<uint32_t*>();
+  s->cfg = xrt::bo(device, nf::kCfgWords * 4, xrt::bo::flags::normal,
+                   kernel.group_id(nf::kArgCfg));
+  s->cfg_map = s->cfg.map<uint32_t*>();
+  s->status = xrt::bo(device, n * nf::kStatusWords * 4,
+                      xrt::bo::flags::normal, kernel.group_id(nf::kArgStatus));
+  s->status_map = s->status.map<uint32_t*>();
+  const auto sflags = config.scratch_device_only ? xrt::bo::flags::device_only
+                                                 : xrt::bo::flags::normal;
+  s->scratch = xrt::bo(device, config.scratch_bytes, sflags,
+                       kernel.group_id(nf::kArgScratch));
+  if (!config.scratch_device_only) s->scratch_map = s->scratch.map<uint8_t*>();
+  s->run = xrt::run(kernel);
+  return s;
+}
+
+FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
+    BufferSet* s, const WorkContext& ctx, const WorkContext& cpu_ctx,
+    SampleWork* sample, size_t index) {
+  if (static_cast<int>(s->entries.size()) >= s->per_run) {
+    return StageResult::kFull;
+  }
+  sample->times = StageTimes{};
+  sample->params = SampleParams{};
+  const Clock::time_point t0 = Clock::now();
+  uint64_t offset = AlignUp(s->jpeg_used);
+  uint64_t size = 0;
+  bool staged = false;
+
+  // Block path (record datasets read in blocks, the P2P target's large
+  // reads): the sample's whole block of records is read with one aligned
+  // read into the input buffer (once per run), its records checked there,
+  // and each sample of it is staged in place - the kernel gets the offset
+  // and size of its image bytes inside the buffer. Not available (image
+  // folders, a block larger than a run's buffer): the per-sample paths.
+  const uint64_t bs = ctx.read_hint.block_samples;
+  const BlockSample* in_block = nullptr;
+  uint64_t block_base = 0;
+  for (const BufferSet::StagedBlock& b : s->blocks) {
+    for (const BlockSample& x : b.samples) {
+      if (x.id == sample->sample_id) {
+        in_block = &x;
+        block_base = b.base;
+      }
+    }
+  }
+  if (in_block == nullptr && bs > 0) {
+    const uint64_t need = ctx.dataset->BlockBytesFor(sample->sample_id, bs);
+    if (need > 0 && need <= s->jpeg_capacity) {
+      if (offset + need > s->jpeg_capacity) {
+        if (!s->entries.empty()) return StageResult::kFull;
+        s->blocks.clear();  // only bad records staged so far: start over
+        s->jpeg_used = 0;
+        offset = 0;
+      }
+      absl::StatusOr<std::vector<BlockSample>> got = ctx.dataset->ReadBlockInto(
+          sample->sample_id, bs, s->jpeg_map + offset, s->jpeg_capacity - offset);
+      if (got.ok()) {
+        s->blocks.push_back(BufferSet::StagedBlock{offset, std::move(got).value()});
+        s->jpeg_used = offset + need;
+        s->any_buffered = true;  // host-side read: synced at launch
+        stats->block_reads.fetch_add(1, std::memory_order_relaxed);
+        stats->block_read_bytes.fetch_add(need, std::memory_order_relaxed);
+        stats->buffered_read_bytes.fetch_add(need, std::memory_order_relaxed);
+        for (const BlockSample& x : s->blocks.back().samples) {
+          if (x.id == sample->sample_id) {
+            in_block = &x;
+            block_base = offset;
+          }
+        }
+      }
+    }
+  }
+  if (in_block != nullptr) {
+    if (!in_block->status.ok()) {  // a bad record: the CPU path's error
+      sample->status = in_block->status;
+      sample->times.read_us = MicrosSince(t0);
+      return StageResult::kDone;
+    }
+    offset = block_base + in_block->offset;
+    size = in_block->size;
+    staged = true;
+    stats->block_samples.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // P2P path: O_DIRECT read straight into the (p2p) buffer mapping,
+  // through the dataset's storage (the same O_NOFOLLOW walk as every
+  // read). Anything unusual (open refused, empty, too big, unaligned
+  // range, short or refused read) takes the buffered path, which reports
+  // the real error if there is one.
+  if (!staged && s->p2p && s->direct_ok && config.use_o_direct) {
+    OpenOptions direct;
+    direct.direct = true;
+    absl::StatusOr<SampleFile> f =
+        ctx.dataset->OpenSample(sample->sample_id, direct);
+    if (f.ok() && f->size > 0 && f->size < (uint64_t{1} << 32) &&
+        f->offset % kAlign == 0) {
+      size = f->size;
+      const uint64_t rounded = AlignUp(size);
+      if (offset + rounded > s->jpeg_capacity) {
+        if (s->entries.empty()) {
+          stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
+          return StageResult::kFallback;
+        }
+        return StageResult::kFull;
+      }
+      size_t got = 0;
+      const absl::Status rs = f->file->Read(
+          f->offset, static_cast<size_t>(rounded), s->jpeg_map + offset, &got);
+      if (absl::IsInvalidArgument(rs)) {
+        // Buffer or offset not aligned as O_DIRECT needs (the noop
+        // shim's malloc'd buffers), or the file system refuses it.
+        s->direct_ok = false;
+      }
+      if (rs.ok() && got >= size) {
+        staged = true;
+        stats->p2p_read_bytes.fetch_add(size, std::memory_order_relaxed);
+        stats->direct_reads.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  // Buffered path: the dataset's own reader, then a copy into the mapping.
+  if (!staged) {
+    thread_local std::vector<uint8_t> buf;
+    const absl::Status st =
+        ctx.dataset->ReadSample(sample->sample_id, &buf, ctx.read_hint);
+    if (!st.ok()) {
+      sample->status = st;
+      sample->times.read_us = MicrosSince(t0);
+      return StageResult::kDone;
+    }
+    size = buf.size();
+    if (size == 0 || size >= (uint64_t{1} << 32) ||
+        offset + size > s->jpeg_capacity) {
+      if (s->entries.empty() || size == 0 || size >= (uint64_t{1} << 32)) {
+        stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
+        ServeOnCpu(cpu_ctx, buf.data(), size, MicrosSince(t0), sample);
+        return StageResult::kDone;
+      }
+      return StageResult::kFull;
+    }
+    std::memcpy(s->jpeg_map + offset, buf.data(), size);
+    if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
+    s->any_buffered = true;
+    stats->buffered_read_bytes.fetch_add(size, std::memory_order_relaxed);
+    stats->buffered_files.fetch_add(1, std::memory_order_relaxed);
+  }
+  const uint64_t read_us = MicrosSince(t0);
+
+  // Host-side parameters from the header (the crop box needs the size).
+  auto header = ReadJpegHeader(s->jpeg_map + offset, size, ctx.limits);
+  if (!header.ok()) {
+    stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
+    ServeOnCpu(cpu_ctx, s->jpeg_map + offset, size, read_us, sample);
+    return StageResult::kDone;
+  }
+  SampleParams p = DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch,
+                                    sample->sample_id, header->height,
+                                    header->width);
+  p.source_height = header->height;
+  p.source_width = header->width;
+  if (ctx.spec.crop == CropMode::kNone) {
+    p.crop = CropBox{0, 0, header->height, header->width};
+  } else if (!CropBoxInside(p.crop, header->height, header->width)) {
+    stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
+    ServeOnCpu(cpu_ctx, s->jpeg_map + offset, size, read_us, sample);
+    return StageResult::kDone;
+  }
+
+  const size_t k = s->entries.size();
+  uint32_t* d = s->desc_map + k * nf::kDescWords;
+  std::memset(d, 0, nf::kDescWords * sizeof(uint32_t));
+  d[nf::kDescJpegOffsetLo] = Lo(offset);
+  d[nf::kDescJpegOffsetHi] = Hi(offset);
+  d[nf::kDescJpegSize] = static_cast<uint32_t>(size);
+  d[nf::kDescFlags] = (p.flip ? nf::kFlagFlip : 0) |
+                      (ctx.spec.crop == CropMode::kNone ? nf::kFlagWholeImage : 0) |
+                      (ctx.spec.saturation_enabled ? nf::kFlagSaturation : 0);
+  d[nf::kDescBrightness] = FloatBits(p.brightness_delta);
+  d[nf::kDescSaturation] = FloatBits(p.saturation_factor);
+  d[nf::kDescCropY] = static_cast<uint32_t>(p.crop.y);
+  d[nf::kDescCropX] = static_cast<uint32_t>(p.crop.x);
+  d[nf::kDescCropH] = static_cast<uint32_t>(p.crop.height);
+  d[nf::kDescCropW] = static_cast<uint32_t>(p.crop.width);
+  const uint64_t out_off = static_cast<uint64_t>(k) * s->slot_bytes;
+  d[nf::kDescOutOffsetLo] = Lo(out_off);
+  d[nf::kDescOutOffsetHi] = Hi(out_off);
+
+  BufferSet::Entry e;
+  e.index = index;
+  e.offset = offset;
+  e.size = size;
+  e.height = header->height;
+  e.width = header->width;
+  e.params = p;
+  e.read_us = read_us;
+  s->entries.push_back(e);
+  s->jpeg_used = std::max(s->jpeg_used, offset + size);
+  return StageResult::kStaged;
+}
+
+void FpgaBackend::Impl::ServeOnCpu(const WorkContext& cpu_ctx,
+                                   const uint8_t* data, uint64_t size,
+                                   uint64_t read_us, SampleWork* sample) {
+  PreprocessSampleBytes(cpu_ctx, data, static_cast<size_t>(size), read_us,
+                        sample);
+  stats->fallbacks.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace nearprep

@@ -1,0 +1,424 @@
+"""A fleet end to end (issue 14): 3 daemons on loopback ports, each holding 8
+of C = 12 partitions of a TFRecord dataset (2 replicas per partition; the
+shards come from `nearprep mkdataset --with-bad-files` + `nearprep pack`, so
+some records fail to decode), and an oracle: the global plan from the C++
+CLI (`nearprep fleet-plan`) and each sample's tensor sha256 (or its error)
+from a 4th daemon serving the whole dataset in the ordinary single-node mode.
+
+Scenario: 4 trainers to a checkpoint in epoch 1; 3 trainers from it while
+one daemon is SIGKILLed mid-step, on into epoch 2; 6 trainers from the next
+checkpoint to the end of epoch 2. Every (epoch, position) is delivered
+exactly once, in order, with the oracle's sample and bytes (or its error at
+that position), and nothing before a checkpoint is served again. A smaller
+case does the same for tar shards with one trainer count change, and one
+checks the daemon's refusals. The network-namespace case (a node that stops
+answering without a reset) is in test_fleet_netns.py.
+"""
+
+import glob
+import hashlib
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import nearprep
+from nearprep import fleet_plan as fp
+from nearprep.fleet import FleetClient, choose
+from conftest import Daemon, NEARPREPD, ROOT
+
+CLI = os.environ.get("NEARPREP_CLI") or next(
+    iter(sorted(glob.glob(os.path.join(ROOT, "build*", "client", "cpp", "nearprep")))), None)
+pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD), reason="nearprep CLI or nearprepd not built")
+
+C = 12
+G = 12
+SEED = 4242
+BLOCK, WINDOW = 3, 5
+REQ = dict(height=24, width=24, dtype="uint8", crop="random_resized", flip_probability=0.5)
+# Node -> partitions held: every partition on exactly 2 nodes.
+PLACEMENT = {"a": list(range(0, 8)), "b": list(range(4, 12)),
+             "c": list(range(0, 4)) + list(range(8, 12))}
+
+
+def run(*args):
+    return subprocess.run([CLI, *args], check=True, capture_output=True, text=True).stdout
+
+
+def start_daemon(tmp, name, fmt, root, manifest=None):
+    d = Daemon(tmp, {}, name=name, workers=2)
+    with open(d.config, "w") as f:
+        f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n")
+        f.write(f"  - name: ds\n    format: {fmt}\n    root: {root}\n")
+        if manifest:
+            f.write(f"    manifest: {manifest}\n    manifest_check: crc32c\n")
+    return d.start()
+
+
+def build_fleet(tmp, fmt):
+    src = str(tmp / "src")
+    if not os.path.isdir(src):
+        run("mkdataset", "--out", src, "--classes", "3", "--per-class", "40", "--with-bad-files")
+    shards = str(tmp / f"shards-{fmt}")
+    run("pack", "--source", src, "--out", shards, "--format", fmt, "--shard-size", "160KiB")
+    manifest = str(tmp / f"{fmt}.nearprep-manifest")
+    run("manifest", "--root", shards, "--format", fmt, "--partitions", str(C), "--out", manifest)
+    m = fp.load_manifest(manifest)
+    assert m.num_partitions == C, "too few shards for C partitions: lower --shard-size"
+    daemons = {}
+    for node, parts in PLACEMENT.items():
+        root = tmp / f"node-{fmt}-{node}"
+        root.mkdir()
+        for p in parts:
+            for s in m.shards[m.partition_shard[p]:m.partition_shard[p + 1]]:
+                os.link(os.path.join(shards, s.name), root / s.name)
+        daemons[node] = start_daemon(tmp, f"{fmt}-{node}", fmt, str(root), manifest)
+    oracle_d = start_daemon(tmp, f"{fmt}-oracle", fmt, shards)
+    return m, manifest, daemons, oracle_d
+
+
+def oracle_for(oracle_d, manifest_path, m, epoch):
+    """[(sample id, sha256 | 'error:CODE')] per global position of `epoch`."""
+    by_id = {}
+    with nearprep.Client(oracle_d.target, native=False) as c:
+        for b in c.batches("ds", batch_size=32, seed=SEED, epoch=epoch, shuffle=False, **REQ):
+            for i, sid in enumerate(b.sample_ids.tolist()):
+                by_id[sid] = hashlib.sha256(np.ascontiguousarray(b.images[i]).tobytes()).hexdigest()
+            for e in b.errors:
+                by_id[e.sample_id] = f"error:{e.code}"
+    assert len(by_id) == m.num_samples
+    lines = run("fleet-plan", "--manifest", manifest_path, "--seed", str(SEED), "--epoch",
+                str(epoch), "--block", str(BLOCK), "--window", str(WINDOW),
+                "--global-batch", str(G)).split("\n")[:-1]
+    plan = [int(line.split()[1]) for line in lines]
+    assert sorted(plan) == list(range(m.num_samples))
+    return [(sid, by_id[sid]) for sid in plan]
+
+
+class Log:
+    """What the trainers received: (epoch, position) -> record."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.got = {}
+        self.dups = []
+        self.order_errors = []
+
+    def add(self, phase, k, fb):
+        recs = [(p, sid, hashlib.sha256(np.ascontiguousarray(fb.images[i]).tobytes()).hexdigest())
+                for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids))]
+        recs += [(e.position, e.sample_id, f"error:{e.code}") for e in fb.errors]
+        recs.sort()
+        with self.lock:
+            for p, sid, h in recs:
+                key = (fb.epoch, p)
+                if key in self.got:
+                    self.dups.append((key, phase, k))
+                self.got[key] = (sid, h, phase, k)
+
+
+def run_phase(targets, manifest, phase, trainers, ckpt, stop, log, hook=None, rpc_timeout=20.0,
+              **kw):
+    """Trainers 0..T-1 in threads from checkpoint `ckpt` until (epoch, batch)
+    `stop`; returns the checkpoint where they stop and the clients' stats."""
+    stats, errors = [], []
+
+    def trainer(k):
+        try:
+            with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
+                             window=WINDOW, global_batch=G, trainers=trainers, rank=k,
+                             prefetch=2, rpc_timeout=rpc_timeout, probe_interval=0.2, **REQ, **kw) as fc:
+                c = ckpt
+                last = None
+                while (c.epoch, c.next_batch) < stop:
+                    stop_batch = stop[1] if c.epoch == stop[0] else None
+                    for fb in fc.resume(c, stop_batch=stop_batch):
+                        if last is not None and (fb.epoch, fb.batch) != (last[0], last[1] + 1) \
+                                and not (fb.epoch == last[0] + 1 and fb.batch == 0):
+                            log.order_errors.append((k, last, (fb.epoch, fb.batch)))
+                        pos = [p for p in fb.positions] + [e.position for e in fb.errors]
+                        lo, hi = fp.GlobalPlan(fc.manifest.partition_start, fp.PlanParams(
+                            seed=SEED, epoch=fb.epoch, block_samples=BLOCK, window=WINDOW,
+                            global_batch=G)).slice(fb.batch, k, trainers)
+                        if sorted(pos) != list(range(lo, hi)) or fb.positions != sorted(fb.positions):
+                            log.order_errors.append((k, "slice", fb.epoch, fb.batch, pos))
+                        last = (fb.epoch, fb.batch)
+                        log.add(phase, k, fb)
+                        if hook:
+                            hook(k, fb)
+                    c = fc.checkpoint()
+                stats.append(dict(fc.stats))
+        except Exception as e:  # reported by the main thread
+            errors.append((k, repr(e)))
+
+    threads = [threading.Thread(target=trainer, args=(k,)) for k in range(trainers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    assert not any(t.is_alive() for t in threads), "a trainer hung"
+    assert not errors, errors
+    return fp.Checkpoint(ckpt.manifest_hash, SEED, BLOCK, WINDOW, G, C, *stop), stats
+
+
+@pytest.fixture(scope="module")
+def tfrecord_fleet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet")
+    m, manifest, daemons, oracle_d = build_fleet(tmp, "tfrecord")
+    yield tmp, m, manifest, daemons, oracle_d
+    for d in list(daemons.values()) + [oracle_d]:
+        d.kill()
+
+
+def test_daemons_report_placement(tfrecord_fleet):
+    _, m, _, daemons, _ = tfrecord_fleet
+    for node, d in daemons.items():
+        info = nearprep.Client(d.target, native=False).dataset("ds")
+        assert info.manifest_hash == m.hash
+        assert info.num_partitions == C
+        assert list(info.partitions_held) == PLACEMENT[node]
+        assert info.num_samples == m.num_samples
+
+
+def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):
+    _, m, _, daemons, _ = tfrecord_fleet
+    c = nearprep.Client(daemons["a"].target, native=False)
+    pb2 = c._pb2
+    outside = m.partition_start[9]  # partition 9: not on node a
+    for ids, mh, code, text in [
+            ([0, outside], m.hash, "FAILED_PRECONDITION", "sample_ids[1]: sample"),
+            ([0, 0], m.hash, "INVALID_ARGUMENT", "sample_ids[1]"),
+            ([m.num_samples], m.hash, "INVALID_ARGUMENT", "sample_ids[0]"),
+            ([0], "f" * 64, "FAILED_PRECONDITION", "manifest_hash")]:
+        req = c.request("ds", batch_size=4, **REQ)
+        req.sample_ids.extend(ids)
+        req.manifest_hash = mh
+        with pytest.raises(nearprep.NearprepError) as ei:
+            list(c.batches(request=req))
+        assert ei.value.code == code and text in str(ei.value), str(ei.value)
+    req = c.request("ds", batch_size=4, shuffle=True, **REQ)
+    req.sample_ids.append(0)
+    with pytest.raises(nearprep.NearprepError, match="shuffle"):
+        list(c.batches(request=req))
+
+
+def test_rendezvous_assignment_is_stable():
+    nodes = ["n1:1", "n2:1", "n3:1"]
+    for p in range(50):
+        best = choose(p, nodes)
+        # Removing another node never moves a partition.
+        for other in nodes:
+            if other != best:
+                assert choose(p, [n for n in nodes if n != other]) == best
+
+
+def test_four_then_three_with_a_kill_then_six_trainers(tfrecord_fleet):
+    tmp, m, manifest, daemons, oracle_d = tfrecord_fleet
+    n = m.num_samples
+    batches = (n + G - 1) // G
+    assert n % G != 0, "want a short last batch"
+    oracle = {e: oracle_for(oracle_d, manifest, m, e) for e in (1, 2)}
+    assert any(h.startswith("error:") for _, h in oracle[1]), "no bad record in the dataset"
+    targets = [d.target for d in daemons.values()]
+    log = Log()
+    start = fp.Checkpoint(m.hash, SEED, BLOCK, WINDOW, G, C, 1, 0)
+
+    # 1. Four trainers, epoch 1 batches [0, 4).
+    ck1, _ = run_phase(targets, manifest, 1, 4, start, (1, 4), log)
+    served_1 = set(log.got)
+
+    # 2. Three trainers from the checkpoint into epoch 2; node b is killed
+    #    while trainer 0 is at epoch 1 batch 6 (others are mid-step).
+    killed = threading.Event()
+
+    def kill_b(k, fb):
+        if k == 0 and (fb.epoch, fb.batch) == (1, 6) and not killed.is_set():
+            killed.set()
+            daemons["b"].kill()
+
+    events = []
+    ck2, stats2 = run_phase(targets, manifest, 2, 3, ck1, (2, 3), log, hook=kill_b,
+                            on_event=events.append)
+    assert killed.is_set()
+    assert sum(s["failovers"] for s in stats2) > 0 or any("marked dead" in e for e in events)
+    served_2 = set(log.got) - served_1
+    assert min(served_2) >= (1, 4 * G), "served something before checkpoint 1 again"
+
+    # 3. Six trainers to the end of epoch 2 (node b stays down).
+    run_phase(targets, manifest, 3, 6, ck2, (3, 0), log)
+    served_3 = set(log.got) - served_1 - served_2
+    assert min(served_3) >= (2, 3 * G), "served something before checkpoint 2 again"
+
+    assert not log.dups, log.dups[:5]
+    assert not log.order_errors, log.order_errors[:5]
+    expected = {(e, p) for e in (1, 2) for p in range(n)}
+    assert set(log.got) == expected
+    bad = [(key, log.got[key][:2], oracle[key[0]][key[1]])
+           for key in sorted(expected) if log.got[key][:2] != oracle[key[0]][key[1]]]
+    assert not bad, bad[:5]
+    # The last batch is short, not padded.
+    last = [p for (e, p) in expected if e == 2 and p >= (batches - 1) * G]
+    assert len(last) == n - (batches - 1) * G < G
+
+
+def test_tar_fleet_resume_with_other_trainer_count(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet_tar")
+    m, manifest, daemons, oracle_d = build_fleet(tmp, "tar")
+    try:
+        oracle = oracle_for(oracle_d, manifest, m, 0)
+        targets = [d.target for d in daemons.values()]
+        log = Log()
+        start = fp.Checkpoint(m.hash, SEED, BLOCK, WINDOW, G, C, 0, 0)
+        ck, _ = run_phase(targets, manifest, 1, 2, start, (0, 5), log)
+        run_phase(targets, manifest, 2, 12, ck, (1, 0), log)
+        assert not log.dups and not log.order_errors
+        assert sorted(log.got) == [(0, p) for p in range(m.num_samples)]
+        assert all(log.got[(0, p)][:2] == oracle[p] for p in range(m.num_samples))
+    finally:
+        for d in list(daemons.values()) + [oracle_d]:
+            d.kill()
+
+
+def test_trainer_count_must_divide_global_batch(tfrecord_fleet):
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    with pytest.raises(ValueError, match="divide"):
+        FleetClient([daemons["a"].target], "ds", manifest=manifest, global_batch=12,
+                    trainers=5, rank=0, **REQ)
+
+
+def test_checksum_mismatch_is_not_served(tmp_path):
+    """A replica whose shard differs from the manifest (same size, one byte
+    flipped) does not hold that partition (manifest_check: crc32c), so the
+    client's assignment never sends it there."""
+    src = str(tmp_path / "src")
+    run("mkdataset", "--out", src, "--classes", "2", "--per-class", "20")
+    shards = str(tmp_path / "shards")
+    run("pack", "--source", src, "--out", shards, "--format", "tfrecord", "--shard-size", "160KiB")
+    manifest = str(tmp_path / "m.nearprep-manifest")
+    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", "4", "--out", manifest)
+    m = fp.load_manifest(manifest)
+    root = tmp_path / "node"
+    root.mkdir()
+    for s in m.shards:
+        data = bytearray(open(os.path.join(shards, s.name), "rb").read())
+        if s.partition == 2 and s is m.shards[m.partition_shard[2]]:
+            data[len(data) // 2] ^= 0xFF
+        (root / s.name).write_bytes(bytes(data))
+    d = start_daemon(tmp_path, "crc", "tfrecord", str(root), manifest)
+    try:
+        info = nearprep.Client(d.target, native=False).dataset("ds")
+        assert list(info.partitions_held) == [0, 1, 3]
+        assert "CRC-32C" in open(d.log, errors="replace").read()
+    finally:
+        d.kill()
+
+
+def test_torch_adapter_rank_and_world_size(tfrecord_fleet, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from nearprep.fleet_torch import FleetIterableDataset
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    targets = [d.target for d in daemons.values() if d.proc.poll() is None]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    ds = FleetIterableDataset(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
+                              window=WINDOW, global_batch=G, **REQ)
+    assert (ds.rank, ds.world_size) == (1, 3)
+    ds.set_epoch(1)
+    plan = fp.GlobalPlan(m.partition_start, fp.PlanParams(seed=SEED, epoch=1, block_samples=BLOCK,
+                                                          window=WINDOW, global_batch=G))
+    it = iter(ds)
+    for g in range(2):
+        images, labels = next(it)
+        lo, hi = plan.slice(g, 1, 3)
+        assert images.shape[0] + len(ds.last_errors) == hi - lo
+        assert images.shape[1:] == (24, 24, 3) and labels.dtype == torch.int64
+    state = ds.state_dict()
+    assert (state["epoch"], state["next_batch"]) == (1, 2)
+    ds2 = FleetIterableDataset(targets, "ds", manifest=manifest, rank=0, world_size=4, seed=SEED,
+                               block_samples=BLOCK, window=WINDOW, global_batch=G, **REQ)
+    ds2.load_state_dict(state)
+    images, _ = next(iter(ds2))
+    lo, hi = plan.slice(2, 0, 4)
+    assert images.shape[0] <= hi - lo
+
+
+def test_cpp_fleet_client_matches_oracle(tfrecord_fleet):
+    """`nearprep fleet-read` (the C++ FleetClient) over the same fleet: 3
+    trainers' slices of epoch 1 cover every position once with the oracle's
+    sample ids and tensor bytes (node b may be down by now: its partitions
+    then come from their other replicas)."""
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    oracle = oracle_for(oracle_d, manifest, m, 1)
+    targets = ",".join(d.target for d in daemons.values())
+    got = {}
+    for k in range(3):
+        out = run("fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
+                  "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
+                  "--trainers", "3", "--trainer", str(k), "--epoch", "1", "--height", "24",
+                  "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8")
+        for line in out.split("\n")[:-1]:
+            e, p, sid, h = line.split()
+            assert (int(e), int(p)) not in got
+            got[(int(e), int(p))] = (int(sid), h)
+    assert sorted(got) == [(1, p) for p in range(m.num_samples)]
+    bad = [p for p in range(m.num_samples) if got[(1, p)] != oracle[p]]
+    assert not bad, [(p, got[(1, p)], oracle[p]) for p in bad[:3]]
+
+
+def test_no_live_replica_waits_and_reports_then_continues(tfrecord_fleet):
+    """Both replicas of partitions 8-11 down (b and c): the trainer waits and
+    reports through on_wait, never skips or substitutes; when b comes back on
+    its port the epoch completes with the oracle's bytes, exactly once."""
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    oracle = oracle_for(oracle_d, manifest, m, 2)
+    for d in daemons.values():
+        if d.proc.poll() is None and d is not daemons["a"]:
+            d.kill()
+    waits = []
+    got = {}
+    errors = []
+
+    def trainer():
+        try:
+            with FleetClient([d.target for d in daemons.values()], "ds", manifest=manifest,
+                             seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
+                             trainers=1, rank=0, rpc_timeout=10.0, probe_interval=0.2,
+                             on_wait=waits.append, **REQ) as fc:
+                for fb in fc.epoch(2):
+                    for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
+                        assert p not in got
+                        got[p] = (sid, hashlib.sha256(
+                            np.ascontiguousarray(fb.images[i]).tobytes()).hexdigest())
+                    for e in fb.errors:
+                        assert e.position not in got
+                        got[e.position] = (e.sample_id, f"error:{e.code}")
+        except Exception as e:
+            errors.append(repr(e))
+
+    t = threading.Thread(target=trainer)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not waits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waits, "the client did not report waiting"
+    assert "no live replica for partitions" in waits[0]
+    assert len(got) < m.num_samples
+    daemons["b"].start()  # same port
+    t.join(timeout=60)
+    assert not t.is_alive() and not errors, errors
+    assert sorted(got) == list(range(m.num_samples))
+    assert all(got[p] == oracle[p] for p in range(m.num_samples))
+
+
+def test_checkpoint_of_another_plan_is_refused(tfrecord_fleet):
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    with FleetClient([daemons["a"].target], "ds", manifest=manifest, seed=SEED,
+                     block_samples=BLOCK, window=WINDOW, global_batch=G, **REQ) as fc:
+        other = fp.Checkpoint("0" * 64, SEED, BLOCK, WINDOW, G, C, 1, 3)
+        with pytest.raises(ValueError, match="checkpoint"):
+            next(fc.resume(other))
+        c = fc.checkpoint(1, (m.num_samples + G - 1) // G)  # end of epoch 1 -> epoch 2, batch 0
+        assert (c.epoch, c.next_batch) == (2, 0)

@@ -1,0 +1,131 @@
+"""The fleet's manifest and global plan in Python (nearprep.fleet_plan):
+every position computable alone, every sample exactly once over the trainers'
+slices for several (C, G, T), checkpoints independent of T, and equal to the
+C++ plan (`nearprep fleet-plan`) and manifest (`nearprep manifest`)."""
+
+import glob
+import os
+import subprocess
+
+import pytest
+
+from nearprep import fleet_plan as fp
+from conftest import ROOT
+
+CLI = os.environ.get("NEARPREP_CLI") or next(
+    iter(sorted(glob.glob(os.path.join(ROOT, "build*", "client", "cpp", "nearprep")))), None)
+needs_cli = pytest.mark.skipif(not CLI, reason="nearprep CLI not built")
+
+
+def starts(sizes):
+    s = [0]
+    for n in sizes:
+        s.append(s[-1] + n)
+    return s
+
+
+def test_partition_stream_is_a_permutation_and_differs_by_partition():
+    p = fp.PlanParams(seed=3, epoch=1, block_samples=5, window=7)
+    for n in (1, 9, 50, 101):
+        s = fp.partition_stream(n, 2, p)
+        assert sorted(s) == list(range(n))
+    assert fp.partition_stream(50, 0, p) != fp.partition_stream(50, 1, p)
+
+
+@pytest.mark.parametrize("sizes,g,ts", [
+    ([40, 41, 39], 12, [1, 2, 3, 4, 6, 12]),
+    ([17] * 12, 24, [1, 3, 8]),
+    (list(range(1, 13)), 10, [1, 2, 5, 10]),
+])
+def test_slices_cover_every_sample_once(sizes, g, ts):
+    plan = fp.GlobalPlan(starts(sizes), fp.PlanParams(seed=9, epoch=1, block_samples=8,
+                                                      window=16, global_batch=g))
+    n = len(plan)
+    for t in ts:
+        seen = []
+        for b in range(plan.num_batches):
+            for k in range(t):
+                lo, hi = plan.slice(b, k, t)
+                seen += [plan.at(pos)[0] for pos in range(lo, hi)]
+        assert sorted(seen) == list(range(n)), t
+    with pytest.raises(ValueError, match="divide"):
+        plan.slice(0, 0, 5 if g % 5 else 7)
+
+
+def test_any_position_alone():
+    sizes = [30, 1, 17, 4, 4, 9]
+    params = fp.PlanParams(seed=77, epoch=4, block_samples=4, window=6, global_batch=8)
+    whole = [fp.GlobalPlan(starts(sizes), params).at(i) for i in range(sum(sizes))]
+    for pos in (sum(sizes) - 1, 0, 33, 12):
+        assert fp.GlobalPlan(starts(sizes), params).at(pos) == whole[pos]
+
+
+def test_checkpoint_round_trip_and_algorithm_check():
+    c = fp.Checkpoint("ab" * 32, 1, 8, 16, 12, 12, 2, 5)
+    assert fp.Checkpoint.from_dict(c.to_dict()) == c
+    bad = c.to_dict()
+    bad["algorithm"] = "other/9"
+    with pytest.raises(ValueError, match="algorithm"):
+        fp.Checkpoint.from_dict(bad)
+
+
+def _write_shards(folder, counts):
+    """Tiny TFRecord shards (records need not hold images for a manifest:
+    each is framed properly, so the listing counts it)."""
+    import struct
+    os.makedirs(folder, exist_ok=True)
+    for i, n in enumerate(counts):
+        with open(os.path.join(folder, f"s-{i:03d}.tfrecord"), "wb") as f:
+            for r in range(n):
+                data = f"record {i} {r}".encode()
+                f.write(struct.pack("<Q", len(data)) + _masked(struct.pack("<Q", len(data)))
+                        + data + _masked(data))
+
+
+def _crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data):
+    import struct
+    c = _crc32c(data)
+    return struct.pack("<I", ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
+@needs_cli
+def test_manifest_and_plan_match_cpp(tmp_path):
+    counts = [5, 9, 3, 7, 7, 2, 11, 4, 6, 6, 1, 8, 5, 5]
+    _write_shards(str(tmp_path / "shards"), counts)
+    out = subprocess.run([CLI, "manifest", "--root", str(tmp_path / "shards"), "--format",
+                          "tfrecord", "--partitions", "6", "--out", str(tmp_path / "M")],
+                         check=True, capture_output=True, text=True).stdout
+    m = fp.load_manifest(str(tmp_path / "M"))
+    assert f"hash {m.hash}" in out
+    assert m.num_partitions == 6 and m.num_samples == sum(counts)
+    assert [s.records for s in m.shards] == counts
+    for s in m.shards:  # the whole file's CRC-32C
+        with open(tmp_path / "shards" / s.name, "rb") as f:
+            data = f.read()
+        assert s.crc32c == _crc32c(data) and s.bytes == len(data)
+    for seed, epoch, b, w, g, t in [(1, 0, 4, 5, 12, 3), (99, 7, 1, 1, 8, 8), (5, 2, 64, 256, 10, 1)]:
+        params = fp.PlanParams(seed=seed, epoch=epoch, block_samples=b, window=w, global_batch=g)
+        plan = fp.GlobalPlan.for_manifest(m, params)
+        for k in {0, t - 1}:
+            cpp = subprocess.run(
+                [CLI, "fleet-plan", "--manifest", str(tmp_path / "M"), "--seed", str(seed),
+                 "--epoch", str(epoch), "--block", str(b), "--window", str(w),
+                 "--global-batch", str(g), "--trainers", str(t), "--trainer", str(k)],
+                check=True, capture_output=True, text=True).stdout.split("\n")[:-1]
+            py = []
+            for batch in range(plan.num_batches):
+                lo, hi = plan.slice(batch, k, t)
+                py += [f"{pos} {' '.join(map(str, plan.at(pos)))}" for pos in range(lo, hi)]
+            assert cpp == py, (seed, epoch, b, w, g, t, k)
+    r = subprocess.run([CLI, "fleet-plan", "--manifest", str(tmp_path / "M"), "--global-batch",
+                        "12", "--trainers", "5"], capture_output=True, text=True)
+    assert r.returncode == 1 and "divide" in r.stderr
