@@ -64,14 +64,26 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
   s->times = StageTimes{};
   s->params = SampleParams{};
   uint64_t read_us = 0;
+  // The bytes to decode: the caller's buffer, or (record datasets read in
+  // blocks) a view into the block buffer, which `view.keep` holds alive
+  // until the sample is done: no copy between the block read and the decoder.
+  SampleView view;
   try {
     const auto t0 = std::chrono::steady_clock::now();
     if (reader) {
       s->status = reader(ctx, s->sample_id, buffer);
+      view.data = buffer->data();
+      view.size = buffer->size();
     } else if (ctx.dataset == nullptr) {
       s->status = absl::FailedPreconditionError("no dataset in WorkContext");
     } else {
-      s->status = ctx.dataset->ReadSample(s->sample_id, buffer, ctx.read_hint);
+      absl::StatusOr<SampleView> v =
+          ctx.dataset->ReadSampleView(s->sample_id, ctx.read_hint, buffer);
+      if (v.ok()) {
+        view = *std::move(v);
+      } else {
+        s->status = v.status();
+      }
     }
     read_us = MicrosSince(t0);
   } catch (...) {
@@ -81,7 +93,7 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
     s->times.read_us = read_us;
     return;
   }
-  PreprocessSampleBytes(ctx, buffer->data(), buffer->size(), read_us, s);
+  PreprocessSampleBytes(ctx, view.data, view.size, read_us, s);
 }
 
 void CpuBackend::Process(const WorkContext& ctx, SampleWork* samples,
