@@ -28,26 +28,11 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 import nearprep  # noqa: E402
+import bench_daemon  # noqa: E402
 
 
 def start_daemon(nearprepd, root, workers, workdir):
-    config = os.path.join(workdir, "nearprepd.yaml")
-    port_file = os.path.join(workdir, "port")
-    with open(config, "w") as f:
-        f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
-                f"  - name: bench\n    format: image_folder\n    root: {root}\n")
-    cmd = [nearprepd, "--config", config, "--port", "0", "--port-file", port_file]
-    if workers:
-        cmd += ["--workers", str(workers)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(1500):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{int(open(port_file).read())}"
-        if proc.poll() is not None:
-            sys.exit(f"nearprepd exited with {proc.returncode}")
-        time.sleep(0.02)
-    proc.kill()
-    sys.exit("nearprepd did not start")
+    return bench_daemon.start_daemon(nearprepd, workdir, root, workers=workers)
 
 
 def run_cpp(cli, target, dataset, dtype, batch_size, epochs, height, width):

@@ -35,30 +35,14 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 import nearprep  # noqa: E402
+import bench_daemon  # noqa: E402
 from nearprep import fleet_plan as fp  # noqa: E402
 from nearprep.fleet import FleetClient  # noqa: E402
 
 
 def start_daemon(nearprepd, workdir, name, root, manifest, workers):
-    d = os.path.join(workdir, name)
-    os.makedirs(d, exist_ok=True)
-    config, port_file = os.path.join(d, "nearprepd.yaml"), os.path.join(d, "port")
-    with open(config, "w") as f:
-        f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
-                f"  - name: ds\n    format: tfrecord\n    root: {root}\n")
-        if manifest:
-            f.write(f"    manifest: {manifest}\n")
-    cmd = [nearprepd, "--config", config, "--port", "0", "--port-file", port_file,
-           "--workers", str(workers)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "log"), "w"))
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
-        if proc.poll() is not None:
-            raise RuntimeError(f"nearprepd {name} exited: {open(os.path.join(d, 'log')).read()[-1000:]}")
-        time.sleep(0.05)
-    raise RuntimeError("nearprepd did not start")
+    return bench_daemon.start_daemon(nearprepd, workdir, root, name="ds", fmt="tfrecord",
+                                     manifest=manifest, workers=workers, tag=name)
 
 
 def measure(fn):

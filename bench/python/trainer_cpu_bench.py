@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import bench_daemon  # noqa: E402  (beside this script)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -129,22 +130,7 @@ def proc_cpu_s(pid):
 
 
 def start_daemon(nearprepd, root, core, workdir, tag):
-    config = os.path.join(workdir, f"nearprepd-{tag}.yaml")
-    port_file = os.path.join(workdir, f"port-{tag}")
-    with open(config, "w") as f:
-        f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
-                f"  - name: bench\n    format: image_folder\n    root: {root}\n")
-    cmd = ["taskset", "-c", str(core), nearprepd, "--config", config, "--port", "0",
-           "--port-file", port_file, "--workers", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(3000):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{int(open(port_file).read())}"
-        if proc.poll() is not None:
-            sys.exit(f"nearprepd exited with {proc.returncode}")
-        time.sleep(0.02)
-    proc.kill()
-    sys.exit("nearprepd did not start")
+    return bench_daemon.start_daemon(nearprepd, workdir, root, workers=1, core=core, tag=tag)
 
 
 class Build:

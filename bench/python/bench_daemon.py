@@ -1,0 +1,41 @@
+"""Start a nearprepd for a benchmark: one YAML dataset, port 0, wait for the
+port file. Shared by the bench/python scripts."""
+
+import os
+import subprocess
+import time
+
+
+def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
+                 manifest=None, workers=0, core=None, tag="", timeout_s=60.0):
+    """Returns (Popen, "127.0.0.1:PORT"). Raises RuntimeError when the daemon
+    exits or does not listen within timeout_s (its stderr is in the message).
+
+    workers=0 keeps the daemon's default; core pins it with taskset."""
+    d = os.path.join(workdir, f"nearprepd{('-' + tag) if tag else ''}")
+    os.makedirs(d, exist_ok=True)
+    config, port_file, log = (os.path.join(d, n) for n in ("nearprepd.yaml", "port", "log"))
+    with open(config, "w") as f:
+        f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
+                f"  - name: {name}\n    format: {fmt}\n    root: {root}\n")
+        if manifest:
+            f.write(f"    manifest: {manifest}\n")
+    cmd = [nearprepd, "--config", config, "--port", "0", "--port-file", port_file]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    if core is not None:
+        cmd = ["taskset", "-c", str(core)] + cmd
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(port_file):
+            port = open(port_file).read().strip()
+            if port:
+                return proc, f"127.0.0.1:{int(port)}"
+        if proc.poll() is not None:
+            raise RuntimeError(f"nearprepd exited with {proc.returncode}: "
+                               f"{open(log).read()[-1000:]}")
+        time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError(f"nearprepd did not listen within {timeout_s} s")
