@@ -422,3 +422,46 @@ def test_checkpoint_of_another_plan_is_refused(tfrecord_fleet):
             next(fc.resume(other))
         c = fc.checkpoint(1, (m.num_samples + G - 1) // G)  # end of epoch 1 -> epoch 2, batch 0
         assert (c.epoch, c.next_batch) == (2, 0)
+
+
+def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
+    """The C++ FleetClient (`nearprep fleet-read`, one trainer, a 150 ms
+    simulated step per global batch) while node a is SIGKILLed after the
+    first global batch arrived: the rest of the epoch comes from the other
+    replicas, every position exactly once, in order, with the oracle's sample
+    and bytes, and the client reports at least one failover."""
+    tmp = tmp_path_factory.mktemp("fleet_cpp_kill")
+    m, manifest, daemons, oracle_d = build_fleet(tmp, "tfrecord")
+    proc = None
+    try:
+        oracle = oracle_for(oracle_d, manifest, m, 0)
+        targets = ",".join(d.target for d in daemons.values())
+        proc = subprocess.Popen(
+            [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
+             "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
+             "--trainers", "1", "--trainer", "0", "--epoch", "0", "--height", "24",
+             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
+             "--step-ms", "150"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = [proc.stdout.readline() for _ in range(G)]
+        assert all(lines), "fleet-read ended before its first global batch"
+        daemons["a"].kill()
+        rest, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        got = {}
+        for line in lines + rest.split("\n")[:-1]:
+            e, p, sid, h = line.split()
+            assert int(e) == 0
+            assert int(p) not in got, f"position {p} delivered twice"
+            got[int(p)] = (int(sid), h)
+        assert list(got) == list(range(m.num_samples)), "positions out of order or missing"
+        bad = [p for p in range(m.num_samples) if got[p] != oracle[p]]
+        assert not bad, [(p, got[p], oracle[p]) for p in bad[:3]]
+        stats = err.strip().split("\n")[-1].split()
+        failovers = int(stats[stats.index("failovers") + 1])
+        assert failovers >= 1, err
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        for d in list(daemons.values()) + [oracle_d]:
+            d.kill()

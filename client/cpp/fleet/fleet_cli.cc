@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <chrono>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
@@ -34,6 +36,7 @@ struct FleetCommands {
   uint32_t read_trainers = 1, read_trainer = 0;
   uint64_t read_epoch = 0, read_start = 0;
   int64_t read_stop = -1;
+  int read_step_ms = 0;  // simulated trainer step after each batch
   uint32_t height = 224, width = 224;
   std::string crop = "none", dtype = "float32";
   float flip = 0;
@@ -153,6 +156,10 @@ int RunRead(const FleetCommands& c) {
       std::printf("%llu %llu %s\n", static_cast<unsigned long long>(c.read_epoch),
                   static_cast<unsigned long long>(p), text.c_str());
     }
+    std::fflush(stdout);
+    if (c.read_step_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(c.read_step_ms));
+    }
   }
   const FleetClient::Stats st = (*fc)->stats();
   std::fprintf(stderr, "requests %llu failovers %llu duplicates_dropped %llu waits %llu\n",
@@ -209,6 +216,10 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--epoch", c->read_epoch)->capture_default_str();
   c->read->add_option("--start-batch", c->read_start)->capture_default_str();
   c->read->add_option("--stop-batch", c->read_stop, "default: the end of the epoch");
+  c->read->add_option("--step-ms", c->read_step_ms,
+                      "simulated trainer step: sleep this long after each batch")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
   c->read->add_option("--height", c->height)->capture_default_str();
   c->read->add_option("--width", c->width)->capture_default_str();
   c->read->add_option("--crop", c->crop, "none, center, random_resized")->capture_default_str();
