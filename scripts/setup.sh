@@ -16,6 +16,7 @@ PACKAGES=(
   libspdlog-dev libabsl-dev libcli11-dev libyaml-cpp-dev libpng-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libxrt-dev uuid-dev libarchive-dev zlib1g-dev libsystemd-dev systemd libzstd-dev
+  libcpp-httplib-dev prometheus
   clang
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch python3-yaml
   python3-kubernetes
