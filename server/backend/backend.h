@@ -54,6 +54,9 @@ struct SampleWork {
   absl::Status status;
   SampleParams params;
   StageTimes times;
+  // Encoded bytes read for this sample (its file or record); 0 when the
+  // read failed or the backend does not say. For the read-size metrics.
+  uint64_t read_bytes = 0;
 };
 
 // One of a backend's own counters (monotonic), e.g. {"fallbacks", 6}. The

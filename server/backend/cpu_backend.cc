@@ -57,6 +57,7 @@ void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
     s->status = StatusOfException(s->sample_id);
   }
   s->times.read_us = read_us;
+  s->read_bytes = size;
 }
 
 void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,

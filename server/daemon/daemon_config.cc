@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/metrics/http_endpoint.h"
 
 namespace nearprep {
 namespace {
@@ -257,7 +258,7 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
     NP_RETURN_IF_ERROR(CheckKeys(
         root, source, "",
         {"listen", "port", "port_file", "log_level", "drain_seconds",
-         "backend", "pipeline", "limits", "datasets", "tls"}));
+         "backend", "pipeline", "limits", "datasets", "tls", "metrics"}));
     NP_RETURN_IF_ERROR(Get(root, "listen", source, "", &c->listen_address));
     NP_RETURN_IF_ERROR(GetInt(root, "port", source, "", &c->port, 0));
     NP_RETURN_IF_ERROR(Get(root, "port_file", source, "", &c->port_file));
@@ -278,6 +279,13 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
                              &o.fpga.simulate_kernel));
       NP_RETURN_IF_ERROR(GetInt(b, "fpga_inject_error_run", source,
                                 "backend.", &o.fpga.inject_error_run, 0));
+    }
+    if (const YAML::Node m = root["metrics"]) {
+      NP_RETURN_IF_ERROR(
+          CheckKeys(m, source, "metrics.", {"listen", "port_file"}));
+      NP_RETURN_IF_ERROR(Get(m, "listen", source, "metrics.", &c->metrics_listen));
+      NP_RETURN_IF_ERROR(
+          Get(m, "port_file", source, "metrics.", &c->metrics_port_file));
     }
     if (const YAML::Node t = root["tls"]) {
       NP_RETURN_IF_ERROR(
@@ -345,6 +353,15 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   }
   if (!std::isfinite(c.drain_seconds) || c.drain_seconds < 0) {
     return Bad("drain_seconds", "must be >= 0");
+  }
+  if (!c.metrics_listen.empty()) {
+    absl::StatusOr<metrics::HostPort> hp =
+        metrics::ParseHostPort(c.metrics_listen, "metrics.listen");
+    if (!hp.ok()) return hp.status();
+  }
+  if (!c.metrics_port_file.empty() && c.metrics_listen.empty()) {
+    return Bad("metrics.port_file",
+               "needs metrics.listen (--metrics-listen HOST:PORT)");
   }
   const ServerOptions::TlsOptions& tls = c.server.tls;
   if (!tls.cert_file.empty() && tls.key_file.empty()) {
@@ -422,7 +439,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "over gRPC (nearprep.v1.Preprocessor).",
       "nearprepd"};
   std::string config_path, listen, port_file, log_level, backend, xclbin,
-      per_stream_memory, tls_cert, tls_key, tls_client_ca;
+      per_stream_memory, tls_cert, tls_key, tls_client_ca, metrics_listen,
+      metrics_port_file;
   std::vector<std::string> datasets;
   int port = 0, workers = 0, prefetch = 0, chunk = 0, device_index = 0;
   bool fpga_simulate = false;
@@ -483,6 +501,13 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   auto* o_tls_ca = app.add_option(
       "--tls-client-ca", tls_client_ca,
       "Require client certificates signed by these CAs (PEM; mutual TLS)");
+  auto* o_metrics = app.add_option(
+      "--metrics-listen", metrics_listen,
+      "Serve Prometheus metrics (/metrics) and a liveness page (/healthz) "
+      "over HTTP on HOST:PORT, e.g. 0.0.0.0:9464 (default: off)");
+  auto* o_metrics_port_file = app.add_option(
+      "--metrics-port-file", metrics_port_file,
+      "Write the bound metrics port to this file (with port 0)");
   auto* o_log = app.add_option("--log-level", log_level,
                                "trace|debug|info|warn|error|critical|off");
   auto* o_drain = app.add_option(
@@ -559,6 +584,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (o_tls_cert->count()) c.server.tls.cert_file = tls_cert;
   if (o_tls_key->count()) c.server.tls.key_file = tls_key;
   if (o_tls_ca->count()) c.server.tls.client_ca_file = tls_client_ca;
+  if (o_metrics->count()) c.metrics_listen = metrics_listen;
+  if (o_metrics_port_file->count()) c.metrics_port_file = metrics_port_file;
   if (o_log->count()) c.log_level = log_level;
   if (o_drain->count()) c.drain_seconds = drain;
 

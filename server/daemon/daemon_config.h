@@ -28,6 +28,11 @@ struct DaemonConfig {
   std::string log_level = "info";
   // SIGTERM/SIGINT: streams may finish for this long, then are cancelled.
   double drain_seconds = 10.0;
+  // Prometheus metrics over HTTP (server/metrics/http_endpoint.h):
+  // "HOST:PORT", empty = off. YAML metrics.listen, flag --metrics-listen.
+  std::string metrics_listen;
+  // When set, the metrics port is written there once listening (port 0).
+  std::string metrics_port_file;
   ServerOptions server;
   BackendOptions backend;
 };

@@ -5,7 +5,8 @@
 // listens, WATCHDOG=1 while the server answers (WatchdogSec=) and
 // STOPPING=1 when it starts draining. Exit status 2: bad flags or configuration (including a
 // dataset that cannot be opened or a backend that cannot start); 1: the
-// address cannot be bound or the port file cannot be written.
+// address (gRPC or --metrics-listen) cannot be bound or a port file cannot
+// be written.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -26,7 +28,11 @@
 #include "server/daemon/daemon_config.h"
 #include "server/daemon/service_notifier.h"
 #include "server/daemon/watchdog_loop.h"
+#include "server/metrics/http_endpoint.h"
+#include "server/metrics/process_metrics.h"
+#include "server/metrics/registry.h"
 #include "server/service/server.h"
+#include "server/service/server_metrics.h"
 
 namespace {
 
@@ -105,6 +111,34 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Metrics over HTTP (--metrics-listen): the registry reads the server's
+  // counters at scrape time. Declared after the server, so destroyed first.
+  nearprep::metrics::MetricsRegistry registry;
+  nearprep::metrics::MetricsHttpServer metrics_http(&registry);
+  if (!config.metrics_listen.empty()) {
+    nearprep::NearprepServer* s = server->get();
+    registry.AddCollector(
+        [s](std::vector<nearprep::metrics::MetricFamily>* out) {
+          nearprep::CollectServerMetrics(*s, out);
+        });
+    registry.AddCollector(&nearprep::metrics::CollectProcessMetrics);
+    // Validated with the configuration: parses.
+    const nearprep::metrics::HostPort hp =
+        *nearprep::metrics::ParseHostPort(config.metrics_listen,
+                                          "metrics.listen");
+    absl::Status st = metrics_http.Start(hp.host, hp.port);
+    if (st.ok() && !config.metrics_port_file.empty()) {
+      st = WritePortFile(config.metrics_port_file, metrics_http.BoundPort());
+    }
+    if (!st.ok()) {
+      std::cerr << "nearprepd: " << st.message() << std::endl;
+      (*server)->Shutdown(std::chrono::milliseconds(0));
+      return 1;
+    }
+    spdlog::info("metrics on http://{}:{}/metrics", hp.host,
+                 metrics_http.BoundPort());
+  }
+
   std::unique_ptr<nearprep::ServiceNotifier> notifier =
       nearprep::CreateServiceNotifier();
   notifier->Notify(absl::StrCat("READY=1\nSTATUS=serving on port ",
@@ -130,6 +164,7 @@ int main(int argc, char** argv) {
   second.detach();
   (*server)->Shutdown(std::chrono::milliseconds(
       static_cast<int64_t>(config.drain_seconds * 1000.0)));
+  metrics_http.Stop();  // before the server its collector reads
   server->reset();
   return 0;
 }

@@ -159,7 +159,13 @@ std::vector<BackendStat> FpgaBackend::stats() const {
           {"device_images", r(stats_.device_images)},
           {"device_errors", r(stats_.device_errors)},
           {"block_reads", r(stats_.block_reads)},
-          {"block_read_bytes", r(stats_.block_read_bytes)}};
+          {"block_read_bytes", r(stats_.block_read_bytes)},
+          // Read counts by path (the metrics' p2p vs buffered reads): files
+          // read with O_DIRECT into p2p buffers; files and record blocks
+          // read through host memory.
+          {"p2p_reads", r(stats_.direct_reads)},
+          {"buffered_reads",
+           r(stats_.buffered_files) + r(stats_.block_reads)}};
 }
 
 std::string FpgaBackend::detail() const {

@@ -145,7 +145,7 @@ class FpgaBackend : public Backend {
   void Process(const WorkContext& ctx, SampleWork* samples, size_t n) override;
 
   // fallbacks, p2p_read_bytes, buffered_read_bytes, runs, device_images,
-  // device_errors.
+  // device_errors, block_reads, block_read_bytes, p2p_reads, buffered_reads.
   std::vector<BackendStat> stats() const override;
 
   const FpgaStats& fpga_stats() const { return stats_; }

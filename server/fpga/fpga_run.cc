@@ -140,6 +140,7 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
       w.status = absl::OkStatus();
       w.params = e.params;
       w.times.read_us = e.read_us;
+      w.read_bytes = e.size;
       w.times.decode_us = run_us / n;
       w.times.transform_us = 0;
       stats->device_images.fetch_add(1, std::memory_order_relaxed);

@@ -73,6 +73,14 @@ const PipelineCounters& Pipeline::counters() const {
   return scheduler_->counters();
 }
 
+size_t Pipeline::RunnableStreams() const {
+  return scheduler_->RunnableStreams();
+}
+
+size_t Pipeline::ProducingStreams() const {
+  return scheduler_->ProducingStreams();
+}
+
 Backend& Pipeline::backend() { return scheduler_->backend(); }
 
 int Pipeline::workers() const { return scheduler_->options().workers; }

@@ -65,6 +65,7 @@
 #include "server/common/types.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
+#include "server/metrics/histogram.h"
 
 namespace nearprep {
 
@@ -179,6 +180,8 @@ struct PipelineOptions {
   int chunk_size = 4;
 };
 
+// The pipeline's live counters (monotonic unless marked gauge). Read by
+// GetServerInfo and by the daemon's metrics collector; updated lock-free.
 struct PipelineCounters {
   std::atomic<uint64_t> batches_produced{0};
   std::atomic<uint64_t> samples_ok{0};
@@ -186,6 +189,27 @@ struct PipelineCounters {
   std::atomic<uint64_t> decode_errors{0};  // INVALID_ARGUMENT / DATA_LOSS
   std::atomic<uint64_t> limit_errors{0};   // RESOURCE_EXHAUSTED
   std::atomic<uint64_t> io_errors{0};      // NOT_FOUND, PERMISSION_DENIED, ...
+  // Per-sample stage times as the backend reports them (StageTimes), for
+  // every sample assembled into a stream (failed ones included; not the
+  // samples a resume re-runs for validation), in seconds.
+  metrics::Histogram read_seconds{metrics::LatencyBuckets()};
+  metrics::Histogram decode_seconds{metrics::LatencyBuckets()};
+  metrics::Histogram transform_seconds{metrics::LatencyBuckets()};
+  // Per sample: encoded bytes read (SampleWork::read_bytes, when known).
+  metrics::Histogram read_size_bytes{metrics::SizeBuckets()};
+  // Per batch: from its completion to the consumer taking it
+  // (BatchData::queue_wait_us), in seconds.
+  metrics::Histogram queue_wait_seconds{metrics::LatencyBuckets()};
+  // Per Next: how long the consumer waited for the pipeline to produce its
+  // next result (0 when one was ready), in seconds. Its rate over the number
+  // of active streams is the fraction of time streams stalled on the daemon.
+  metrics::Histogram next_wait_seconds{metrics::LatencyBuckets()};
+  // Gauge: finished batches waiting for their consumer, all streams.
+  std::atomic<int64_t> ready_batches{0};
+  // The worker pool: gauge of workers inside the backend now, and the total
+  // time workers spent there (busy fraction = rate / workers).
+  std::atomic<int64_t> busy_workers{0};
+  std::atomic<uint64_t> busy_nanos{0};
 };
 
 class Scheduler;
@@ -205,6 +229,11 @@ class Pipeline {
       const StreamRequest& request);
 
   const PipelineCounters& counters() const;
+  // Streams with work a worker could take now (the pool's queue depth).
+  size_t RunnableStreams() const;
+  // Streams known to the pool (being produced; a stream whose batches are
+  // all produced leaves it while its consumer may still be reading).
+  size_t ProducingStreams() const;
   Backend& backend();
   int workers() const;
   const PipelineOptions& options() const;

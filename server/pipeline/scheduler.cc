@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <utility>
 
 namespace nearprep {
@@ -56,8 +57,10 @@ void Scheduler::Next(Stream& stream, BatchStream::NextCallback done) {
     assert(!g.pending && "one Next at a time");
     if (!g.assembler.HasResult()) {
       g.pending = std::move(done);
+      g.pending_since = std::chrono::steady_clock::now();
       return;
     }
+    counters_.next_wait_seconds.Observe(0.0);
     result = g.assembler.Take(StreamAssembler::Clock::now());
   }
   if (result.ok() && *result != nullptr) work_cv_.SignalAll();  // window moved
@@ -101,6 +104,10 @@ void Scheduler::SettleLocked(Stream& s, Callbacks* fire) {
   Stream::Guarded& g = Locked(s);
   if (g.assembler.Terminal()) RetireLocked(s);
   if (g.pending && g.assembler.HasResult()) {
+    counters_.next_wait_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                      g.pending_since)
+            .count());
     fire->push_back(
         [done = std::move(g.pending),
          result = g.assembler.Take(StreamAssembler::Clock::now())]() mutable {
@@ -108,6 +115,20 @@ void Scheduler::SettleLocked(Stream& s, Callbacks* fire) {
         });
     g.pending = nullptr;
   }
+}
+
+size_t Scheduler::RunnableStreams() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& s : streams_) {
+    if (Locked(*s).assembler.HasDispatchableWork()) ++n;
+  }
+  return n;
+}
+
+size_t Scheduler::ProducingStreams() const {
+  absl::MutexLock lock(&mu_);
+  return streams_.size();
 }
 
 std::shared_ptr<Scheduler::Stream> Scheduler::PickLocked() {
@@ -157,7 +178,15 @@ void Scheduler::WorkerLoop() {
       continue;
     }
     mu_.Unlock();
+    counters_.busy_workers.fetch_add(1, std::memory_order_relaxed);
+    const auto busy_from = std::chrono::steady_clock::now();
     backend_->Process(pick->context(), chunk.works.data(), chunk.works.size());
+    counters_.busy_nanos.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - busy_from)
+                                  .count()),
+        std::memory_order_relaxed);
+    counters_.busy_workers.fetch_sub(1, std::memory_order_relaxed);
     mu_.Lock();
     Locked(*pick).assembler.CompleteChunk(&chunk);
     SettleLocked(*pick, &fire);

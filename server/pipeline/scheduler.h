@@ -16,6 +16,7 @@
 #ifndef NEARPREP_SERVER_PIPELINE_SCHEDULER_H_
 #define NEARPREP_SERVER_PIPELINE_SCHEDULER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -57,6 +58,7 @@ class Scheduler {
           : assembler(request, prefetch_depth, counters) {}
       StreamAssembler assembler;
       BatchStream::NextCallback pending;  // a Next waiting for a result
+      std::chrono::steady_clock::time_point pending_since;
       bool retired = false;  // removed from Scheduler::streams_
     };
     Guarded guarded_;
@@ -81,6 +83,10 @@ class Scheduler {
   // See BatchStream::Cancel.
   void Cancel(Stream& stream) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // See Pipeline::RunnableStreams / ProducingStreams.
+  size_t RunnableStreams() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t ProducingStreams() const ABSL_LOCKS_EXCLUDED(mu_);
+
   const PipelineOptions& options() const { return options_; }
   Backend& backend() const { return *backend_; }
   PipelineCounters& counters() { return counters_; }
@@ -91,6 +97,10 @@ class Scheduler {
 
   // The guarded state of `s`.
   Stream::Guarded& Locked(Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return s.guarded_;
+  }
+  const Stream::Guarded& Locked(const Stream& s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return s.guarded_;
   }
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -107,7 +117,7 @@ class Scheduler {
   const std::shared_ptr<Backend> backend_;
   PipelineCounters counters_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::CondVar work_cv_;
   std::vector<std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   size_t rr_ ABSL_GUARDED_BY(mu_) = 0;

@@ -80,6 +80,8 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
 }
 
 StreamAssembler::~StreamAssembler() {
+  counters_->ready_batches.fetch_sub(static_cast<int64_t>(ready_.size()),
+                                     std::memory_order_relaxed);
   for (auto& [b, p] : buffers_) pool_->Release(p);
 }
 
@@ -117,6 +119,15 @@ bool StreamAssembler::CanDispatch() {
   if (results_.empty() && next_prov_ > write_slot_) next_prov_ = write_slot_;
   const uint64_t window_end = (depth_ + taken_) * batch_;
   return next_prov_ < std::min(window_end, limit_slots_);
+}
+
+bool StreamAssembler::HasDispatchableWork() const {
+  if (Terminal()) return false;
+  if (validator_) return validator_->CanDispatch();
+  if (next_pos_ >= end_pos_) return false;
+  const uint64_t prov =
+      results_.empty() && next_prov_ > write_slot_ ? write_slot_ : next_prov_;
+  return prov < std::min((depth_ + taken_) * batch_, limit_slots_);
 }
 
 bool StreamAssembler::TakeValidationChunk(size_t max_n, Chunk* chunk) {
@@ -184,6 +195,7 @@ void StreamAssembler::CompleteChunk(Chunk* chunk) {
     r.status = std::move(w.status);
     r.params = w.params;
     r.times = w.times;
+    r.read_bytes = w.read_bytes;
   }
   Assemble();
 }
@@ -198,6 +210,9 @@ BatchStream::NextResult StreamAssembler::Take(Clock::time_point now) {
     ReadyBatch rb = std::move(ready_.front());
     ready_.pop_front();
     rb.data->queue_wait_us = MicrosBetween(rb.done_at, now);
+    counters_->ready_batches.fetch_sub(1, std::memory_order_relaxed);
+    counters_->queue_wait_seconds.Observe(
+        static_cast<double>(rb.data->queue_wait_us) / 1e6);
     ++taken_;
     return std::shared_ptr<const BatchData>(std::move(rb.data));
   }
@@ -208,6 +223,8 @@ BatchStream::NextResult StreamAssembler::Take(Clock::time_point now) {
 void StreamAssembler::Cancel() {
   if (cancelled_) return;
   cancelled_ = true;
+  counters_->ready_batches.fetch_sub(static_cast<int64_t>(ready_.size()),
+                                     std::memory_order_relaxed);
   ready_.clear();
   results_.clear();
   MaybeReleaseBuffers();
@@ -292,6 +309,7 @@ void StreamAssembler::Emit(uint32_t n) {
   ++emitted_;
   counters_->batches_produced.fetch_add(1, std::memory_order_relaxed);
   ready_.push_back(ReadyBatch{std::move(bd), Clock::now()});
+  counters_->ready_batches.fetch_add(1, std::memory_order_relaxed);
 }
 
 void StreamAssembler::Assemble() {
@@ -305,6 +323,14 @@ void StreamAssembler::Assemble() {
     cur.times.read_us += r.times.read_us;
     cur.times.decode_us += r.times.decode_us;
     cur.times.transform_us += r.times.transform_us;
+    counters_->read_seconds.Observe(static_cast<double>(r.times.read_us) / 1e6);
+    counters_->decode_seconds.Observe(
+        static_cast<double>(r.times.decode_us) / 1e6);
+    counters_->transform_seconds.Observe(
+        static_cast<double>(r.times.transform_us) / 1e6);
+    if (r.read_bytes > 0) {
+      counters_->read_size_bytes.Observe(static_cast<double>(r.read_bytes));
+    }
     if (!r.status.ok()) {
       CountFailure(*counters_, r.status);
       const std::string& path = id < samples.size() ? samples[id].path : "";

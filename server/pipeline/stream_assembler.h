@@ -87,6 +87,9 @@ class StreamAssembler {
   // Whether a chunk can be taken now; restarts provisional numbering when
   // failures left the window short and nothing is pending.
   bool CanDispatch();
+  // What CanDispatch would answer, without its side effect (for the
+  // metrics' queue depth).
+  bool HasDispatchableWork() const;
   // Fills `chunk` with up to `max_n` samples (CanDispatch() was true).
   // Returns false when nothing was taken (validation found only known
   // results, or the stream failed while preparing it).
@@ -114,6 +117,7 @@ class StreamAssembler {
     absl::Status status;
     SampleParams params;
     StageTimes times;
+    uint64_t read_bytes = 0;
   };
   struct ReadyBatch {
     std::shared_ptr<BatchData> data;

@@ -57,8 +57,9 @@ class PreprocessorService::BatchWriter
   explicit BatchWriter(const grpc::Status& status) { Finish(status); }
 
   BatchWriter(PreprocessorService* service,
-              std::shared_ptr<StreamRegistry::Entry> entry)
-      : service_(service), entry_(std::move(entry)) {
+              std::shared_ptr<StreamRegistry::Entry> entry,
+              DatasetCounters* dataset)
+      : service_(service), dataset_(dataset), entry_(std::move(entry)) {
     NextBatch();
   }
 
@@ -71,9 +72,19 @@ class PreprocessorService::BatchWriter
       return;
     }
     ++batches_;
-    service_->counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
-    service_->counters_.bytes_sent.fetch_add(bytes_,
-                                             std::memory_order_relaxed);
+    ServiceCounters& c = service_->counters_;
+    c.batches_sent.fetch_add(1, std::memory_order_relaxed);
+    c.bytes_sent.fetch_add(bytes_, std::memory_order_relaxed);
+    c.send_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                      write_started_)
+            .count());
+    c.batch_bytes.Observe(static_cast<double>(bytes_));
+    if (dataset_ != nullptr) {
+      dataset_->batches_sent.fetch_add(1, std::memory_order_relaxed);
+      dataset_->samples_sent.fetch_add(samples_, std::memory_order_relaxed);
+      dataset_->bytes_sent.fetch_add(bytes_, std::memory_order_relaxed);
+    }
     NextBatch();
   }
 
@@ -97,8 +108,10 @@ class PreprocessorService::BatchWriter
     if (entry_->stopped()) return End(entry_->stop_status());
     if (!result.ok()) return End(result.status());
     if (*result == nullptr) return End(absl::OkStatus());
+    samples_ = (*result)->num_samples;
     buffer_ = SerializeBatch(std::move(*result));
     bytes_ = buffer_.Length();
+    write_started_ = std::chrono::steady_clock::now();
     StartWrite(&buffer_);  // Last use of `this` until OnWriteDone.
   }
 
@@ -114,9 +127,12 @@ class PreprocessorService::BatchWriter
   }
 
   PreprocessorService* const service_ = nullptr;
+  DatasetCounters* const dataset_ = nullptr;
   const std::shared_ptr<StreamRegistry::Entry> entry_;
   grpc::ByteBuffer buffer_;
   size_t bytes_ = 0;
+  uint32_t samples_ = 0;
+  std::chrono::steady_clock::time_point write_started_;
   uint64_t batches_ = 0;
 };
 
@@ -129,7 +145,10 @@ PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
       backend_why_(std::move(backend_why)),
       start_time_(std::chrono::steady_clock::now()),
       streams_(pipeline, limits.max_concurrent_streams) {
-  for (const Dataset* d : datasets) datasets_[d->name()] = d;
+  for (const Dataset* d : datasets) {
+    datasets_[d->name()] = d;
+    dataset_counters_[d->name()] = std::make_unique<DatasetCounters>();
+  }
 }
 
 PreprocessorService::~PreprocessorService() = default;
@@ -219,8 +238,12 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  auto reject = [this, context](const absl::Status& st) {
+  // `invalid`: the request itself was at fault (not the server's state).
+  auto reject = [this, context](const absl::Status& st, bool invalid) {
     counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    if (invalid) {
+      counters_.request_errors.fetch_add(1, std::memory_order_relaxed);
+    }
     spdlog::info("StreamBatches from {} refused: {}", context->peer(),
                  st.ToString());
     return new BatchWriter(ToGrpc(st));
@@ -228,22 +251,28 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
 
   v1::StreamBatchesRequest request;
   if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
-    return reject(st);
+    return reject(st, /*invalid=*/true);
   }
   absl::StatusOr<StreamRequest> validated = ValidateStreamRequest(
       request, [this](const std::string& n) { return FindDataset(n); },
       limits_);
-  if (!validated.ok()) return reject(validated.status());
+  if (!validated.ok()) return reject(validated.status(), /*invalid=*/true);
 
   absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> entry =
       streams_.Open(*validated);
-  if (!entry.ok()) return reject(entry.status());
+  if (!entry.ok()) return reject(entry.status(), /*invalid=*/false);
   spdlog::debug("stream from {}: dataset={} batch_size={} shard={}/{} "
                 "start_batch={}",
                 context->peer(), request.dataset(), request.batch_size(),
                 validated->shard_index, validated->num_shards,
                 validated->start_batch);
-  return new BatchWriter(this, std::move(*entry));
+  DatasetCounters* dc = nullptr;
+  if (auto it = dataset_counters_.find(request.dataset());
+      it != dataset_counters_.end()) {
+    dc = it->second.get();
+    dc->streams_started.fetch_add(1, std::memory_order_relaxed);
+  }
+  return new BatchWriter(this, std::move(*entry), dc);
 }
 
 }  // namespace nearprep

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 #include "nearprep/v1/nearprep.grpc.pb.h"
 #include "server/data/dataset.h"
+#include "server/metrics/histogram.h"
 #include "server/pipeline/pipeline.h"
 #include "server/service/request_validation.h"
 #include "server/service/stream_registry.h"
@@ -40,7 +42,25 @@ namespace nearprep {
 struct ServiceCounters {
   std::atomic<uint64_t> batches_sent{0};
   std::atomic<uint64_t> bytes_sent{0};
+  // StreamBatches calls refused before their first batch (ServerInfo's
+  // requests_rejected): request_errors (a malformed or invalid request)
+  // plus those the registry refused (draining, max_concurrent_streams).
   std::atomic<uint64_t> requests_rejected{0};
+  std::atomic<uint64_t> request_errors{0};
+  // Per batch: from StartWrite to its completion (gRPC took the message;
+  // a slow client's flow control shows here), in seconds.
+  metrics::Histogram send_seconds{metrics::LatencyBuckets()};
+  // Per batch: the serialized message's bytes.
+  metrics::Histogram batch_bytes{metrics::SizeBuckets()};
+};
+
+// What was sent per dataset (the set of datasets is fixed at start, so the
+// label's cardinality is bounded by the configuration).
+struct DatasetCounters {
+  std::atomic<uint64_t> batches_sent{0};
+  std::atomic<uint64_t> samples_sent{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> streams_started{0};
 };
 
 class PreprocessorService final
@@ -71,6 +91,11 @@ class PreprocessorService final
   StreamRegistry& streams() { return streams_; }
 
   const ServiceCounters& counters() const { return counters_; }
+  // Per dataset name, every configured dataset.
+  const std::map<std::string, std::unique_ptr<DatasetCounters>>&
+  dataset_counters() const {
+    return dataset_counters_;
+  }
 
  private:
   class BatchWriter;
@@ -85,6 +110,7 @@ class PreprocessorService final
   std::string backend_why_;
   std::chrono::steady_clock::time_point start_time_;
   ServiceCounters counters_;
+  std::map<std::string, std::unique_ptr<DatasetCounters>> dataset_counters_;
   StreamRegistry streams_;
 };
 

@@ -133,6 +133,14 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
       {"port: [1, 2\n", "not valid YAML"},
       {"log_level: loud\ndatasets: [{name: a, root: /a}]\n", "log_level"},
       {"port: 1\n", "datasets"},
+      {"metrics: {listen: 9464}\ndatasets: [{name: a, root: /a}]\n",
+       "metrics.listen"},
+      {"metrics: {listen: \"h:99999\"}\ndatasets: [{name: a, root: /a}]\n",
+       "metrics.listen"},
+      {"metrics: {port_file: /tmp/p}\ndatasets: [{name: a, root: /a}]\n",
+       "metrics.port_file"},
+      {"metrics: {listn: \":1\"}\ndatasets: [{name: a, root: /a}]\n",
+       "metrics.listn"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.yaml);
@@ -163,6 +171,28 @@ TEST(DaemonConfigTest, BadFlagsExitWithCode2HelpWith0) {
   EXPECT_NE(h.message.find("--port-file"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, MetricsListenFromYamlAndFlags) {
+  CommandLine off = Parse({"--dataset", "a=/a"});
+  ASSERT_FALSE(off.exit_now) << off.message;
+  EXPECT_EQ(off.config.metrics_listen, "");  // off by default
+  const std::string path = WriteTemp(
+      "nearprepd_metrics.yaml",
+      "metrics:\n  listen: 0.0.0.0:9464\ndatasets: [{name: a, root: /a}]\n");
+  CommandLine yaml = Parse({"--config", path});
+  ASSERT_FALSE(yaml.exit_now) << yaml.message;
+  EXPECT_EQ(yaml.config.metrics_listen, "0.0.0.0:9464");
+  CommandLine flag = Parse({"--config", path, "--metrics-listen",
+                            "127.0.0.1:0", "--metrics-port-file", "/tmp/mp"});
+  ASSERT_FALSE(flag.exit_now) << flag.message;
+  EXPECT_EQ(flag.config.metrics_listen, "127.0.0.1:0");
+  EXPECT_EQ(flag.config.metrics_port_file, "/tmp/mp");
+  CommandLine bad = Parse({"--dataset", "a=/a", "--metrics-listen", "nope"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("metrics.listen"), std::string::npos)
+      << bad.message;
+  std::filesystem::remove(path);
+}
+
 TEST(DaemonConfigTest, ExampleConfigInDeployIsValid) {
   std::ifstream in(NEARPREP_SOURCE_DIR "/deploy/nearprepd.example.yaml");
   ASSERT_TRUE(in) << "deploy/nearprepd.example.yaml missing";
@@ -174,6 +204,7 @@ TEST(DaemonConfigTest, ExampleConfigInDeployIsValid) {
   EXPECT_TRUE(ValidateDaemonConfig(c).ok()) << ValidateDaemonConfig(c);
   EXPECT_EQ(c.port, 7070);
   EXPECT_FALSE(c.server.datasets.empty());
+  EXPECT_EQ(c.metrics_listen, "0.0.0.0:9464");  // on in deploy/ configs
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+#include "server/service/server_metrics.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "server/service/preprocessor_service.h"
+#include "server/service/stream_registry.h"
+
+#ifndef NEARPREP_VERSION
+#define NEARPREP_VERSION "0.0.0"
+#endif
+
+namespace nearprep {
+namespace {
+
+using metrics::CounterFamily;
+using metrics::GaugeFamily;
+using metrics::HistogramFamily;
+using metrics::MetricFamily;
+
+double Load(const std::atomic<uint64_t>& v) {
+  return static_cast<double>(v.load(std::memory_order_relaxed));
+}
+double Load(const std::atomic<int64_t>& v) {
+  return static_cast<double>(v.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+void CollectServerMetrics(NearprepServer& server,
+                          std::vector<metrics::MetricFamily>* out) {
+  PreprocessorService& service = server.service();
+  Pipeline& pipeline = server.pipeline();
+  const PipelineCounters& p = pipeline.counters();
+  const ServiceCounters& s = service.counters();
+  const StreamRegistry::Counters& r = service.streams().counters();
+  Backend& backend = pipeline.backend();
+  const std::string backend_name = backend.name();
+
+  out->push_back(GaugeFamily("nearprep_build_info",
+                             "Always 1: the daemon's version and backend.")
+                     .Add({{"version", NEARPREP_VERSION},
+                           {"backend", backend_name}},
+                          1));
+  out->push_back(GaugeFamily("nearprep_draining",
+                             "1 while the daemon drains streams before "
+                             "exiting, else 0.")
+                     .Add({}, service.streams().draining() ? 1 : 0));
+
+  // Streams.
+  out->push_back(GaugeFamily("nearprep_streams_active",
+                             "StreamBatches calls streaming now.")
+                     .Add({}, Load(r.streams_active)));
+  out->push_back(CounterFamily("nearprep_streams_started_total",
+                               "StreamBatches calls admitted.")
+                     .Add({}, Load(r.streams_started)));
+  out->push_back(CounterFamily("nearprep_streams_rejected_total",
+                               "StreamBatches calls refused before their "
+                               "first batch (invalid request, draining, "
+                               "max_concurrent_streams).")
+                     .Add({}, Load(s.requests_rejected)));
+
+  // What was sent, per dataset.
+  MetricFamily batches = CounterFamily(
+      "nearprep_batches_sent_total", "Batches written to clients.");
+  MetricFamily samples = CounterFamily(
+      "nearprep_samples_sent_total",
+      "Samples (images) in the batches written to clients.");
+  MetricFamily bytes = CounterFamily(
+      "nearprep_sent_bytes_total",
+      "Bytes of the batch messages written to clients.");
+  MetricFamily started = CounterFamily(
+      "nearprep_dataset_streams_started_total",
+      "StreamBatches calls admitted, per dataset.");
+  for (const auto& [name, c] : service.dataset_counters()) {
+    batches.Add({{"dataset", name}}, Load(c->batches_sent));
+    samples.Add({{"dataset", name}}, Load(c->samples_sent));
+    bytes.Add({{"dataset", name}}, Load(c->bytes_sent));
+    started.Add({{"dataset", name}}, Load(c->streams_started));
+  }
+  out->push_back(std::move(batches));
+  out->push_back(std::move(samples));
+  out->push_back(std::move(bytes));
+  out->push_back(std::move(started));
+
+  // The pipeline's production.
+  out->push_back(CounterFamily("nearprep_batches_produced_total",
+                               "Batches assembled by the pipeline.")
+                     .Add({}, Load(p.batches_produced)));
+  out->push_back(CounterFamily("nearprep_samples_processed_total",
+                               "Samples read, decoded and transformed "
+                               "successfully.")
+                     .Add({}, Load(p.samples_ok)));
+  out->push_back(CounterFamily("nearprep_samples_failed_total",
+                               "Samples that failed (see "
+                               "nearprep_errors_total by kind).")
+                     .Add({}, Load(p.samples_failed)));
+  out->push_back(
+      CounterFamily("nearprep_errors_total",
+                    "Errors by kind: decode (corrupt or unsupported image), "
+                    "limit (over a size limit), io (cannot read), request "
+                    "(malformed or invalid StreamBatches request).")
+          .Add({{"kind", "decode"}}, Load(p.decode_errors))
+          .Add({{"kind", "limit"}}, Load(p.limit_errors))
+          .Add({{"kind", "io"}}, Load(p.io_errors))
+          .Add({{"kind", "request"}}, Load(s.request_errors)));
+
+  // Stage times.
+  out->push_back(HistogramFamily("nearprep_sample_read_seconds",
+                                 "Time to read one sample's encoded bytes.")
+                     .Add({}, p.read_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_sample_decode_seconds",
+                                 "Time to decode one sample.")
+                     .Add({}, p.decode_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_sample_transform_seconds",
+                                 "Time to crop, resize, augment and convert "
+                                 "one sample.")
+                     .Add({}, p.transform_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_sample_read_size_bytes",
+                                 "Encoded bytes read per sample.")
+                     .Add({}, p.read_size_bytes.Value()));
+  out->push_back(HistogramFamily("nearprep_batch_queue_wait_seconds",
+                                 "Time a finished batch waited for its "
+                                 "consumer (long: the clients are the "
+                                 "bottleneck).")
+                     .Add({}, p.queue_wait_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_stream_next_wait_seconds",
+                                 "Time a stream waited for the pipeline to "
+                                 "produce its next batch (0 when one was "
+                                 "ready); rate(_sum) / streams_active is the "
+                                 "fraction of time streams stalled on the "
+                                 "daemon.")
+                     .Add({}, p.next_wait_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_batch_send_seconds",
+                                 "Time to hand one batch message to the "
+                                 "network (includes the client's flow "
+                                 "control).")
+                     .Add({}, s.send_seconds.Value()));
+  out->push_back(HistogramFamily("nearprep_batch_size_bytes",
+                                 "Bytes of one batch message.")
+                     .Add({}, s.batch_bytes.Value()));
+
+  // The worker pool.
+  out->push_back(GaugeFamily("nearprep_worker_pool_workers",
+                             "Worker threads of the shared pool.")
+                     .Add({}, pipeline.workers()));
+  out->push_back(GaugeFamily("nearprep_worker_pool_busy_workers",
+                             "Workers inside the backend now.")
+                     .Add({}, Load(p.busy_workers)));
+  out->push_back(CounterFamily("nearprep_worker_pool_busy_seconds_total",
+                               "Time workers spent inside the backend; "
+                               "busy fraction = rate / workers.")
+                     .Add({}, static_cast<double>(p.busy_nanos.load(
+                                  std::memory_order_relaxed)) /
+                                  1e9));
+  out->push_back(GaugeFamily("nearprep_worker_pool_queue_depth",
+                             "Streams with work waiting for a worker.")
+                     .Add({}, static_cast<double>(pipeline.RunnableStreams())));
+  out->push_back(GaugeFamily("nearprep_pipeline_ready_batches",
+                             "Finished batches waiting for their consumer.")
+                     .Add({}, Load(p.ready_batches)));
+
+  // The backend's own counters: fallbacks and how it read.
+  double fallbacks = 0, p2p_bytes = 0, p2p_reads = 0, buffered_bytes = 0,
+         buffered_reads = 0;
+  bool has_read_stats = false;
+  for (const BackendStat& b : backend.stats()) {
+    const double v = static_cast<double>(b.value);
+    if (b.name == "fallbacks") fallbacks = v;
+    if (b.name == "p2p_read_bytes") p2p_bytes = v, has_read_stats = true;
+    if (b.name == "p2p_reads") p2p_reads = v;
+    if (b.name == "buffered_read_bytes") buffered_bytes = v;
+    if (b.name == "buffered_reads") buffered_reads = v;
+  }
+  if (!has_read_stats) {
+    // A backend without read statistics (cpu) reads every sample through
+    // the dataset, buffered: the pipeline's read-size histogram counts them.
+    const metrics::HistogramValue sizes = p.read_size_bytes.Value();
+    buffered_bytes = sizes.sum;
+    buffered_reads = static_cast<double>(sizes.count);
+  }
+  const metrics::Labels b = {{"backend", backend_name}};
+  out->push_back(CounterFamily("nearprep_backend_fallbacks_total",
+                               "Samples the backend served on the CPU "
+                               "instead of its device.")
+                     .Add(b, fallbacks));
+  out->push_back(CounterFamily("nearprep_backend_reads_total",
+                               "Sample reads by kind: p2p (storage to the "
+                               "device directly) or buffered (through host "
+                               "memory).")
+                     .Add({{"backend", backend_name}, {"kind", "p2p"}},
+                          p2p_reads)
+                     .Add({{"backend", backend_name}, {"kind", "buffered"}},
+                          buffered_reads));
+  out->push_back(CounterFamily("nearprep_backend_read_bytes_total",
+                               "Bytes read by kind (p2p or buffered).")
+                     .Add({{"backend", backend_name}, {"kind", "p2p"}},
+                          p2p_bytes)
+                     .Add({{"backend", backend_name}, {"kind", "buffered"}},
+                          buffered_bytes));
+}
+
+}  // namespace nearprep
