@@ -141,6 +141,20 @@ def test_probes_use_grpc_health_on_the_grpc_port():
         assert c[probe]["grpc"]["port"] == grpc_port, probe
 
 
+def test_metrics_are_on_and_annotated_for_prometheus():
+    ds, config = _daemonset_and_config()
+    listen = config["metrics"]["listen"]
+    port = int(listen.rsplit(":", 1)[1])
+    assert port > 0
+    tmpl = ds["spec"]["template"]
+    c = tmpl["spec"]["containers"][0]
+    assert next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics") == port
+    ann = tmpl["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true"
+    assert ann["prometheus.io/port"] == str(port)
+    assert ann["prometheus.io/path"] == "/metrics"
+
+
 def _bytes(q):
     units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
              "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
