@@ -157,6 +157,10 @@ void CollectServerMetrics(NearprepServer& server,
   out->push_back(GaugeFamily("nearprep_worker_pool_queue_depth",
                              "Streams with work waiting for a worker.")
                      .Add({}, static_cast<double>(pipeline.RunnableStreams())));
+  out->push_back(GaugeFamily("nearprep_pipeline_producing_streams",
+                             "Streams whose batches are still being "
+                             "produced.")
+                     .Add({}, static_cast<double>(pipeline.ProducingStreams())));
   out->push_back(GaugeFamily("nearprep_pipeline_ready_batches",
                              "Finished batches waiting for their consumer.")
                      .Add({}, Load(p.ready_batches)));

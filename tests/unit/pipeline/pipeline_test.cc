@@ -573,6 +573,33 @@ TEST_F(PipelineTest, CountersClassifyFailures) {
   EXPECT_EQ(c.io_errors.load(), 2u);
 }
 
+TEST_F(PipelineTest, WorkerPoolAndNextWaitMetrics) {
+  backend_->SetDelayUs(200);
+  Pipeline pipeline(Options(2), backend_);
+  EXPECT_EQ(pipeline.RunnableStreams(), 0u);
+  auto stream = pipeline.OpenStream(SmallRequest(ds_.get()));
+  ASSERT_TRUE(stream.ok());
+  // Just opened: it has work for a worker, or a worker already took it.
+  EXPECT_LE(pipeline.RunnableStreams(), 1u);
+  absl::Status st;
+  auto batches = Drain(**stream, &st);
+  ASSERT_TRUE(st.ok()) << st;
+  const PipelineCounters& c = pipeline.counters();
+  // 50 samples of at least 200 us each ran inside the backend.
+  EXPECT_GE(c.busy_nanos.load(), 50u * 200u * 1000u);
+  EXPECT_EQ(c.busy_workers.load(), 0);
+  EXPECT_EQ(pipeline.RunnableStreams(), 0u);
+  EXPECT_EQ(pipeline.ProducingStreams(), 0u);
+  // One Next per batch plus the end of the stream; the first one waited
+  // for the backend.
+  const metrics::HistogramValue wait = c.next_wait_seconds.Value();
+  EXPECT_EQ(wait.count, batches.size() + 1);
+  EXPECT_GT(wait.sum, 0.0002);
+  EXPECT_EQ(c.queue_wait_seconds.Value().count, batches.size());
+  EXPECT_EQ(c.read_seconds.Value().count, 50u);
+  EXPECT_EQ(c.ready_batches.load(), 0);
+}
+
 TEST_F(PipelineTest, StreamsShareWorkersRoundRobin) {
   backend_->SetDelayUs(300);
   Pipeline pipeline(Options(1, 2, 8), backend_);

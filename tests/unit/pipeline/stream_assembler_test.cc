@@ -144,6 +144,46 @@ TEST_F(StreamAssemblerTest, SkipPolicyCompactsWhenChunksCompleteInReverse) {
   EXPECT_EQ(counters_.batches_produced.load(), 4u);
 }
 
+TEST_F(StreamAssemblerTest, RecordsStageTimeHistogramsAndReadyBatches) {
+  backend_.SetBad(5, absl::DataLossError("bad"));
+  backend_.SetBad(6, absl::DataLossError("bad"));
+  const StreamRequest r = Request();
+  StreamAssembler a(r, 8, &counters_);
+  a.Start(nullptr);
+  Pump(a);
+  // Everything is produced, nothing taken: 18 good samples = 5 batches.
+  EXPECT_EQ(counters_.ready_batches.load(), 5);
+  // The fake backend reports 1, 2, 3 us per sample, failed ones included.
+  const metrics::HistogramValue read = counters_.read_seconds.Value();
+  EXPECT_EQ(read.count, 20u);
+  EXPECT_NEAR(read.sum, 20 * 1e-6, 1e-12);
+  EXPECT_EQ(read.cumulative_counts.front(), 20u);  // all <= 50 us
+  EXPECT_NEAR(counters_.decode_seconds.Value().sum, 20 * 2e-6, 1e-12);
+  EXPECT_NEAR(counters_.transform_seconds.Value().sum, 20 * 3e-6, 1e-12);
+  EXPECT_EQ(counters_.read_size_bytes.Value().count, 0u);  // fake: unknown
+  std::optional<absl::Status> last;
+  auto two = TakeBatches(a, &last);
+  EXPECT_EQ(two.size(), 5u);
+  EXPECT_EQ(counters_.ready_batches.load(), 0);
+  EXPECT_EQ(counters_.queue_wait_seconds.Value().count, 5u);
+
+  // Cancelling drops the ready batches from the gauge.
+  StreamAssembler b(r, 8, &counters_);
+  b.Start(nullptr);
+  Pump(b);
+  EXPECT_GT(counters_.ready_batches.load(), 0);
+  b.Cancel();
+  EXPECT_EQ(counters_.ready_batches.load(), 0);
+  // So does destroying a stream whose batches were never taken.
+  {
+    StreamAssembler c(r, 8, &counters_);
+    c.Start(nullptr);
+    Pump(c);
+    EXPECT_GT(counters_.ready_batches.load(), 0);
+  }
+  EXPECT_EQ(counters_.ready_batches.load(), 0);
+}
+
 TEST_F(StreamAssemblerTest, FailuresAfterTheLastFullBatchGiveAnErrorsOnlyBatch) {
   backend_.SetBad(18, absl::InvalidArgumentError("not a JPEG"));
   backend_.SetBad(19, absl::NotFoundError("gone"));
