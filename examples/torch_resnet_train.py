@@ -2,11 +2,20 @@
 """A short ResNet training loop fed by nearprep.torch.
 
     python3 examples/torch_resnet_train.py --target HOST:PORT --dataset NAME \
-        [--epochs 2] [--workers 2] [--size 112] [--steps 20]
+        [--val-dataset NAME] [--epochs 2] [--workers 2] [--size 112] [--steps 20]
 
-The daemon decodes, resizes and augments (random resized crop, flip,
-brightness, saturation, ImageNet normalisation) and sends NCHW float32 (or
-bfloat16 with --bf16) batches; the trainer only moves them to the device.
+By default the batches are torchvision's ImageNet recipe, bit for bit
+(nearprep.torch.imagenet_train / imagenet_eval, FIDELITY_TORCHVISION): what
+
+    ImageFolder(root, T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(),
+                                 T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                                 T.Normalize(mean, std)]))
+
+computes for the crop boxes and flips nearprep draws, and for evaluation
+Resize(size * 256 / 224), CenterCrop(size). --recipe tf uses TensorFlow's
+numbers instead (random resized crop, flip, brightness, saturation, ImageNet
+normalisation; FIDELITY_TF_COMPAT). The daemon sends NCHW float32 batches;
+the trainer only moves them to the device.
 Each DataLoader worker streams its own disjoint part of the shard; under
 torchrun / DistributedDataParallel every rank gets shard rank / world_size
 automatically (torch.distributed initialised before the dataset iterates).
@@ -73,20 +82,35 @@ def main():
     ap.add_argument("--size", type=int, default=112)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=0, help="stop each epoch after N steps")
-    ap.add_argument("--bf16", action="store_true", help="bfloat16 batches")
+    ap.add_argument("--val-dataset", default="", help="evaluate on this dataset each epoch")
+    ap.add_argument("--recipe", choices=["torchvision", "tf"], default="torchvision")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 batches (--recipe tf)")
     ap.add_argument("--width", type=int, default=16, help="ResNet base width (64: standard)")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     num_classes = nearprep.Client(args.target).dataset(args.dataset).num_classes
-    ds = nearprep.torch.IterableDataset(
-        args.target, args.dataset, batch_size=args.batch_size, shuffle=True, seed=42,
-        height=args.size, width=args.size, layout="NCHW",
-        dtype="bfloat16" if args.bf16 else "float32",
-        crop="random_resized", flip_probability=0.5,
-        brightness_max_delta=32.0 / 255.0, saturation=(0.5, 1.5),
-        mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-        pin_memory=device.type == "cuda")
+    pin = device.type == "cuda"
+    if args.recipe == "torchvision":
+        ds = nearprep.torch.imagenet_train(args.target, args.dataset,
+                                           batch_size=args.batch_size, size=args.size,
+                                           seed=42, pin_memory=pin)
+    else:
+        ds = nearprep.torch.IterableDataset(
+            args.target, args.dataset, batch_size=args.batch_size, shuffle=True, seed=42,
+            height=args.size, width=args.size, layout="NCHW",
+            dtype="bfloat16" if args.bf16 else "float32",
+            crop="random_resized", flip_probability=0.5,
+            brightness_max_delta=32.0 / 255.0, saturation=(0.5, 1.5),
+            mean=nearprep.torch.IMAGENET_MEAN, std=nearprep.torch.IMAGENET_STD,
+            pin_memory=pin)
+    val = None
+    if args.val_dataset:
+        # torchvision's recipe: resize 256 for 224 crops, in proportion.
+        val = nearprep.torch.imagenet_eval(args.target, args.val_dataset,
+                                           batch_size=args.batch_size, size=args.size,
+                                           resize_size=args.size * 256 // 224,
+                                           pin_memory=pin)
     loader = torch.utils.data.DataLoader(
         ds, batch_size=None, num_workers=args.workers,
         multiprocessing_context="spawn" if args.workers else None,
@@ -117,6 +141,17 @@ def main():
         secs = time.monotonic() - t0
         print(f"epoch {epoch}: {seen} images in {secs:.1f} s ({seen / secs:.1f} images/s), "
               f"waited for data {wait:.1f} s ({100 * wait / secs:.0f}% stall)")
+        if val is not None:
+            model.eval()
+            correct = total = 0
+            with torch.no_grad():
+                for images, labels in val:
+                    images = images.to(device, non_blocking=True).float()
+                    pred = model(images).argmax(1).cpu()
+                    correct += int((pred == labels).sum())
+                    total += len(labels)
+            print(f"epoch {epoch}: top-1 {100 * correct / max(total, 1):.1f}% "
+                  f"on {total} validation images")
 
 
 if __name__ == "__main__":

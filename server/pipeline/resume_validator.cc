@@ -22,7 +22,7 @@ std::string ValidityKey(const StreamRequest& r) {
                     static_cast<int>(c.spec.crop), "/", c.spec.height, "x",
                     c.spec.width, "/", c.spec.scale_min, ",", c.spec.scale_max,
                     ",", c.spec.ratio_min, ",", c.spec.ratio_max, ",",
-                    c.spec.center_fraction);
+                    c.spec.center_fraction, ",", c.spec.resize_shorter);
   }
   return key;
 }

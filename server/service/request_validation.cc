@@ -1,5 +1,6 @@
 #include "server/service/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -55,12 +56,33 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   s.height = static_cast<int>(t.height());
   s.width = static_cast<int>(t.width());
 
-  if (auto st = CheckEnum("transform.crop", t.crop(), 2); !st.ok()) return st;
+  if (auto st = CheckEnum("transform.crop", t.crop(), 3); !st.ok()) return st;
   s.crop = static_cast<CropMode>(t.crop());
-  if (auto st = CheckEnum("transform.fidelity", t.fidelity(), 1); !st.ok()) {
+  if (auto st = CheckEnum("transform.fidelity", t.fidelity(), 2); !st.ok()) {
     return st;
   }
   s.fidelity = static_cast<Fidelity>(t.fidelity());
+
+  // resize_shorter_side: 0 means 256; checked whatever the crop mode (only
+  // CROP_MODE_RESIZE_CENTER reads it, and needs the window to fit).
+  const uint32_t shorter =
+      t.resize_shorter_side() == 0 ? 256u : t.resize_shorter_side();
+  if (shorter > kMaxOutputSide) {
+    return Invalid("transform.resize_shorter_side",
+                   absl::StrCat("must be at most ", kMaxOutputSide, ", got ",
+                                t.resize_shorter_side()));
+  }
+  if (s.crop == CropMode::kResizeCenter &&
+      shorter < std::max(t.height(), t.width())) {
+    return Invalid(
+        "transform.resize_shorter_side",
+        absl::StrCat("must be >= max(transform.height, transform.width) = ",
+                     std::max(t.height(), t.width()),
+                     " for CROP_MODE_RESIZE_CENTER (the centre crop must fit "
+                     "the resized image; 0 means 256), got ",
+                     t.resize_shorter_side()));
+  }
+  s.resize_shorter = static_cast<int>(shorter);
 
   // Every float field is checked whatever the crop mode, so a request that
   // is wrong is refused even when the field would be ignored.
@@ -152,6 +174,23 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     s.saturation_enabled = true;
     s.saturation_lower = t.saturation_lower();
     s.saturation_upper = t.saturation_upper();
+  }
+  if (s.fidelity == Fidelity::kTorchvision) {
+    // torchvision's recipe has no colour augmentation; refusing it here
+    // keeps the mode's promise (every byte torchvision's) checkable.
+    if (s.brightness_max_delta != 0.0f) {
+      return Invalid("transform.brightness_max_delta",
+                     "must be 0 with FIDELITY_TORCHVISION (torchvision's "
+                     "recipe has no brightness augmentation), got " +
+                         F(s.brightness_max_delta));
+    }
+    if (s.saturation_enabled) {
+      return Invalid("transform.saturation_lower",
+                     "saturation must be disabled (both 0) with "
+                     "FIDELITY_TORCHVISION, got [" +
+                         F(s.saturation_lower) + ", " +
+                         F(s.saturation_upper) + "]");
+    }
   }
 
   s.clip = !t.disable_clip();

@@ -100,6 +100,28 @@ def _dump(**kw):
     return json.loads(out)
 
 
+def test_round_half_even_is_pythons_round():
+    for x in [0.0, 0.5, 1.5, 2.5, 2.4999999999999996, 3.5000000000000004,
+              7.25, 1e15 + 0.5, 123456.5, 0.49999999999999994]:
+        assert plan.plan_round_half_even(x) == float(round(x)), x
+    assert plan.plan_round(2.5) == 3.0 and plan.plan_round_half_even(2.5) == 2.0
+
+
+def test_torchvision_resize_center_matches_torchvision():
+    F = pytest.importorskip("torchvision.transforms.functional")
+    torch = pytest.importorskip("torch")
+    for h, w in _SIZES + [(300, 451), (451, 300), (256, 257), (225, 224)]:
+        for shorter, (oh, ow) in [(256, (224, 224)), (300, (1, 299)), (17, (17, 3))]:
+            (rh, rw), (y, x, ch, cw) = plan.torchvision_resize_center(h, w, shorter, oh, ow)
+            # torchvision's own size rule and centre-crop offsets, on a
+            # tensor of the resized size (the pixels do not matter).
+            assert F._compute_resized_output_size([h, w], [shorter]) == [rh, rw]
+            img = torch.arange(rh * rw, dtype=torch.int64).reshape(1, rh, rw)
+            got = F.center_crop(img, [oh, ow])
+            assert (ch, cw) == (oh, ow)
+            assert torch.equal(got, img[:, y:y + oh, x:x + ow]), (h, w, shorter)
+
+
 @needs_dump
 def test_philox_matches_cpp():
     rng = random.Random(7)
@@ -188,6 +210,21 @@ _SPECS = [
          saturation_enabled=True, saturation_lower=0.0, saturation_upper=3.1),
     dict(crop=plan.CROP_NONE, brightness_max_delta=32.0 / 255.0,
          saturation_enabled=True, saturation_lower=0.5, saturation_upper=1.5),
+    # FIDELITY_TORCHVISION rounds the random-resized box half to even.
+    dict(crop=plan.CROP_RANDOM_RESIZED, flip_probability=0.5,
+         fidelity=plan.FIDELITY_TORCHVISION),
+    dict(crop=plan.CROP_RANDOM_RESIZED, scale_min=0.25, scale_max=0.9,
+         ratio_min=0.3333, ratio_max=0.5, fidelity=plan.FIDELITY_TORCHVISION),
+    dict(crop=plan.CROP_RANDOM_RESIZED, scale_min=1.0, scale_max=1.0,
+         ratio_min=1.0, ratio_max=1.0, fidelity=plan.FIDELITY_TORCHVISION),
+    # CROP_RESIZE_CENTER: the whole image for TORCHVISION, the source box of
+    # the window for the others.
+    dict(crop=plan.CROP_RESIZE_CENTER, fidelity=plan.FIDELITY_TORCHVISION,
+         flip_probability=0.5),
+    dict(crop=plan.CROP_RESIZE_CENTER, resize_shorter=256, height=224,
+         width=224),
+    dict(crop=plan.CROP_RESIZE_CENTER, fidelity=plan.FIDELITY_FAST,
+         resize_shorter=333, height=100, width=300),
 ]
 
 
@@ -204,6 +241,8 @@ def test_params_match_cpp(spec_kw, seed, epoch):
     count = 250
     got = _dump(n=0, seed=seed, epoch=epoch, params=count, crop=spec.crop,
                 center_fraction=_bits(spec.center_fraction),
+                fidelity=spec.fidelity, resize_shorter=spec.resize_shorter,
+                out_height=spec.height, out_width=spec.width,
                 scale_min=_bits(spec.scale_min), scale_max=_bits(spec.scale_max),
                 ratio_min=_bits(spec.ratio_min), ratio_max=_bits(spec.ratio_max),
                 flip=_bits(spec.flip_probability),

@@ -85,9 +85,11 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
                 "drop a final partial batch");
   app->add_option("--height", height, "output height")->capture_default_str();
   app->add_option("--width", width, "output width")->capture_default_str();
-  app->add_option("--crop", crop, "none | center | rrc")
-      ->check(CLI::IsMember({"none", "center", "rrc"}))
+  app->add_option("--crop", crop, "none | center | rrc | resize-center")
+      ->check(CLI::IsMember({"none", "center", "rrc", "resize-center"}))
       ->capture_default_str();
+  app->add_option("--resize-shorter", resize_shorter,
+                  "resize-center: new size of the shorter side (0: 256)");
   app->add_option("--center-fraction", center_fraction,
                   "center crop: fraction of each side (0: 0.875)");
   app->add_option("--scale", scale, "rrc: area range MIN MAX")
@@ -116,8 +118,8 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--compression-level", compression_level,
                   "zstd level, 0 = server default (1)")
       ->capture_default_str();
-  app->add_option("--fidelity", fidelity, "tf | fast")
-      ->check(CLI::IsMember({"tf", "fast"}))
+  app->add_option("--fidelity", fidelity, "tf | fast | torchvision")
+      ->check(CLI::IsMember({"tf", "fast", "torchvision"}))
       ->capture_default_str();
   app->add_option("--policy", policy, "error policy: skip | fail")
       ->check(CLI::IsMember({"skip", "fail"}))
@@ -163,10 +165,13 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     t->set_crop(v1::CROP_MODE_CENTER);
   } else if (crop == "rrc") {
     t->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
+  } else if (crop == "resize-center") {
+    t->set_crop(v1::CROP_MODE_RESIZE_CENTER);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--crop: none, center or rrc, got '", crop, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--crop: none, center, rrc or resize-center, got '", crop, "'"));
   }
+  t->set_resize_shorter_side(resize_shorter);
   t->set_center_fraction(center_fraction);
   if (!scale.empty()) {
     if (scale.size() != 2) return absl::InvalidArgumentError("--scale: 2 values");
@@ -201,8 +206,9 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   }
   for (float m : mean) t->add_mean(m);
   for (float s : std) t->add_std(s);
-  t->set_fidelity(fidelity == "fast" ? v1::FIDELITY_FAST
-                                     : v1::FIDELITY_TF_COMPAT);
+  t->set_fidelity(fidelity == "fast"          ? v1::FIDELITY_FAST
+                  : fidelity == "torchvision" ? v1::FIDELITY_TORCHVISION
+                                              : v1::FIDELITY_TF_COMPAT);
 
   v1::OutputFormat* o = r.mutable_output();
   if (dtype == "float32") {

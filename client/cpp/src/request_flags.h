@@ -2,10 +2,10 @@
 // of the `nearprep` CLI, and their conversion to a StreamBatchesRequest.
 //
 //   --shard i/n         shard i of n (0 <= i < n)
-//   --crop none|center|rrc, --flip P, --brightness D, --saturation L U,
+//   --crop none|center|rrc|resize-center [--resize-shorter R], --flip P, --brightness D, --saturation L U,
 //   --dtype float32|float16|bfloat16|uint8, --layout nhwc|nchw,
 //   --compression none|delta|gradient [--compression-level L] (uint8),
-//   --fidelity tf|fast, --policy skip|fail, ...
+//   --fidelity tf|fast|torchvision, --policy skip|fail, ...
 //   --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
 //       (TlsFlags; also on `info`)
 //
@@ -63,6 +63,7 @@ struct RequestFlags {
   uint32_t width = 224;
   std::string crop = "none";
   float center_fraction = 0.0f;
+  uint32_t resize_shorter = 0;  // resize-center: shorter side (0: 256).
   std::vector<float> scale;  // 2 values or empty.
   std::vector<float> ratio;  // 2 values or empty.
   float flip = 0.0f;

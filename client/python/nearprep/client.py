@@ -282,11 +282,15 @@ class Client:
         seed, epoch, shuffle, shard_index, num_shards
         start_batch, start_position, max_batches, drop_remainder
         height, width    output size (default 224 x 224)
-        crop             "none" | "center" | "random_resized"
+        crop             "none" | "center" | "random_resized" | "resize_center"
         center_fraction, scale=(min, max), ratio=(min, max)
+        resize_shorter_side  resize_center: the shorter side's new size
+                         (default 256; >= max(height, width))
         flip_probability, brightness_max_delta, saturation=(lower, upper)
         clip (default True), mean=(r, g, b), std=(r, g, b)
-        fidelity         "tf_compat" | "fast"
+        fidelity         "tf_compat" | "fast" | "torchvision" (torchvision
+                         0.14's transforms on PIL images, bit for bit;
+                         nearprep.torch.imagenet_train / imagenet_eval)
         dtype            "float32" | "float16" | "bfloat16" | "uint8"
         layout           "NHWC" | "NCHW"
         compression      "none" | "delta_zstd" | "gradient_zstd" (uint8 only;

@@ -23,10 +23,13 @@ import struct
 from typing import List, Optional, Sequence, Tuple
 
 __all__ = [
-    "CROP_NONE", "CROP_CENTER", "CROP_RANDOM_RESIZED",
+    "CROP_NONE", "CROP_CENTER", "CROP_RANDOM_RESIZED", "CROP_RESIZE_CENTER",
+    "FIDELITY_TF_COMPAT", "FIDELITY_FAST", "FIDELITY_TORCHVISION",
     "K_TAG_PERMUTATION", "K_TAG_SAMPLE_PARAMS", "RANDOM_RESIZED_CROP_ATTEMPTS",
     "TransformSpec", "SampleParams",
     "philox4x32", "uniform_float", "plan_log", "plan_exp", "plan_round",
+    "plan_round_half_even", "torchvision_resize_center",
+    "resize_center_source_box",
     "permutation_draw", "sample_param_words", "epoch_order", "shard_samples",
     "center_crop_box", "random_resized_crop_box", "draw_sample_params",
     "batches", "float32_bits",
@@ -45,6 +48,11 @@ RANDOM_RESIZED_CROP_ATTEMPTS = 10
 CROP_NONE = 0
 CROP_CENTER = 1
 CROP_RANDOM_RESIZED = 2
+CROP_RESIZE_CENTER = 3
+
+FIDELITY_TF_COMPAT = 0
+FIDELITY_FAST = 1
+FIDELITY_TORCHVISION = 2
 
 
 def _f32(x: float) -> float:
@@ -131,6 +139,19 @@ def plan_round(x: float) -> float:
         return x
     f = float(math.floor(x))
     return f + 1.0 if x - f >= 0.5 else f
+
+
+def plan_round_half_even(x: float) -> float:
+    """Round half to even, for x >= 0 (Python's round(), which torchvision
+    uses; NaN stays NaN). Written out rather than round(x), so that it reads
+    as the C++ twin does and returns a float for inf too."""
+    if math.isnan(x) or math.isinf(x):
+        return x
+    f = float(math.floor(x))
+    d = x - f  # exact
+    if d != 0.5:
+        return f + 1.0 if d > 0.5 else f
+    return f if math.fmod(f, 2.0) == 0.0 else f + 1.0
 
 
 # --------------------------------------------------------------------------
@@ -258,6 +279,10 @@ class TransformSpec:
     saturation_enabled: bool = False
     saturation_lower: float = 0.0
     saturation_upper: float = 0.0
+    fidelity: int = FIDELITY_TF_COMPAT
+    resize_shorter: int = 256  # CROP_RESIZE_CENTER: the shorter side's size
+    height: int = 224  # output size (CROP_RESIZE_CENTER reads it)
+    width: int = 224
 
 
 @dataclasses.dataclass
@@ -291,6 +316,43 @@ def center_crop_box(height: int, width: int,
     return (y, x, h, w)
 
 
+def _half_rounded_even(d: int) -> int:
+    """int(round(d / 2.0)) for an integer d >= 0."""
+    k = d // 2
+    if d % 2 == 0:
+        return k
+    return k if k % 2 == 0 else k + 1
+
+
+def torchvision_resize_center(height: int, width: int, shorter: int,
+                              out_h: int, out_w: int):
+    """torchvision 0.14's Resize(shorter) size of an height x width image
+    and CenterCrop((out_h, out_w))'s window in it: ((resized_h, resized_w),
+    (y, x, out_h, out_w))."""
+    portrait = width <= height
+    short_side, long_side = (width, height) if portrait else (height, width)
+    # int(size * long / short), as torchvision computes it.
+    new_long = int(shorter * long_side / short_side)
+    rh, rw = (new_long, shorter) if portrait else (shorter, new_long)
+    return (rh, rw), (_half_rounded_even(rh - out_h), _half_rounded_even(rw - out_w),
+                      out_h, out_w)
+
+
+def resize_center_source_box(height: int, width: int, shorter: int, out_h: int,
+                             out_w: int) -> Tuple[int, int, int, int]:
+    """The box of the decoded image that TF_COMPAT and FAST resample to the
+    output for CROP_RESIZE_CENTER: each side out * decoded / resized rounded
+    half up, clamped to [1, side], centred (offsets floored)."""
+    (rh, rw), _ = torchvision_resize_center(height, width, shorter, out_h, out_w)
+
+    def side(n, out, resized):
+        v = (2 * out * n + resized) // (2 * resized)
+        return min(max(v, 1), n)
+
+    bh, bw = side(height, out_h, rh), side(width, out_w, rw)
+    return ((height - bh) // 2, (width - bw) // 2, bh, bw)
+
+
 def random_resized_crop_box(spec: TransformSpec, seed: int, epoch: int,
                             sample_id: int, height: int,
                             width: int) -> Tuple[int, int, int, int]:
@@ -301,14 +363,16 @@ def random_resized_crop_box(spec: TransformSpec, seed: int, epoch: int,
     s_lo, s_hi = _f32(spec.scale_min), _f32(spec.scale_max)
     r_lo, r_hi = _f32(spec.ratio_min), _f32(spec.ratio_max)
     log_lo, log_hi = plan_log(r_lo), plan_log(r_hi)
+    # torchvision rounds with Python's round() (halves to even).
+    rnd = plan_round_half_even if spec.fidelity == FIDELITY_TORCHVISION else plan_round
     for attempt in range(1, RANDOM_RESIZED_CROP_ATTEMPTS + 1):
         w = sample_param_words(seed, epoch, sample_id, attempt)
         u_scale = uniform_float(w[0])
         u_ratio = uniform_float(w[1])
         target_area = area * (s_lo + u_scale * (s_hi - s_lo))
         aspect = plan_exp(log_lo + u_ratio * (log_hi - log_lo))
-        cw = plan_round(_sqrt(target_area * aspect))
-        ch = plan_round(_sqrt(target_area / aspect))
+        cw = rnd(_sqrt(target_area * aspect))
+        ch = rnd(_sqrt(target_area / aspect))
         if 0.0 < cw <= wd and 0.0 < ch <= hd:
             bw, bh = int(cw), int(ch)
             y = w[2] % (height - bh + 1)
@@ -317,9 +381,9 @@ def random_resized_crop_box(spec: TransformSpec, seed: int, epoch: int,
     in_ratio = wd / hd
     cw, ch = wd, hd
     if in_ratio < r_lo:
-        ch = plan_round(wd / r_lo)
+        ch = rnd(wd / r_lo)
     elif in_ratio > r_hi:
-        cw = plan_round(hd * r_hi)
+        cw = rnd(hd * r_hi)
     if not ch >= 1.0:
         ch = 1.0
     if not cw >= 1.0:
@@ -356,6 +420,11 @@ def draw_sample_params(spec: TransformSpec, seed: int, epoch: int,
     elif spec.crop == CROP_RANDOM_RESIZED:
         p.crop = random_resized_crop_box(spec, seed, epoch, sample_id, height,
                                          width)
+    elif spec.crop == CROP_RESIZE_CENTER and spec.fidelity != FIDELITY_TORCHVISION \
+            and height > 0 and width > 0:
+        # TORCHVISION resizes the whole image (the box is the image).
+        p.crop = resize_center_source_box(height, width, spec.resize_shorter,
+                                          spec.height, spec.width)
     else:
         p.crop = (0, 0, max(height, 0), max(width, 0))
     return p

@@ -257,8 +257,13 @@ def expected_sample(image_u8, request, params):
     """What the daemon must send for one sample: `request` is the
     StreamBatchesRequest, `params` the sample's Batch.params entry
     (nearprep.SampleParams or the proto). Returns an HWC/CHW array in the
-    wire dtype (bfloat16 as uint16 bits)."""
+    wire dtype (bfloat16 as uint16 bits). TF_COMPAT only: FIDELITY_TORCHVISION
+    is PIL's and torchvision's arithmetic (tests compare it with those
+    libraries themselves), FAST is approximate."""
     t = request.transform
+    if t.fidelity == 2:
+        raise ValueError("expected_sample: FIDELITY_TORCHVISION has no NumPy "
+                         "reference here; compare with PIL + torchvision")
     crop = params.crop
     box = None
     if crop is not None and crop.height > 0 and crop.width > 0:

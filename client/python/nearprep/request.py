@@ -24,8 +24,8 @@ from nearprep.errors import InvalidArgumentError
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
-CROPS = {"none": 0, "center": 1, "random_resized": 2}
-FIDELITIES = {"tf_compat": 0, "fast": 1}
+CROPS = {"none": 0, "center": 1, "random_resized": 2, "resize_center": 3}
+FIDELITIES = {"tf_compat": 0, "fast": 1, "torchvision": 2}
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
 LAYOUTS = {"nhwc": 0, "nchw": 1}
 ERROR_POLICIES = {"skip": 0, "fail_stream": 1, "fail": 1}
@@ -36,7 +36,8 @@ COMPRESSIONS = {"none": 0, "delta_zstd": 1, "gradient_zstd": 2}
 REQUEST_KEYS = (
     "batch_size", "seed", "epoch", "shuffle", "shard_index", "num_shards",
     "start_batch", "start_position", "max_batches", "drop_remainder",
-    "height", "width", "crop", "center_fraction", "scale", "ratio",
+    "height", "width", "crop", "center_fraction", "resize_shorter_side",
+    "scale", "ratio",
     "flip_probability", "brightness_max_delta", "saturation", "clip", "mean",
     "std", "fidelity", "dtype", "layout", "error_policy", "include_params",
     "shuffle_mode", "block_samples", "open_blocks", "window", "compression",
@@ -137,6 +138,9 @@ def build_request(pb2, dataset, **kw):
     if g("center_fraction") is not None:
         t.center_fraction = _float("transform.center_fraction",
                                    g("center_fraction"))
+    if g("resize_shorter_side") is not None:
+        t.resize_shorter_side = _int("transform.resize_shorter_side",
+                                     g("resize_shorter_side"), _U32)
     if g("scale") is not None:
         t.scale_min, t.scale_max = _pair(
             "scale", "transform.scale_min", "transform.scale_max", g("scale"))

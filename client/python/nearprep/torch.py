@@ -31,6 +31,15 @@ each, none twice, and different ranks never overlap (sample grouping into
 batches differs from a single-worker run; the set of samples does not). With
 drop_remainder each worker may drop its own short final batch.
 
+torchvision's ImageNet recipe, bit for bit (FIDELITY_TORCHVISION: the
+tensors torchvision 0.14's transforms compute on PIL images, given the crop
+box and flip the batch reports), in place of ImageFolder(root, transform=...):
+
+    train = nearprep.torch.imagenet_train("storage-node:7070", "imagenet",
+                                          batch_size=256, seed=1, pin_memory=True)
+    val = nearprep.torch.imagenet_eval("storage-node:7070", "imagenet-val",
+                                       batch_size=256)
+
 Use multiprocessing_context="spawn" (or "forkserver") when the parent process
 has used gRPC: gRPC does not survive fork().
 
@@ -139,6 +148,92 @@ def finish_uint8(images, mean=None, std=None, *, layout="NCHW", input_layout="NH
     bias = bias.reshape(shape).to(device)
     torch.addcmul(bias, src, scale, out=out)
     return out if dtype == torch.float32 else out.to(dtype)
+
+
+# torchvision's classification reference recipe (references/classification):
+# ImageNet channel statistics, 224 crops, Resize(256) for evaluation.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _preset_finish(dtype, mean, std):
+    if dtype == "uint8":
+        # PILToTensor's bytes; normalise on the device (finish_uint8).
+        if mean is not None or std is not None:
+            raise InvalidArgumentError(
+                "mean: uint8 output carries PILToTensor's bytes; pass mean=None, "
+                "std=None and normalise with finish_uint8", field="mean")
+        return {"dtype": "uint8"}
+    out = {"dtype": dtype}
+    if mean is not None:
+        out["mean"] = tuple(mean)
+    if std is not None:
+        out["std"] = tuple(std)
+    return out
+
+
+def imagenet_train_kwargs(size=224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                          flip_probability=0.5, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                          dtype="float32", layout="NCHW"):
+    """Client.batches() keywords of torchvision's training transform:
+
+        T.Compose([T.RandomResizedCrop(size, scale, ratio, BILINEAR, antialias=True),
+                   T.RandomHorizontalFlip(flip_probability), T.PILToTensor(),
+                   T.ConvertImageDtype(torch.float), T.Normalize(mean, std)])
+
+    on default_loader's PIL image. dtype "uint8" (with mean=std=None) stops
+    after PILToTensor. The crop box and flip are nearprep's Philox draws
+    (Batch.params with include_params=True), chosen by torchvision's
+    algorithm and rounding."""
+    h, w = (size, size) if isinstance(size, int) else size
+    kw = {"fidelity": "torchvision", "height": h, "width": w, "crop": "random_resized",
+          "scale": tuple(scale), "ratio": tuple(ratio),
+          "flip_probability": flip_probability, "layout": layout}
+    kw.update(_preset_finish(dtype, mean, std))
+    return kw
+
+
+def imagenet_eval_kwargs(size=224, *, resize_size=256, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                         dtype="float32", layout="NCHW"):
+    """Client.batches() keywords of torchvision's evaluation transform:
+
+        T.Compose([T.Resize(resize_size, BILINEAR), T.CenterCrop(size),
+                   T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                   T.Normalize(mean, std)])"""
+    h, w = (size, size) if isinstance(size, int) else size
+    kw = {"fidelity": "torchvision", "height": h, "width": w, "crop": "resize_center",
+          "resize_shorter_side": resize_size, "layout": layout}
+    kw.update(_preset_finish(dtype, mean, std))
+    return kw
+
+
+def imagenet_train(target, dataset, batch_size=32, *, size=224, scale=(0.08, 1.0),
+                   ratio=(3.0 / 4.0, 4.0 / 3.0), flip_probability=0.5,
+                   mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype="float32",
+                   shuffle=True, seed=0, pin_memory=False, **kwargs):
+    """An IterableDataset of torchvision's ImageNet training preset
+    (imagenet_train_kwargs): float32 NCHW [n, 3, size, size] batches and
+    int64 labels, shuffled by (seed, epoch);
+    call set_epoch() each epoch. pin_memory=True pins each batch (when CUDA
+    is available) so .to("cuda", non_blocking=True) overlaps. Other
+    keywords go to IterableDataset (shard_index, num_shards, epoch,
+    return_batch, client_options, drop_remainder, include_params, ...)."""
+    kw = imagenet_train_kwargs(size, scale=scale, ratio=ratio,
+                               flip_probability=flip_probability, mean=mean, std=std,
+                               dtype=dtype, layout=kwargs.pop("layout", "NCHW"))
+    return IterableDataset(target, dataset, batch_size, shuffle=shuffle, seed=seed,
+                           pin_memory=pin_memory, **kw, **kwargs)
+
+
+def imagenet_eval(target, dataset, batch_size=32, *, size=224, resize_size=256,
+                  mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype="float32",
+                  pin_memory=False, **kwargs):
+    """An IterableDataset of torchvision's ImageNet evaluation preset
+    (imagenet_eval_kwargs), in dataset order (no shuffle)."""
+    kw = imagenet_eval_kwargs(size, resize_size=resize_size, mean=mean, std=std,
+                              dtype=dtype, layout=kwargs.pop("layout", "NCHW"))
+    return IterableDataset(target, dataset, batch_size, pin_memory=pin_memory,
+                           **kw, **kwargs)
 
 
 class IterableDataset(torch.utils.data.IterableDataset):

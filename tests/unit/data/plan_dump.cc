@@ -4,7 +4,9 @@
 //
 // Usage: nearprep_plan_dump key=value ...
 //   n seed epoch shuffle(0|1) shard_index num_shards
-//   crop (0 none | 1 center | 2 random resized) center_fraction scale_min
+//   crop (0 none | 1 center | 2 random resized | 3 resize center)
+//   center_fraction fidelity (0 tf | 1 fast | 2 torchvision) resize_shorter
+//   out_height out_width (the output size, for crop 3) scale_min
 //   scale_max ratio_min ratio_max flip brightness sat_lower sat_upper
 //   (saturation is enabled when sat_lower or sat_upper is non-zero)
 //   params=K      parameters of sample ids 0..K-1
@@ -104,6 +106,14 @@ int main(int argc, char** argv) {
       spec.crop = static_cast<CropMode>(u);
     else if (k == "center_fraction")
       spec.center_fraction = ParseFloat(v);
+    else if (k == "fidelity")
+      spec.fidelity = static_cast<nearprep::Fidelity>(u);
+    else if (k == "resize_shorter")
+      spec.resize_shorter = static_cast<int>(u);
+    else if (k == "out_height")
+      spec.height = static_cast<int>(u);
+    else if (k == "out_width")
+      spec.width = static_cast<int>(u);
     else if (k == "scale_min")
       spec.scale_min = ParseFloat(v);
     else if (k == "scale_max")

@@ -296,6 +296,33 @@ TEST_F(FpgaBackendTest, CpuFallbackKeepsTheRequestFidelity) {
   EXPECT_EQ(fpga->fpga_stats().device_images.load(), 16u);
 }
 
+TEST_F(FpgaBackendTest, TorchvisionIsServedByTheCpuPath) {
+  // FIDELITY_TORCHVISION (PIL's ISLOW decode and resize) is not on the
+  // device: every sample is an unsupported fallback with the CPU's bytes,
+  // which differ from TF_COMPAT's (so the comparison can fail).
+  auto fpga = MakeFpga(TestConfig());
+  ASSERT_NE(fpga, nullptr);
+  WorkContext tv = AugmentingContext(dataset_.get());
+  tv.spec.brightness_max_delta = 0.0f;  // Not in torchvision's recipe.
+  tv.spec.saturation_enabled = false;
+  tv.spec.fidelity = Fidelity::kTorchvision;
+  WorkContext tf = tv;
+  tf.spec.fidelity = Fidelity::kTfCompat;
+  const auto want = ProcessAll(cpu_, tv, 1);
+  const auto want_tf = ProcessAll(cpu_, tf, 1);
+  int ok = 0, differs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ok += want[i].status.ok();
+    differs += want[i].status.ok() && want[i].bytes != want_tf[i].bytes;
+  }
+  ASSERT_GT(ok, 0);
+  ASSERT_GT(differs, 0) << "TORCHVISION and TF_COMPAT agree: the test could not fail";
+  const auto got = ProcessAll(*fpga, tv, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
+  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
+  EXPECT_EQ(fpga->fpga_stats().fallback_unsupported.load(), dataset_->size());
+}
+
 TEST_F(FpgaBackendTest, FactoryPicksFpgaForAutoOnlyWhenTheXclbinLoads) {
   BackendOptions o;
   o.kind = "auto";

@@ -11,7 +11,10 @@
 // FILE receives every job's tensor, in order (zeros for a failed job).
 // stdout: "ERROR <job> <message>" per failed job, then
 // "TIME <seconds> <images>" for the PreprocessJpeg calls of the last repeat
-// (files are read into memory first).
+// (files are read into memory first); with --turbojpeg 1 also
+// "DECODE_TIME <seconds> <images>": the last repeat of a full-size TurboJPEG
+// decode (TJFLAG_FASTDCT, RGB) of the same files, the decode-only baseline
+// of the benchmarks.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <turbojpeg.h>
 
 #include "server/common/types.h"
 #include "server/image/preprocess.h"
@@ -40,7 +45,7 @@ int Usage() {
   std::cerr << "usage: nearprep_torchvision_apply --out FILE [--mode train|eval]"
                " [--height H] [--width W] [--resize R] [--dtype D]"
                " [--layout nchw|nhwc] [--mean a,b,c --std a,b,c]"
-               " [--repeat N] < jobs\n";
+               " [--repeat N] [--turbojpeg 0|1] < jobs\n";
   return 2;
 }
 
@@ -57,6 +62,7 @@ int main(int argc, char** argv) {
   output.layout = Layout::kNCHW;
   std::string out_path;
   int repeat = 1;
+  bool turbojpeg = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -74,6 +80,8 @@ int main(int argc, char** argv) {
       spec.resize_shorter = std::atoi(v);
     } else if (a == "--repeat") {
       repeat = std::atoi(v);
+    } else if (a == "--turbojpeg") {
+      turbojpeg = std::atoi(v) != 0;
     } else if (a == "--dtype") {
       const std::string d = v;
       output.dtype = d == "uint8"      ? DType::kUint8
@@ -131,6 +139,34 @@ int main(int argc, char** argv) {
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                             t0)
                   .count();
+  }
+  if (turbojpeg) {
+    tjhandle h = tjInitDecompress();
+    if (h == nullptr) return 1;
+    std::vector<uint8_t> rgb;
+    size_t decoded = 0;
+    double decode_seconds = 0;
+    for (int r = 0; r < repeat; ++r) {
+      decoded = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const Job& job : jobs) {
+        int w = 0, hgt = 0, sub = 0, cs = 0;
+        if (tjDecompressHeader3(h, job.bytes.data(), job.bytes.size(), &w,
+                                &hgt, &sub, &cs) != 0) {
+          continue;
+        }
+        rgb.resize(static_cast<size_t>(w) * hgt * 3);
+        if (tjDecompress2(h, job.bytes.data(), job.bytes.size(), rgb.data(),
+                          w, 0, hgt, TJPF_RGB, TJFLAG_FASTDCT) == 0) {
+          ++decoded;
+        }
+      }
+      decode_seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+    }
+    tjDestroy(h);
+    std::cout << "DECODE_TIME " << decode_seconds << " " << decoded << "\n";
   }
   std::ofstream f(out_path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(tensor.data()),

@@ -134,6 +134,38 @@ TEST_F(RequestValidationTest, CopiesAugmentationFields) {
   EXPECT_EQ(v->context.spec.fidelity, Fidelity::kFast);
 }
 
+TEST_F(RequestValidationTest, TorchvisionResizeCenterResolvesShorterSide) {
+  v1::StreamBatchesRequest r = Good();
+  v1::Transform* t = r.mutable_transform();
+  t->set_fidelity(v1::FIDELITY_TORCHVISION);
+  t->set_crop(v1::CROP_MODE_RESIZE_CENTER);
+  t->set_height(224);
+  t->set_width(224);
+  t->set_flip_probability(0.5f);
+  absl::StatusOr<StreamRequest> v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->context.spec.fidelity, Fidelity::kTorchvision);
+  EXPECT_EQ(v->context.spec.crop, CropMode::kResizeCenter);
+  EXPECT_EQ(v->context.spec.resize_shorter, 256);  // 0 means 256.
+  t->set_resize_shorter_side(224);  // Equal to the crop side: fits.
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->context.spec.resize_shorter, 224);
+  // Every fidelity accepts the crop mode.
+  for (v1::Fidelity f : {v1::FIDELITY_TF_COMPAT, v1::FIDELITY_FAST}) {
+    t->set_fidelity(f);
+    t->set_resize_shorter_side(320);
+    v = Validate(r);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->context.spec.resize_shorter, 320);
+    EXPECT_EQ(v->context.spec.fidelity, static_cast<Fidelity>(f));
+  }
+  // Another crop mode ignores a field that is in range, whatever its value.
+  t->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
+  t->set_resize_shorter_side(8);
+  EXPECT_TRUE(Validate(r).ok());
+}
+
 TEST_F(RequestValidationTest, BatchSizeZeroNamesFieldAndRange) {
   v1::StreamBatchesRequest r = Good();
   r.set_batch_size(0);
@@ -160,7 +192,32 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
       {"transform.crop",
        [](auto* r) { r->mutable_transform()->set_crop(static_cast<v1::CropMode>(7)); }},
       {"transform.fidelity",
-       [](auto* r) { r->mutable_transform()->set_fidelity(static_cast<v1::Fidelity>(2)); }},
+       [](auto* r) { r->mutable_transform()->set_fidelity(static_cast<v1::Fidelity>(3)); }},
+      {"transform.resize_shorter_side",
+       [](auto* r) {
+         r->mutable_transform()->set_resize_shorter_side(kMaxOutputSide + 1);
+       }},
+      {"transform.resize_shorter_side",
+       [](auto* r) {  // The 48-wide centre crop does not fit a 40 side.
+         r->mutable_transform()->set_crop(v1::CROP_MODE_RESIZE_CENTER);
+         r->mutable_transform()->set_resize_shorter_side(40);
+       }},
+      {"transform.resize_shorter_side",
+       [](auto* r) {  // 0 means 256 < 300.
+         r->mutable_transform()->set_crop(v1::CROP_MODE_RESIZE_CENTER);
+         r->mutable_transform()->set_height(300);
+       }},
+      {"transform.brightness_max_delta",
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+         r->mutable_transform()->set_brightness_max_delta(0.1f);
+       }},
+      {"transform.saturation_lower",
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+         r->mutable_transform()->set_saturation_lower(0.5f);
+         r->mutable_transform()->set_saturation_upper(1.5f);
+       }},
       {"transform.center_fraction",
        [](auto* r) { r->mutable_transform()->set_center_fraction(1.5f); }},
       {"transform.center_fraction",
