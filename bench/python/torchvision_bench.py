@@ -17,8 +17,11 @@ RandomResizedCrop.get_params, seeded), one thread on each side:
   tool run: the ratio nearprep / decode-only says how close the whole
   preset comes to merely decoding.
 
-Each side runs --repeat times; the best (fastest) round is reported. The
-first round also checks that both sides give the same bytes.
+--repeat rounds, each running nearprep (and the decode-only baseline) then
+PIL + torchvision, so that both sides see the same load on a shared
+machine; reported: each side's best round and the median over rounds of the
+per-round ratios. The first round also checks that both sides give the same
+bytes.
 """
 
 import argparse
@@ -41,48 +44,38 @@ STD = (0.229, 0.224, 0.225)
 BILINEAR = T.InterpolationMode.BILINEAR
 
 
-def run_tool(tool, jobs, mode, repeat, out):
+def run_tool(tool, jobs, mode, out):
     args = [tool, "--out", out, "--mode", mode, "--height", "224", "--width", "224",
             "--resize", "256", "--dtype", "float32", "--layout", "nchw",
             "--mean", ",".join(map(str, MEAN)), "--std", ",".join(map(str, STD)),
             "--turbojpeg", "1"]
     text = "".join(f"{p} {b[0]} {b[1]} {b[2]} {b[3]} {int(f)}\n" for p, b, f in jobs)
-    best = None
-    for _ in range(repeat):
-        res = subprocess.run(args, input=text, capture_output=True, text=True, check=True)
-        lines = dict(l.split(" ", 1) for l in res.stdout.splitlines() if " " in l)
-        if "ERROR" in lines:
-            sys.exit(f"tool error: {lines['ERROR']}")
-        t = float(lines["TIME"].split()[0])
-        d = float(lines["DECODE_TIME"].split()[0])
-        if best is None or t < best[0]:
-            best = (t, d)
+    res = subprocess.run(args, input=text, capture_output=True, text=True, check=True)
+    lines = dict(l.split(" ", 1) for l in res.stdout.splitlines() if " " in l)
+    if "ERROR" in lines:
+        sys.exit(f"tool error: {lines['ERROR']}")
+    t = float(lines["TIME"].split()[0])
+    d = float(lines["DECODE_TIME"].split()[0])
     got = np.fromfile(out, dtype=np.float32).reshape(len(jobs), 3, 224, 224)
-    return best[0], best[1], got
+    return t, d, got
 
 
-def pil_side(blobs, jobs, mode, repeat):
+def pil_side(blobs, jobs, mode):
     finish = T.Compose([T.PILToTensor(), T.ConvertImageDtype(torch.float),
                         T.Normalize(MEAN, STD)])
     resize, center = T.Resize(256, interpolation=BILINEAR), T.CenterCrop(224)
-    best, first = None, None
-    for r in range(repeat):
-        outs = []
-        t0 = time.perf_counter()
-        for (path, box, flip) in jobs:
-            img = Image.open(io.BytesIO(blobs[path])).convert("RGB")
-            if mode == "train":
-                img = F.resized_crop(img, *box, [224, 224], BILINEAR, antialias=True)
-                if flip:
-                    img = F.hflip(img)
-            else:
-                img = center(resize(img))
-            outs.append(finish(img))
-        secs = time.perf_counter() - t0
-        if r == 0:
-            first = torch.stack(outs).numpy()
-        best = secs if best is None else min(best, secs)
-    return best, first
+    outs = []
+    t0 = time.perf_counter()
+    for (path, box, flip) in jobs:
+        img = Image.open(io.BytesIO(blobs[path])).convert("RGB")
+        if mode == "train":
+            img = F.resized_crop(img, *box, [224, 224], BILINEAR, antialias=True)
+            if flip:
+                img = F.hflip(img)
+        else:
+            img = center(resize(img))
+        outs.append(finish(img))
+    return time.perf_counter() - t0, torch.stack(outs).numpy()
 
 
 def main():
@@ -112,19 +105,28 @@ def main():
     eval_jobs = [(p, (0, 0, 0, 0), False) for p in paths]
     n = len(paths)
     print(f"{n} images from {args.dataset}, 224x224 float32 NCHW, 1 thread each side, "
-          f"best of {args.repeat}")
-    print(f"{'preset':<7} {'nearprep ms/img':>15} {'PIL+tv ms/img':>14} {'speedup':>8} "
-          f"{'TurboJPEG decode ms/img':>24} {'nearprep / decode-only':>23} {'equal':>6}")
+          f"{args.repeat} rounds")
+    print(f"{'preset':<7} {'nearprep ms/img':>15} {'PIL+tv ms/img':>14} "
+          f"{'TurboJPEG decode ms/img':>24} {'speedup (median)':>17} "
+          f"{'x decode-only (median)':>23} {'equal':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for mode, jobs in (("train", train_jobs), ("eval", eval_jobs)):
-            t_np, t_dec, got = run_tool(tool, jobs, mode, args.repeat,
-                                        os.path.join(tmp, f"{mode}.bin"))
-            t_pil, want = pil_side(blobs, jobs, mode, args.repeat)
-            equal = got.tobytes() == want.tobytes()
-            # "x decode-only" as elsewhere in docs/benchmarks.md: images/s of
-            # nearprep divided by images/s of the decode-only baseline.
-            print(f"{mode:<7} {1e3 * t_np / n:>15.2f} {1e3 * t_pil / n:>14.2f} "
-                  f"{t_pil / t_np:>7.2f}x {1e3 * t_dec / n:>24.2f} {t_dec / t_np:>22.2f}x "
+            rounds = []
+            equal = None
+            for r in range(args.repeat):
+                t_np, t_dec, got = run_tool(tool, jobs, mode,
+                                            os.path.join(tmp, f"{mode}.bin"))
+                t_pil, want = pil_side(blobs, jobs, mode)
+                if r == 0:
+                    equal = got.tobytes() == want.tobytes()
+                rounds.append((t_np, t_pil, t_dec))
+            best = [min(x[i] for x in rounds) for i in range(3)]
+            speedup = float(np.median([p / q for q, p, _ in rounds]))
+            # "x decode-only" as elsewhere in docs/benchmarks.md: nearprep's
+            # images/s divided by the decode-only baseline's images/s.
+            vs_decode = float(np.median([d / q for q, _, d in rounds]))
+            print(f"{mode:<7} {1e3 * best[0] / n:>15.2f} {1e3 * best[1] / n:>14.2f} "
+                  f"{1e3 * best[2] / n:>24.2f} {speedup:>16.2f}x {vs_decode:>22.2f}x "
                   f"{str(equal):>6}")
 
 

@@ -8,6 +8,7 @@
 //    fidelities) succeed on the same bytes with a crop inside the image;
 //  - PreprocessJpeg(TF_COMPAT) == TransformDecoded(DecodeJpegTfCompat), byte
 //    for byte, and clipped float output lies in [0, 1].
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -220,6 +221,43 @@ int FuzzJpegDecode(const uint8_t* data, size_t size) {
                                 ", crop ", used.crop.y, ",", used.crop.x, ",",
                                 used.crop.height, "x", used.crop.width, " of ",
                                 h, "x", w, ")"));
+      }
+    }
+  }
+
+  // FIDELITY_TORCHVISION (PIL's decode and resize): no colour augmentation,
+  // any crop mode including the resize-centre one. Errors are decoder
+  // errors; values are x / 255 of a byte, so in [0, 1].
+  TransformSpec tv = spec;
+  tv.fidelity = Fidelity::kTorchvision;
+  tv.brightness_max_delta = 0.0f;
+  tv.saturation_enabled = false;
+  tv.crop = static_cast<CropMode>(Pick(&rng, 0, 3));
+  tv.resize_shorter = std::max(tv.height, tv.width) + Pick(&rng, 0, 8);
+  const ParamsFn tv_draw = [&](int ph, int pw) {
+    SampleParams p;
+    p.flip = wanted.flip;
+    p.source_height = ph;
+    p.source_width = pw;
+    p.crop = (tv.crop == CropMode::kNone || tv.crop == CropMode::kResizeCenter)
+                 ? CropBox{0, 0, ph, pw}
+                 : wanted.crop;
+    return p;
+  };
+  std::vector<uint8_t> out_tv(output.SampleBytes(tv));
+  const absl::Status st_tv = PreprocessJpeg(data, size, tv, output, limits,
+                                            tv_draw, nullptr, out_tv.data(),
+                                            nullptr);
+  if (!st_tv.ok()) {
+    CHECK_JPEG(DecoderCode(st_tv.code()), "TORCHVISION: " + Describe(st_tv));
+  } else {
+    for (size_t i = 0; i + 4 <= out_tv.size(); i += 4) {
+      float v;
+      std::memcpy(&v, out_tv.data() + i, 4);
+      if (!(v >= 0.0f && v <= 1.0f)) {
+        CHECK_JPEG(false, absl::StrCat("TORCHVISION: output value ", v,
+                                       " at byte ", i));
+        break;
       }
     }
   }

@@ -8,6 +8,7 @@
 //  - validation is deterministic and survives a serialize/parse round trip.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -75,11 +76,22 @@ void CheckAccepted(const StreamRequest& r, const ServiceLimits& limits) {
             "over per_stream_memory_bytes");
   CHECK_REQ(r.memory_limit_bytes == limits.per_stream_memory_bytes,
             "memory limit not copied");
-  CHECK_REQ(static_cast<int>(s.crop) >= 0 && static_cast<int>(s.crop) <= 2,
+  CHECK_REQ(static_cast<int>(s.crop) >= 0 && static_cast<int>(s.crop) <= 3,
             "crop enum");
   CHECK_REQ(static_cast<int>(s.fidelity) >= 0 &&
-                static_cast<int>(s.fidelity) <= 1,
+                static_cast<int>(s.fidelity) <= 2,
             "fidelity enum");
+  CHECK_REQ(s.resize_shorter >= 1 &&
+                s.resize_shorter <= static_cast<int>(kMaxOutputSide),
+            absl::StrCat("resize_shorter ", s.resize_shorter));
+  if (s.crop == CropMode::kResizeCenter) {
+    CHECK_REQ(s.resize_shorter >= std::max(s.height, s.width),
+              "resize-centre window larger than the resized image");
+  }
+  if (s.fidelity == Fidelity::kTorchvision) {
+    CHECK_REQ(s.brightness_max_delta == 0.0f && !s.saturation_enabled,
+              "colour augmentation accepted with FIDELITY_TORCHVISION");
+  }
   CHECK_REQ(static_cast<int>(output.dtype) >= 0 &&
                 static_cast<int>(output.dtype) <= 3 &&
                 static_cast<int>(output.layout) >= 0 &&
