@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/image/preprocess_kernels.h"
+
 namespace nearprep {
 namespace {
 
@@ -105,6 +107,18 @@ void PilResizer::Prepare(const RgbRegion& src, int in_h, int in_w, int out_h,
   ring_.resize(static_cast<size_t>(ring_rows_) * row_bytes);
   taps_.resize(ring_rows_);
   row_.resize(row_bytes);
+  use_avx2_ = internal::ActiveKernelLevel() == internal::KernelLevel::kAvx2;
+  // The AVX2 horizontal pass reads 2 bytes past an output's last tap: only
+  // outputs with another pixel of the region after that tap (a prefix,
+  // since tap ends never decrease) use it.
+  avx2_columns_ = 0;
+  if (use_avx2_) {
+    while (avx2_columns_ < width_ &&
+           xs_.start[avx2_columns_] + xs_.size[avx2_columns_] - src_.x0 <
+               src_.width) {
+      ++avx2_columns_;
+    }
+  }
 }
 
 void PilResizer::HorizontalRow(int r) {
@@ -113,7 +127,13 @@ void PilResizer::HorizontalRow(int r) {
       src_.data + static_cast<size_t>(r - src_.y0) * src_.stride;
   uint8_t* out = ring_.data() + static_cast<size_t>(r % ring_rows_) * row_bytes;
   const int ks = xs_.ksize;
-  for (int x = 0; x < width_; ++x) {
+  int x = 0;
+  if (avx2_columns_ > 0) {
+    internal::PilHorizontalAvx2(in, src_.x0, xs_.start.data(), xs_.size.data(),
+                                xs_.weights.data(), ks, avx2_columns_, out);
+    x = avx2_columns_;
+  }
+  for (; x < width_; ++x) {
     const uint8_t* p = in + static_cast<size_t>(xs_.start[x] - src_.x0) * 3;
     const int32_t* k = &xs_.weights[static_cast<size_t>(x) * ks];
     int32_t s0 = 1 << (kPilPrecisionBits - 1), s1 = s0, s2 = s0;
@@ -140,7 +160,11 @@ const uint8_t* PilResizer::VerticalRow(int y) {
                static_cast<size_t>((first + t) % ring_rows_) * row_bytes;
   }
   const int32_t* k = &ys_.weights[static_cast<size_t>(y) * ys_.ksize];
-  for (size_t i = 0; i < row_bytes; ++i) {
+  size_t i = 0;
+  if (use_avx2_) {
+    i = internal::PilVerticalAvx2(taps_.data(), k, n, row_bytes, row_.data());
+  }
+  for (; i < row_bytes; ++i) {
     int32_t s = 1 << (kPilPrecisionBits - 1);
     for (int t = 0; t < n; ++t) s += taps_[t][i] * k[t];
     row_[i] = Clip8(s);

@@ -18,6 +18,10 @@
 // the output (the centre crop after a resize) gives exactly the bytes PIL's
 // full-size resize has there.
 //
+// With AVX2 (chosen at run time, internal::SetKernelLevelForTesting) both
+// passes run 4-16 lanes at a time with the same integer arithmetic per
+// lane (pil_resample_avx2.cc); tests compare the two paths byte for byte.
+//
 // Thread-safety: pure functions on caller-owned memory; PilResizer holds
 // per-use scratch and is not shareable between threads.
 #ifndef NEARPREP_SERVER_IMAGE_PIL_RESAMPLE_H_
@@ -90,6 +94,8 @@ class PilResizer {
   std::vector<uint8_t> ring_;
   std::vector<const uint8_t*> taps_;
   std::vector<uint8_t> row_;
+  bool use_avx2_ = false;  // internal::ActiveKernelLevel() at Prepare.
+  int avx2_columns_ = 0;   // Leading outputs the AVX2 horizontal pass does.
 };
 
 }  // namespace nearprep

@@ -66,6 +66,12 @@ int HorizontalRowAvx2(const uint8_t*, const int32_t*, const int32_t*,
   return 0;
 }
 int PackRowAvx2(const float*, int, const PackTarget&) { return 0; }
+void PilHorizontalAvx2(const uint8_t*, int, const int32_t*, const int32_t*,
+                       const int32_t*, int, int, uint8_t*) {}
+size_t PilVerticalAvx2(const uint8_t* const*, const int32_t*, int, size_t,
+                       uint8_t*) {
+  return 0;
+}
 #endif
 
 namespace {

@@ -101,6 +101,26 @@ bool HaveAvx2Kernels();
 // lower one). Process-wide; meant for tests.
 enum class KernelLevel { kAuto, kScalar, kAvx2 };
 void SetKernelLevelForTesting(KernelLevel level);
+// The level in effect: the forced one capped by what the CPU has.
+KernelLevel ActiveKernelLevel();
+
+// PIL BILINEAR (pil_resample.cc), AVX2 versions with PIL's integer
+// arithmetic per lane (int32 sums of uint8 * 22-bit weights, rounding
+// constant, arithmetic shift, clamp to [0, 255]), so the bytes equal the
+// scalar path's.
+//
+// Horizontal pass of outputs [0, count): output x reads the `size[x]`
+// pixels of `in` (RGB, pixel `origin` first) from pixel start[x], weights at k + x * ksize; it
+// reads up to 2 bytes past its last tap, so the caller passes only outputs
+// whose last tap is followed by at least one more pixel in memory. Writes
+// 3 bytes per output to `out`.
+void PilHorizontalAvx2(const uint8_t* in, int origin, const int32_t* start,
+                       const int32_t* size, const int32_t* k, int ksize,
+                       int count, uint8_t* out);
+// Vertical pass of bytes [0, n) (a multiple of 8 is done and returned; the
+// caller finishes the rest): out[i] from taps[t][i] * k[t], t < ntaps.
+size_t PilVerticalAvx2(const uint8_t* const* taps, const int32_t* k,
+                       int ntaps, size_t n, uint8_t* out);
 
 }  // namespace internal
 }  // namespace nearprep
