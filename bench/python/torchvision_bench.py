@@ -44,11 +44,11 @@ STD = (0.229, 0.224, 0.225)
 BILINEAR = T.InterpolationMode.BILINEAR
 
 
-def run_tool(tool, jobs, mode, out):
+def run_tool(tool, jobs, mode, out, scalar=False):
     args = [tool, "--out", out, "--mode", mode, "--height", "224", "--width", "224",
             "--resize", "256", "--dtype", "float32", "--layout", "nchw",
             "--mean", ",".join(map(str, MEAN)), "--std", ",".join(map(str, STD)),
-            "--turbojpeg", "1"]
+            "--turbojpeg", "1", "--scalar", str(int(scalar))]
     text = "".join(f"{p} {b[0]} {b[1]} {b[2]} {b[3]} {int(f)}\n" for p, b, f in jobs)
     res = subprocess.run(args, input=text, capture_output=True, text=True, check=True)
     lines = dict(l.split(" ", 1) for l in res.stdout.splitlines() if " " in l)
@@ -86,6 +86,8 @@ def main():
         "datasets", "imagenet-sample-200"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scalar-rows", action="store_true",
+                    help="also nearprep with its scalar kernels (no AVX2)")
     args = ap.parse_args()
     tool = os.path.join(args.build, "tests", "unit", "image", "nearprep_torchvision_apply")
     if not os.access(tool, os.X_OK):
@@ -106,16 +108,20 @@ def main():
     n = len(paths)
     print(f"{n} images from {args.dataset}, 224x224 float32 NCHW, 1 thread each side, "
           f"{args.repeat} rounds")
-    print(f"{'preset':<7} {'nearprep ms/img':>15} {'PIL+tv ms/img':>14} "
+    print(f"{'preset':<12} {'nearprep ms/img':>15} {'PIL+tv ms/img':>14} "
           f"{'TurboJPEG decode ms/img':>24} {'speedup (median)':>17} "
           f"{'x decode-only (median)':>23} {'equal':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, jobs in (("train", train_jobs), ("eval", eval_jobs)):
+        configs = [("train", train_jobs, False), ("eval", eval_jobs, False)]
+        if args.scalar_rows:
+            configs += [("train scalar", train_jobs, True), ("eval scalar", eval_jobs, True)]
+        for name, jobs, scalar in configs:
+            mode = name.split()[0]
             rounds = []
             equal = None
             for r in range(args.repeat):
                 t_np, t_dec, got = run_tool(tool, jobs, mode,
-                                            os.path.join(tmp, f"{mode}.bin"))
+                                            os.path.join(tmp, f"{mode}.bin"), scalar)
                 t_pil, want = pil_side(blobs, jobs, mode)
                 if r == 0:
                     equal = got.tobytes() == want.tobytes()
@@ -125,7 +131,7 @@ def main():
             # "x decode-only" as elsewhere in docs/benchmarks.md: nearprep's
             # images/s divided by the decode-only baseline's images/s.
             vs_decode = float(np.median([d / q for q, _, d in rounds]))
-            print(f"{mode:<7} {1e3 * best[0] / n:>15.2f} {1e3 * best[1] / n:>14.2f} "
+            print(f"{name:<12} {1e3 * best[0] / n:>15.2f} {1e3 * best[1] / n:>14.2f} "
                   f"{1e3 * best[2] / n:>24.2f} {speedup:>16.2f}x {vs_decode:>22.2f}x "
                   f"{str(equal):>6}")
 

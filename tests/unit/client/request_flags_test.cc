@@ -78,6 +78,16 @@ TEST(RequestFlagsTest, BuildsTheRequest) {
   EXPECT_TRUE(r->include_params());
 }
 
+TEST(RequestFlagsTest, TorchvisionEvalCrop) {
+  auto r = Parse({"--dataset", "d", "--fidelity", "torchvision", "--crop",
+                  "resize-center", "--resize-shorter", "288"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transform().fidelity(), v1::FIDELITY_TORCHVISION);
+  EXPECT_EQ(r->transform().crop(), v1::CROP_MODE_RESIZE_CENTER);
+  EXPECT_EQ(r->transform().resize_shorter_side(), 288u);
+  EXPECT_FALSE(Parse({"--dataset", "d", "--fidelity", "pil"}).ok());
+}
+
 TEST(RequestFlagsTest, Defaults) {
   auto r = Parse({"--dataset", "d"});
   ASSERT_TRUE(r.ok()) << r.status();

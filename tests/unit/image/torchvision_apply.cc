@@ -14,7 +14,7 @@
 // (files are read into memory first); with --turbojpeg 1 also
 // "DECODE_TIME <seconds> <images>": the last repeat of a full-size TurboJPEG
 // decode (TJFLAG_FASTDCT, RGB) of the same files, the decode-only baseline
-// of the benchmarks.
+// of the benchmarks. --scalar 1 forces the scalar kernels (no AVX2).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +29,7 @@
 
 #include "server/common/types.h"
 #include "server/image/preprocess.h"
+#include "server/image/preprocess_kernels.h"
 
 namespace {
 
@@ -45,7 +46,7 @@ int Usage() {
   std::cerr << "usage: nearprep_torchvision_apply --out FILE [--mode train|eval]"
                " [--height H] [--width W] [--resize R] [--dtype D]"
                " [--layout nchw|nhwc] [--mean a,b,c --std a,b,c]"
-               " [--repeat N] [--turbojpeg 0|1] < jobs\n";
+               " [--repeat N] [--turbojpeg 0|1] [--scalar 0|1] < jobs\n";
   return 2;
 }
 
@@ -80,6 +81,12 @@ int main(int argc, char** argv) {
       spec.resize_shorter = std::atoi(v);
     } else if (a == "--repeat") {
       repeat = std::atoi(v);
+    } else if (a == "--scalar") {
+      // The scalar kernels only (the AVX2 ones give the same bytes).
+      if (std::atoi(v) != 0) {
+        nearprep::internal::SetKernelLevelForTesting(
+            nearprep::internal::KernelLevel::kScalar);
+      }
     } else if (a == "--turbojpeg") {
       turbojpeg = std::atoi(v) != 0;
     } else if (a == "--dtype") {
