@@ -7,6 +7,7 @@
 #include <grpcpp/support/slice.h>
 
 #include "absl/status/status.h"
+#include "server/service/display_string.h"
 
 namespace nearprep {
 namespace {
@@ -58,9 +59,11 @@ void BatchToProto(const BatchData& b, bool with_data, v1::Batch* out) {
   for (const SampleErrorInfo& e : b.errors) {
     v1::SampleError* q = out->add_errors();
     q->set_sample_id(e.sample_id);
-    q->set_path(e.path);
+    // File names are bytes; string fields must be UTF-8 (display_string.h).
+    q->set_path(DisplayString(e.path));
+    q->set_path_bytes(e.path);
     q->set_code(absl::StatusCodeToString(e.status.code()));
-    q->set_message(std::string(e.status.message()));
+    q->set_message(DisplayString(e.status.message()));
   }
   v1::StageTimings* t = out->mutable_timings();
   t->set_read_us(b.times.read_us);

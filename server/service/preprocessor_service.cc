@@ -2,11 +2,13 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
 #include "server/service/batch_serializer.h"
+#include "server/service/display_string.h"
 #include "server/service/fleet_request.h"
 
 #ifndef NEARPREP_VERSION
@@ -18,13 +20,15 @@ namespace {
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
+  // Messages may quote file names (bytes): keep them UTF-8 for clients.
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
-                      std::string(s.message()));
+                      DisplayString(s.message()));
 }
 
-// Copies a (small) request buffer into one string and parses it.
-absl::Status ParseRequest(const grpc::ByteBuffer& buffer,
-                          v1::StreamBatchesRequest* request) {
+// Copies a (small) request buffer into one string and parses it. Malformed
+// bytes are INVALID_ARGUMENT naming the message type (docs/operations.md).
+template <typename Request>
+absl::Status ParseRequest(const grpc::ByteBuffer& buffer, Request* request) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) {
     return absl::InvalidArgumentError("request: unreadable message bytes");
@@ -36,9 +40,19 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer,
   }
   if (!request->ParseFromString(bytes)) {
     return absl::InvalidArgumentError(
-        "request: not a valid nearprep.v1.StreamBatchesRequest message");
+        "request: not a valid " + Request::descriptor()->full_name() +
+        " message");
   }
   return absl::OkStatus();
+}
+
+// Serializes a unary answer into the raw response buffer.
+template <typename Response>
+grpc::Status SerializeResponse(const Response& message,
+                               grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  return grpc::SerializationTraits<Response>::Serialize(message, out,
+                                                        &own_buffer);
 }
 
 }  // namespace
@@ -159,24 +173,36 @@ const Dataset* PreprocessorService::FindDataset(const std::string& name) const {
 }
 
 grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
-    grpc::CallbackServerContext* context,
-    const v1::ListDatasetsRequest* /*request*/,
-    v1::ListDatasetsResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
+    grpc::ByteBuffer* raw_response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::ListDatasetsRequest request;
+  if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
+    counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  }
+  v1::ListDatasetsResponse response_message;
+  v1::ListDatasetsResponse* response = &response_message;
   for (const auto& [name, d] : datasets_) {
     v1::DatasetInfo* info = response->add_datasets();
-    info->set_name(name);
-    info->set_format(d->config().format);
+    // String fields must be UTF-8; names from the file system or the
+    // config are bytes (display_string.h).
+    info->set_name(DisplayString(name));
+    info->set_format(DisplayString(d->config().format));
     info->set_num_samples(d->size());
     info->set_num_classes(d->num_classes());
-    for (const std::string& c : d->class_names()) info->add_class_names(c);
+    for (const std::string& c : d->class_names()) {
+      info->add_class_names(DisplayString(c));
+      info->add_class_name_bytes(c);
+    }
     info->set_num_refused(d->num_refused());
     info->set_num_shards(d->num_shards());
     info->set_total_bytes(d->total_bytes());
     info->set_block_samples(d->block_samples());
     FillFleetInfo(*d, info);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(SerializeResponse(response_message, raw_response));
   return reactor;
 }
 
@@ -188,7 +214,7 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
   if (!backend_why_.empty()) {
     detail = detail.empty() ? backend_why_ : detail + "; " + backend_why_;
   }
-  info->set_backend_detail(detail);
+  info->set_backend_detail(DisplayString(detail));
   info->set_workers(static_cast<uint32_t>(pipeline_->workers()));
   info->add_compressions(v1::COMPRESSION_DELTA_ZSTD);
   info->add_compressions(v1::COMPRESSION_GRADIENT_ZSTD);
@@ -228,11 +254,18 @@ void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
 }
 
 grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
-    grpc::CallbackServerContext* context,
-    const v1::GetServerInfoRequest* /*request*/, v1::ServerInfo* response) {
-  FillServerInfo(response);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
+    grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  v1::GetServerInfoRequest request;
+  if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
+    counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  }
+  v1::ServerInfo info;
+  FillServerInfo(&info);
+  reactor->Finish(SerializeResponse(info, raw_response));
   return reactor;
 }
 

@@ -3,10 +3,11 @@
 // (request_validation.h, StreamRegistry, the pipeline) and converts the
 // result back.
 //
-// StreamBatches is registered "raw" so that batches can be written as
-// grpc::ByteBuffers that reference the pipeline's batch memory (see
-// batch_serializer.h); its request is parsed here, and malformed bytes are
-// INVALID_ARGUMENT. One ServerWriteReactor per stream, in the shape of gRPC's
+// Every method is registered "raw": StreamBatches so that batches can be
+// written as grpc::ByteBuffers that reference the pipeline's batch memory
+// (see batch_serializer.h), and all of them so that requests are parsed
+// here: malformed bytes are INVALID_ARGUMENT naming the message type (gRPC's
+// own parse failure would answer with a code and no message). One ServerWriteReactor per stream, in the shape of gRPC's
 // route_guide callback server: the constructor asks the stream for its first
 // result; each result is written (StartWrite) or ends the call (Finish); each
 // completed write (OnWriteDone) asks for the next. No thread per stream, and
@@ -64,8 +65,10 @@ struct DatasetCounters {
 };
 
 class PreprocessorService final
-    : public v1::Preprocessor::WithRawCallbackMethod_StreamBatches<
-          v1::Preprocessor::CallbackService> {
+    : public v1::Preprocessor::WithRawCallbackMethod_ListDatasets<
+          v1::Preprocessor::WithRawCallbackMethod_StreamBatches<
+              v1::Preprocessor::WithRawCallbackMethod_GetServerInfo<
+                  v1::Preprocessor::CallbackService>>> {
  public:
   // `datasets` and `pipeline` must outlive the service.
   PreprocessorService(std::vector<const Dataset*> datasets, Pipeline* pipeline,
@@ -73,13 +76,11 @@ class PreprocessorService final
   ~PreprocessorService() override;
 
   grpc::ServerUnaryReactor* ListDatasets(
-      grpc::CallbackServerContext* context,
-      const v1::ListDatasetsRequest* request,
-      v1::ListDatasetsResponse* response) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetServerInfo(
-      grpc::CallbackServerContext* context,
-      const v1::GetServerInfoRequest* request,
-      v1::ServerInfo* response) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamBatches(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;

@@ -46,6 +46,13 @@ absl::Status ListFileList(const Storage& storage, const ListingOptions& options,
     if (hash != std::string::npos) line.resize(hash);
     absl::string_view text = absl::StripAsciiWhitespace(line);
     if (text.empty()) continue;
+    // A path with a NUL byte names another file than it spells (the file
+    // system stops at the NUL; the duplicate check does not): refuse it.
+    if (text.find('\0') != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dataset '", name, "': ", list_path, " line ", line_no,
+          ": contains a NUL byte"));
+    }
     const size_t blank = text.find_last_of(" \t");
     int64_t label = 0;
     if (blank == absl::string_view::npos ||

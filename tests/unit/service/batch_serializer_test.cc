@@ -113,6 +113,22 @@ TEST_F(BatchSerializerTest, RawBytesEqualTypedSerializationByteForByte) {
   }
 }
 
+TEST_F(BatchSerializerTest, NonUtf8PathsKeepTheBatchParseable) {
+  // File names are bytes; protobuf refuses a Batch whose string field holds
+  // invalid UTF-8, which lost the whole batch in every client.
+  std::shared_ptr<BatchData> b = MakeBatch(2, 12, false);
+  const std::string path = std::string("caf\xe9/\xff.txt");
+  b->errors.push_back(
+      {5, path, absl::InvalidArgumentError("not a JPEG: " + path)});
+  std::vector<grpc::Slice> slices;
+  v1::Batch parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(SerializeBatch(b), &slices)));
+  ASSERT_EQ(parsed.errors_size(), 1);
+  EXPECT_EQ(parsed.errors(0).path(), "caf\\xe9/\\xff.txt");
+  EXPECT_EQ(parsed.errors(0).path_bytes(), path);
+  EXPECT_EQ(parsed.errors(0).message(), "not a JPEG: caf\\xe9/\\xff.txt");
+}
+
 TEST_F(BatchSerializerTest, PayloadSliceReferencesBatchMemoryUntilReleased) {
   std::shared_ptr<BatchData> b = MakeBatch(4, 4096, false);
   std::weak_ptr<BatchData> weak = b;

@@ -102,5 +102,22 @@ TEST(SampleListingTest, Errors) {
   EXPECT_NE(line.status().message().find("line 2"), std::string::npos);
 }
 
+TEST(SampleListingTest, FileListRefusesLineWithNulByte) {
+  // "a/1.jpg\0x 2" would open a/1.jpg (the file system stops at the NUL)
+  // and serve it twice per epoch: the whole line is refused, by number.
+  MemStorage mem;
+  mem.AddFile("a/1.jpg", std::string("1"));
+  using namespace std::string_literals;
+  mem.AddFile("l.txt", "a/1.jpg 1\n# fine\na/1.jpg\0x 2\n"s);
+  ListingOptions o;
+  o.name = "m";
+  o.format = "file_list";
+  o.list_file = "l.txt";
+  auto l = ListSamples(mem, o);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(l.status().message(),
+            "dataset 'm': mem:/l.txt line 3: contains a NUL byte");
+}
+
 }  // namespace
 }  // namespace nearprep
