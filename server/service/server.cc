@@ -173,25 +173,14 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
   StreamRegistry& streams = service_->streams();
+  // While the streams drain the server keeps listening: the health service
+  // answers NOT_SERVING (load balancers and probes see the drain), new
+  // streams are refused with UNAVAILABLE by the registry (clients resume
+  // elsewhere), unary calls are answered. Only then does gRPC stop.
   streams.BeginDrain();
   if (auto* health = server->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
-  // grpc::Server::Shutdown stops listening at once and blocks until every
-  // call is done *and* every client connection is closed, which idle
-  // clients never do by themselves; so once the streams are over (drained,
-  // or ended with UNAVAILABLE at the deadline) the remaining connections are
-  // closed with grpc_server_cancel_all_calls, repeated until Shutdown
-  // returns (it must run after Shutdown has begun, which another thread
-  // does).
-  const auto grpc_deadline = std::chrono::system_clock::now() + drain +
-                             std::chrono::milliseconds(500);
-  std::promise<void> stopped;
-  std::future<void> stopped_future = stopped.get_future();
-  std::thread stopper([server, grpc_deadline, &stopped] {
-    server->Shutdown(grpc_deadline);
-    stopped.set_value();
-  });
   if (!streams.WaitUntilEmpty(deadline)) {
     spdlog::warn("drain deadline reached; cancelling the remaining streams");
     streams.StopAll(absl::UnavailableError("server shutting down"));
@@ -199,6 +188,19 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
     streams.WaitUntilEmpty(std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(200));
   }
+  // grpc::Server::Shutdown stops listening and blocks until every call is
+  // done *and* every client connection is closed, which idle clients never
+  // do by themselves; so the remaining connections are closed with
+  // grpc_server_cancel_all_calls, repeated until Shutdown returns (it must
+  // run after Shutdown has begun, which another thread does).
+  const auto grpc_deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(500);
+  std::promise<void> stopped;
+  std::future<void> stopped_future = stopped.get_future();
+  std::thread stopper([server, grpc_deadline, &stopped] {
+    server->Shutdown(grpc_deadline);
+    stopped.set_value();
+  });
   while (stopped_future.wait_for(std::chrono::milliseconds(50)) !=
          std::future_status::ready) {
     grpc_server_cancel_all_calls(server->c_server());

@@ -7,7 +7,8 @@
 //   ...
 //   (*server)->Shutdown(std::chrono::seconds(10));  // drain, then cancel
 //
-// Shutdown stops accepting RPCs (new streams get UNAVAILABLE), lets active
+// Shutdown refuses new streams (UNAVAILABLE) while it keeps listening and
+// answering unary calls and the health service (NOT_SERVING), lets active
 // streams run to their end until the drain deadline, then ends the rest with
 // UNAVAILABLE (a nearprep::Client resumes elsewhere) and stops the server.
 // gRPC's standard health service (SERVING while up, NOT_SERVING while
