@@ -67,10 +67,14 @@ class SampleParams:
 
 @dataclasses.dataclass(frozen=True)
 class SampleError:
+    """A sample skipped while assembling a batch. `path` is for display (bytes
+    of a file name that are not UTF-8 read as \\xNN); `path_bytes` is the
+    exact path relative to the dataset root."""
     sample_id: int
     path: str
     code: str
     message: str
+    path_bytes: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +143,7 @@ class Batch:
 
     @property
     def errors(self) -> List[SampleError]:
-        return [SampleError(e.sample_id, e.path, e.code, e.message)
+        return [SampleError(e.sample_id, e.path, e.code, e.message, e.path_bytes)
                 for e in self._header.errors]
 
     @property

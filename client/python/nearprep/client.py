@@ -39,12 +39,15 @@ import grpc
 from nearprep import _stubs
 from nearprep import transport as _transport
 from nearprep.batch import WireError
-from nearprep.errors import (InvalidArgumentError, NearprepError,
+from nearprep.errors import (DataLossError, InvalidArgumentError, NearprepError,
                              UnavailableError, from_rpc_error)
 from nearprep.request import build_request, validate_request
 from nearprep.stats import Stats
 
 _END = object()
+
+# gRPC's default minimum connect timeout (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS).
+_MIN_CONNECT_TIMEOUT_MS = 20000
 
 
 def _retryable(err):
@@ -172,9 +175,17 @@ class Client:
         self._options = [
             ("grpc.max_receive_message_length", -1),
             ("grpc.max_send_message_length", -1),
+            # Reconnect soon after a daemon restarts (first retry after
+            # 0.1 s, then at most every 1 s)...
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # ...but give each connection attempt (TCP, TLS, the HTTP/2
+            # SETTINGS frame) as long as a unary call may take, and at least
+            # gRPC's default 20 s: this option is gRPC's minimum *connect
+            # timeout*, and 100 ms here failed every call to a daemon that
+            # was busy or paused for a moment.
+            ("grpc.min_reconnect_backoff_ms",
+             max(_MIN_CONNECT_TIMEOUT_MS, int(self.rpc_timeout * 1000))),
             ("grpc.enable_retries", 0),
             # Own subchannels per channel, so that _reset_channel() really
             # starts a fresh connection instead of waiting out the shared
@@ -354,7 +365,22 @@ class _ChunkRun:
                 continue
         return False
 
+    def _fail(self, err):
+        """Ends this chunk with `err` for the consumer, cancelling the call."""
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._put(err)
+
     def _run(self):
+        try:
+            self._read()
+        except BaseException as e:  # noqa: BLE001 - never leave the consumer waiting
+            self._put(e if isinstance(e, NearprepError) else
+                      NearprepError(f"reader thread failed: {type(e).__name__}: {e}",
+                                    code="INTERNAL"))
+
+    def _read(self):
         s = self.stream
         client = s.client
         targets = s.targets
@@ -426,10 +452,16 @@ class _ChunkRun:
                         f"gave up after {client.reconnect_deadline:.0f} s without "
                         f"progress: {err.message}", target=target))
                     return
-            except (WireError, NearprepError) as e:
-                err = e if isinstance(e, NearprepError) else NearprepError(
-                    f"malformed batch from {target}: {e}", code="INTERNAL", target=target)
-                self._put(err)
+            except NearprepError as e:
+                self._fail(e)
+                return
+            except Exception as e:  # noqa: BLE001 - any parse failure
+                # A message that does not parse (WireError, protobuf's
+                # DecodeError, ...) is data lost: the consumer gets the error
+                # and the call is cancelled, never a silent end or a hang.
+                what = "" if isinstance(e, WireError) else f"{type(e).__name__}: "
+                self._fail(DataLossError(
+                    f"malformed batch from {target}: {what}{e}", target=target))
                 return
             finally:
                 self._call = None
