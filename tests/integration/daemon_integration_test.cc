@@ -259,6 +259,34 @@ TEST_F(DaemonIntegrationTest, HungDaemonDoesNotBlockReaderForever) {
   EXPECT_EQ(d.Kill(SIGTERM), 0);
 }
 
+// A daemon that is slow to answer (paused for 0.5 s before the client's
+// first call): the unary call waits for the connection within rpc_timeout
+// instead of giving up when the first connection attempt has not seen the
+// daemon's HTTP/2 SETTINGS frame after initial_backoff (100 ms).
+TEST_F(DaemonIntegrationTest, UnaryCallWaitsForDaemonPausedHalfASecond) {
+  Daemon d;
+  StartSmallDaemon(&d);
+  ClientOptions opts;
+  opts.target = "127.0.0.1:" + std::to_string(d.port());
+  Client client(opts);  // Connects on the first call.
+  d.Signal(SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread resume([&d] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    d.Signal(SIGCONT);
+  });
+  absl::StatusOr<std::vector<v1::DatasetInfo>> ds = client.ListDatasets();
+  const double waited = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+  resume.join();
+  ASSERT_TRUE(ds.ok()) << ds.status() << " after " << waited << " s";
+  ASSERT_EQ(ds->size(), 1u);
+  EXPECT_EQ((*ds)[0].name(), "synth");
+  EXPECT_GE(waited, 0.4);
+  EXPECT_EQ(d.Kill(SIGTERM), 0);
+}
+
 // A reader slower than keepalive_time + keepalive_timeout (the sync client
 // reads the connection only inside Next(), so its pings go unacknowledged
 // meanwhile) may see its connection dropped; it must still receive the whole

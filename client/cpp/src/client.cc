@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,6 +30,9 @@ namespace nearprep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// gRPC's default minimum connect timeout (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS).
+constexpr int64_t kMinConnectTimeoutMs = 20000;
 
 absl::Status ToAbsl(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
@@ -103,8 +107,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   const int max_ms = static_cast<int>(
       std::max<int64_t>(init_ms, o.max_backoff.count()));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, init_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, init_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's minimum *connect timeout*
+  // (TCP, TLS and the HTTP/2 SETTINGS frame): give an attempt as long as a
+  // unary call may take (rpc_timeout), and at least gRPC's default 20 s, so
+  // that a daemon busy or paused for a moment is waited for, not failed.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(std::clamp<int64_t>(o.rpc_timeout.count(),
+                                                   kMinConnectTimeoutMs,
+                                                   INT32_MAX)));
   // Detect a hung or vanished daemon on an open stream (see client.h).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
               static_cast<int>(std::max<int64_t>(1, o.keepalive_time.count())));
