@@ -161,6 +161,31 @@ def test_unparseable_batch_is_an_error_and_cancels(transport):
         server.stop(None)
 
 
+def test_unparseable_unary_answer_is_data_loss():
+    """A ListDatasets answer with a class name that is not UTF-8 (what the
+    daemon used to send) is a DataLossError naming the message type."""
+    info = pb2.DatasetInfo(name="fake", class_names=["caf\u00e9"])
+    raw = pb2.ListDatasetsResponse(datasets=[info]).SerializeToString()
+    assert raw.count(b"\xc3\xa9") == 1
+    raw = raw.replace(b"\xc3\xa9", b"\xe9\xe9")
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    handler = grpc.method_handlers_generic_handler("nearprep.v1.Preprocessor", {
+        "ListDatasets": grpc.unary_unary_rpc_method_handler(
+            lambda req, ctx: raw, request_deserializer=None,
+            response_serializer=lambda b: b)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    c = nearprep.Client(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(nearprep.DataLossError) as exc:
+            run_bounded(c.datasets)
+        assert "malformed nearprep.v1.ListDatasetsResponse" in str(exc.value)
+    finally:
+        c.close()
+        server.stop(None)
+
+
 # ---------------------------------------------------------------------------
 # 5c. Garbage request bytes on the unary RPCs
 

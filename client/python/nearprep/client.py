@@ -229,9 +229,6 @@ class Client:
             if self._channels.get(target) is failed:
                 del self._channels[target]
 
-    def _stub(self, target):
-        return self._pb2_grpc.PreprocessorStub(self._channel(target))
-
     def close(self):
         with self._lock:
             self._closed = True
@@ -248,23 +245,38 @@ class Client:
 
     # -- unary calls ------------------------------------------------------
 
-    def _unary(self, method, request, target=None):
-        """Calls on `target`, or on each target in turn until one answers."""
+    def _unary(self, method, request, response_type, target=None):
+        """Calls on `target`, or on each target in turn until one answers.
+        The answer is received as bytes and parsed here, so one that does
+        not parse is a DataLossError naming the message type (grpcio's own
+        deserializer gives an INTERNAL error without saying what)."""
         targets = [target] if target else self.targets
         last = None
         for t in targets:
             try:
-                return getattr(self._stub(t), method)(request, timeout=self.rpc_timeout)
+                call = self._channel(t).unary_unary(
+                    f"/nearprep.v1.Preprocessor/{method}",
+                    request_serializer=lambda r: r.SerializeToString(),
+                    response_deserializer=None)
+                raw = call(request, timeout=self.rpc_timeout)
             except grpc.RpcError as e:
                 last = from_rpc_error(e, t)
                 if not _retryable(e):
                     raise last from None
+                continue
+            try:
+                return response_type.FromString(raw)
+            except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
+                raise DataLossError(
+                    f"malformed {response_type.DESCRIPTOR.full_name} from {t}: "
+                    f"{type(e).__name__}: {e}", target=t) from None
         raise last
 
     def datasets(self, target=None):
         """List of nearprep.v1.DatasetInfo (name, format, num_samples,
         num_classes, class_names, num_refused)."""
-        resp = self._unary("ListDatasets", self._pb2.ListDatasetsRequest(), target)
+        resp = self._unary("ListDatasets", self._pb2.ListDatasetsRequest(),
+                           self._pb2.ListDatasetsResponse, target)
         return list(resp.datasets)
 
     def dataset(self, name, target=None):
@@ -277,7 +289,8 @@ class Client:
 
     def info(self, target=None):
         """nearprep.v1.ServerInfo of `target` (default: the first that answers)."""
-        return self._unary("GetServerInfo", self._pb2.GetServerInfoRequest(), target)
+        return self._unary("GetServerInfo", self._pb2.GetServerInfoRequest(),
+                           self._pb2.ServerInfo, target)
 
     # -- streaming --------------------------------------------------------
 
