@@ -125,6 +125,22 @@ class BadUtf8Server final : public v1::Preprocessor::Service {
  public:
   std::atomic<bool> cancelled{false};
 
+  // A listing with a class name that is not UTF-8.
+  grpc::Status ListDatasets(grpc::ServerContext*,
+                            const v1::ListDatasetsRequest*,
+                            v1::ListDatasetsResponse* response) override {
+    v1::DatasetInfo* d = response->add_datasets();
+    d->set_name("any");
+    d->add_class_names(kOddClass);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetServerInfo(grpc::ServerContext*,
+                             const v1::GetServerInfoRequest*,
+                             v1::ServerInfo* info) override {
+    info->set_version("fake");
+    return grpc::Status::OK;
+  }
+
   grpc::Status StreamBatches(grpc::ServerContext* ctx,
                              const v1::StreamBatchesRequest* req,
                              grpc::ServerWriter<v1::Batch>* writer) override {
@@ -193,6 +209,31 @@ TEST(ClientParseFailureTest, UnparseableMessageIsDataLossAndCancels) {
     EXPECT_TRUE(service.cancelled) << "the reader did not cancel the call";
     server->Shutdown(std::chrono::system_clock::now());
   }
+}
+
+TEST(ClientParseFailureTest, UnparseableUnaryAnswerIsDataLoss) {
+  BadUtf8Server service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ClientOptions o;
+  o.target = "127.0.0.1:" + std::to_string(port);
+  Client client(o);
+  absl::StatusOr<std::vector<v1::DatasetInfo>> ds = client.ListDatasets();
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kDataLoss) << ds.status();
+  EXPECT_NE(ds.status().message().find(
+                "malformed nearprep.v1.ListDatasetsResponse"),
+            std::string::npos)
+      << ds.status();
+  // A well-formed answer still arrives through the same path.
+  absl::StatusOr<v1::ServerInfo> info = client.Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->version(), "fake");
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

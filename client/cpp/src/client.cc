@@ -11,6 +11,7 @@
 #include "nearprep/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
 
 #include <algorithm>
@@ -342,10 +343,33 @@ struct Client::Impl {
   ClientOptions options;
   absl::Status setup_status;  // Not OK: a TLS file was unusable.
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Preprocessor::Stub> stub;
 
-  void SetDeadline(grpc::ClientContext* ctx) const {
-    ctx->set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+  // A unary call whose answer is received as bytes and parsed here: one that
+  // does not parse is DATA_LOSS naming the message type (the generated stub
+  // reports it as UNIMPLEMENTED "No message returned for unary request").
+  template <typename Request, typename Response>
+  absl::Status Call(const char* method, const Request& request,
+                    Response* response) const {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+    grpc::ByteBuffer sent;
+    bool own_buffer = false;
+    grpc::Status st = grpc::SerializationTraits<Request>::Serialize(
+        request, &sent, &own_buffer);
+    if (!st.ok()) return ToAbsl(st);
+    grpc::ByteBuffer received;
+    const grpc::internal::RpcMethod rpc(
+        method, grpc::internal::RpcMethod::NORMAL_RPC, channel);
+    st = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel.get(), rpc, &ctx, sent, &received);
+    if (!st.ok()) return ToAbsl(st);
+    st = grpc::SerializationTraits<Response>::Deserialize(&received, response);
+    if (!st.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "malformed ", Response::descriptor()->full_name(), " from ",
+          options.target, ": ", st.error_message()));
+    }
+    return absl::OkStatus();
   }
 };
 
@@ -359,30 +383,25 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
     creds = grpc::InsecureChannelCredentials();
   }
   impl_->channel = MakeChannel(impl_->options, std::move(*creds));
-  impl_->stub = v1::Preprocessor::NewStub(impl_->channel);
 }
 
 Client::~Client() = default;
 
 absl::StatusOr<v1::ServerInfo> Client::Info() {
   if (!impl_->setup_status.ok()) return impl_->setup_status;
-  grpc::ClientContext ctx;
-  impl_->SetDeadline(&ctx);
   v1::ServerInfo info;
-  grpc::Status st =
-      impl_->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
-  if (!st.ok()) return ToAbsl(st);
+  absl::Status st = impl_->Call("/nearprep.v1.Preprocessor/GetServerInfo",
+                                v1::GetServerInfoRequest(), &info);
+  if (!st.ok()) return st;
   return info;
 }
 
 absl::StatusOr<std::vector<v1::DatasetInfo>> Client::ListDatasets() {
   if (!impl_->setup_status.ok()) return impl_->setup_status;
-  grpc::ClientContext ctx;
-  impl_->SetDeadline(&ctx);
   v1::ListDatasetsResponse resp;
-  grpc::Status st =
-      impl_->stub->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp);
-  if (!st.ok()) return ToAbsl(st);
+  absl::Status st = impl_->Call("/nearprep.v1.Preprocessor/ListDatasets",
+                                v1::ListDatasetsRequest(), &resp);
+  if (!st.ok()) return st;
   return std::vector<v1::DatasetInfo>(resp.datasets().begin(),
                                       resp.datasets().end());
 }
