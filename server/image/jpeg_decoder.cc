@@ -285,8 +285,21 @@ absl::Status JpegSession::DecodeCrop(const CropBox& crop,
   jpeg_start_decompress(&cinfo_);
   const int full_w = static_cast<int>(cinfo_.output_width);
   const int full_h = static_cast<int>(cinfo_.output_height);
-  const int x0 = std::max(crop.x - 1, 0);
-  const int x1 = std::min(crop.x + crop.width + 1, full_w);
+  int x0 = std::max(crop.x - 1, 0);
+  int x1 = std::min(crop.x + crop.width + 1, full_w);
+  // jpeg_crop_scanline sets each component's width to the window's
+  // (ceil(width * h_samp / max_h_samp) samples) and, when that falls under
+  // 2 for a component that had more, re-initialises the upsampler, which
+  // then picks plain replication instead of the fancy (triangle) filter the
+  // full decode uses (libjpeg-turbo jdapistd.c, jdsample.c): a 1-pixel
+  // crop at the left edge of a 4:2:0 image (window width 2) came out
+  // different (issue 12, a libFuzzer finding). A window of at least
+  // max_h_samp_factor + 1 pixels keeps every component at >= 2 samples.
+  const int min_w = std::min(cinfo_.max_h_samp_factor + 1, full_w);
+  if (x1 - x0 < min_w) {
+    x1 = std::min(x0 + min_w, full_w);
+    x0 = x1 - min_w;
+  }
   const int y0 = std::max(crop.y - 1, 0);
   const int y1 = std::min(crop.y + crop.height + 1, full_h);
   JDIMENSION xoff = static_cast<JDIMENSION>(x0);

@@ -61,7 +61,9 @@ class JpegSession {
   // below the crop are entropy-decoded only (jpeg_skip_scanlines), columns
   // outside it (beyond iMCU alignment) are not IDCT'd (jpeg_crop_scanline),
   // and the stream is read to EOI. A 1-pixel margin around the crop keeps
-  // libjpeg's region-edge effects of fancy upsampling outside it. The result
+  // libjpeg's region-edge effects of fancy upsampling outside it, and the
+  // window is at least max_h_samp_factor + 1 pixels wide (narrower, libjpeg
+  // switches a subsampled component to box upsampling). The result
   // is `*height` x `*width` RGB; `*in_buf` locates the crop in it.
   absl::Status DecodeCrop(const CropBox& crop, std::vector<uint8_t>* rgb,
                           int* height, int* width, CropBox* in_buf);

@@ -4,6 +4,7 @@
 // succeeds; an oversized header is a limit error; nothing carries over from
 // one image to the next in the per-thread decompressor.
 // Fuzz findings 3-5 of docs/fuzzing.md ("Known findings").
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -303,6 +304,95 @@ TEST_F(JpegDamageToolTest, HeaderOverLibjpegMaximumIsResourceExhausted) {
   auto hdr = ReadJpegHeader(d.data(), d.size(), DecodeLimits());
   ASSERT_TRUE(hdr.ok()) << hdr.status();
   EXPECT_EQ(hdr->width, 65500);
+}
+
+// Finding 6 (issue 12, item 4): a crop whose decode window is under 3 pixels
+// wide. jpeg_crop_scanline then leaves a 2x-subsampled chroma component
+// under 2 samples wide and re-initialises libjpeg's upsampler, which picks
+// box ("simple") upsampling there instead of the fancy (triangle) one the
+// full decode uses: other pixels. The reproducer (a damaged 47x33 4:2:0
+// image found by libFuzzer) decodes without a warning; every crop up to 4
+// pixels on a side (and a band of larger ones) must equal the full decode's.
+const char kNarrowCropRegression[] =
+    NEARPREP_SOURCE_DIR
+    "/tests/fuzz/regressions/jpeg_decode/crop-decode-mismatch-47x33.jpg.bin";
+
+// Decodes `c` of `d` through PreprocessJpeg(TF_COMPAT) at the crop's own
+// size (the resize is then the identity) and compares with the full decode.
+bool CropMatchesFull(const Bytes& d, const RgbImage& full, const CropBox& c) {
+  const int oh = std::min(c.height, 32), ow = std::min(c.width, 32);
+  Bytes tf;
+  if (!Preprocess(d, Fidelity::kTfCompat, c, oh, ow, &tf).ok()) return false;
+  return tf == Reference(full, c, oh, ow);
+}
+
+TEST(JpegDamageTest, NarrowCropEqualsFullDecodeOnFuzzReproducer) {
+  const Bytes d = ReadFile(kNarrowCropRegression);
+  ASSERT_FALSE(d.empty()) << kNarrowCropRegression;
+  auto full = DecodeJpegTfCompat(d.data(), d.size(), DecodeLimits());
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_EQ(full->height, 33);
+  ASSERT_EQ(full->width, 47);
+  int checked = 0, differ = 0;
+  std::string first;
+  for (int y = 0; y < full->height; ++y) {
+    for (int h = 1; y + h <= full->height; ++h) {
+      for (int x = 0; x < full->width; ++x) {
+        for (int w = 1; x + w <= full->width; ++w) {
+          if (h > 4 && w > 4) break;
+          const CropBox c{y, x, h, w};
+          ++checked;
+          if (!CropMatchesFull(d, *full, c)) {
+            if (differ++ == 0) {
+              first = std::to_string(y) + "," + std::to_string(x) + " " +
+                      std::to_string(h) + "x" + std::to_string(w);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  EXPECT_EQ(differ, 0) << differ << " of " << checked
+                       << " crops differ from the full decode; first: "
+                       << first;
+}
+
+// The same property on the 200 real images: random crops, half of them at
+// most 4 pixels wide, a third of them against the left or right edge.
+TEST(JpegDamageTest, CropEqualsFullDecodeOnRealImages) {
+  const std::vector<std::string> files = testutil::RealImages();
+  if (files.empty()) GTEST_SKIP() << "../shared/datasets/imagenet-sample-200 is absent";
+  std::mt19937 rng(12);
+  int checked = 0, differ = 0;
+  std::string first;
+  for (const std::string& f : files) {
+    const Bytes d = ReadFile(f);
+    auto full = DecodeJpegTfCompat(d.data(), d.size(), DecodeLimits());
+    ASSERT_TRUE(full.ok()) << f << ": " << full.status();
+    const int H = full->height, W = full->width;
+    for (int k = 0; k < 30; ++k) {
+      CropBox c;
+      c.width = 1 + int(rng() % (k % 2 == 0 ? std::min(W, 4) : W));
+      c.height = 1 + int(rng() % (k % 3 == 0 ? std::min(H, 4) : H));
+      c.y = int(rng() % (H - c.height + 1));
+      c.x = k % 3 == 1 ? 0
+            : k % 3 == 2 ? W - c.width
+                         : int(rng() % (W - c.width + 1));
+      ++checked;
+      if (!CropMatchesFull(d, *full, c)) {
+        if (differ++ == 0) {
+          first = f + " crop " + std::to_string(c.y) + "," +
+                  std::to_string(c.x) + " " + std::to_string(c.height) + "x" +
+                  std::to_string(c.width);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 30 * static_cast<int>(files.size()));
+  EXPECT_EQ(differ, 0) << differ << " of " << checked
+                       << " crops differ from the full decode; first: "
+                       << first;
 }
 
 }  // namespace
