@@ -5,6 +5,8 @@
 // BatchData::storage: a shared_ptr whose deleter gives the buffer back to the
 // pool (or frees it when the pool already caches enough). The pool outlives
 // every buffer it handed out because each deleter holds a reference to it.
+// Buffers of 256 KiB or more are mmap'd and munmap'd directly, so memory
+// that is neither in use nor cached is returned to the system at once.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef NEARPREP_SERVER_PIPELINE_BUFFER_POOL_H_

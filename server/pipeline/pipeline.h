@@ -15,9 +15,13 @@
 //
 // Memory bound: streams x prefetch_depth x batch bytes; the depth of a
 // stream is lowered so that its batches fit StreamRequest::memory_limit_bytes.
-// The bound counts batches being filled or waiting for the consumer; a batch
-// the consumer has taken belongs to it until it drops the BatchData::storage
-// reference (the buffer then returns to the stream's pool for reuse). Copies
+// The bound counts batches being filled or waiting for the consumer and,
+// with StreamRequest::account_until_released (the daemon sets it), batches
+// the consumer has taken until every copy of their BatchData is gone (gRPC
+// holds a sent batch until its bytes are written out): the window moves on
+// release, not on take. Without it, a taken batch belongs to the consumer
+// and only the batches not yet taken are counted. A released buffer returns
+// to the stream's pool for reuse. Copies
 // of the tensor: none here — the backend writes each sample into the batch
 // buffer; a sample moves (memmove) only when an earlier sample of the stream
 // failed under kSkip.
@@ -110,6 +114,14 @@ struct StreamRequest {
   // BatchMemoryBytes() against memory_limit_bytes.
   TensorCompression compression = TensorCompression::kNone;
   int compression_level = kDefaultCompressionLevel;
+  // Count a batch the consumer has taken against the prefetch window (and so
+  // against memory_limit_bytes) until its BatchData and every copy of it are
+  // destroyed, not only until it is taken. The daemon sets it: its consumer
+  // (gRPC) holds a batch after taking it until the bytes are written. A
+  // consumer that keeps batches then stalls its own stream after
+  // prefetch_depth of them, so in-process consumers that collect batches
+  // leave it false.
+  bool account_until_released = false;
 };
 
 // The geometry of an n-image tensor of the request's output.
@@ -148,6 +160,13 @@ struct BatchData {
   // payload of uncompressed_bytes bytes of elements.
   TensorCompression compression = TensorCompression::kNone;
   uint64_t uncompressed_bytes = 0;
+  // With StreamRequest::account_until_released: destroyed with the last copy
+  // of the batch, which then stops counting against its stream's window.
+  // Copies of a BatchData (a compressed copy, say) share it. Declared before
+  // `storage` so that it is destroyed after it: the buffer is back in the
+  // stream's pool before the window lets a worker ask for another one
+  // (else the pool would allocate a prefetch_depth + 1st buffer).
+  std::shared_ptr<void> release_token;
   std::shared_ptr<void> storage;  // Owns the tensor memory.
 };
 

@@ -42,6 +42,11 @@ void Scheduler::Add(const std::shared_ptr<Stream>& stream) {
   {
     absl::MutexLock lock(&mu_);
     StreamAssembler& a = Locked(*stream).assembler;
+    if (a.request().account_until_released) {
+      a.SetReleaseNotifier([self = weak_from_this()] {
+        if (std::shared_ptr<Scheduler> s = self.lock()) s->OnBatchReleased();
+      });
+    }
     streams_.push_back(stream);
     a.Start(a.NeedsValidation() ? validity_.Get(a.request()) : nullptr);
     SettleLocked(*stream, &fire);
@@ -65,6 +70,14 @@ void Scheduler::Next(Stream& stream, BatchStream::NextCallback done) {
   }
   if (result.ok() && *result != nullptr) work_cv_.SignalAll();  // window moved
   std::move(done)(std::move(result));
+}
+
+void Scheduler::OnBatchReleased() {
+  // Taking mu_ orders the release after any worker's CanDispatch check
+  // under the lock: the worker is either before its check (and sees the
+  // moved window) or already waiting (and gets the signal).
+  { absl::MutexLock lock(&mu_); }
+  work_cv_.SignalAll();
 }
 
 void Scheduler::Cancel(Stream& stream) {
@@ -155,10 +168,14 @@ void Scheduler::WorkerLoop() {
   mu_.Lock();
   while (true) {
     if (!tasks_.empty()) {
-      Callback task = std::move(tasks_.front());
-      tasks_.pop_front();
-      mu_.Unlock();
-      std::move(task)();
+      {
+        Callback task = std::move(tasks_.front());
+        tasks_.pop_front();
+        mu_.Unlock();
+        std::move(task)();
+        // `task` (and any batch it still holds, whose release takes mu_)
+        // is destroyed here, before the lock is taken again.
+      }
       mu_.Lock();
       continue;
     }

@@ -33,7 +33,7 @@
 
 namespace nearprep {
 
-class Scheduler {
+class Scheduler : public std::enable_shared_from_this<Scheduler> {
  public:
   // A stream known to the scheduler.
   class Stream {
@@ -65,6 +65,8 @@ class Scheduler {
   };
 
   // `options` is already resolved (workers, depth and chunk size >= 1).
+  // Create with std::make_shared (streams that account batches until
+  // release reach the scheduler through a weak_ptr).
   Scheduler(const PipelineOptions& options, std::shared_ptr<Backend> backend);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -104,6 +106,10 @@ class Scheduler {
     return s.guarded_;
   }
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A taken batch was released (account_until_released): its stream's
+  // window moved, so wake the workers. Called on the releasing thread;
+  // no BatchData with a release token is ever destroyed under mu_.
+  void OnBatchReleased() ABSL_LOCKS_EXCLUDED(mu_);
   // The next stream with dispatchable work, round-robin; nullptr if none.
   std::shared_ptr<Stream> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After `s` changed: retires it when it is over, and answers its pending

@@ -117,7 +117,7 @@ bool StreamAssembler::CanDispatch() {
   if (validator_) return validator_->CanDispatch();
   if (next_pos_ >= end_pos_) return false;
   if (results_.empty() && next_prov_ > write_slot_) next_prov_ = write_slot_;
-  const uint64_t window_end = (depth_ + taken_) * batch_;
+  const uint64_t window_end = (depth_ + Consumed()) * batch_;
   return next_prov_ < std::min(window_end, limit_slots_);
 }
 
@@ -149,7 +149,7 @@ bool StreamAssembler::TakeChunk(size_t max_n, Chunk* chunk) {
   if (validator_) return TakeValidationChunk(max_n, chunk);
   chunk->validation = false;
   const uint64_t window_end =
-      std::min((depth_ + taken_) * batch_, limit_slots_);
+      std::min((depth_ + Consumed()) * batch_, limit_slots_);
   const uint64_t n = std::min<uint64_t>(
       {max_n, end_pos_ - next_pos_, window_end - next_prov_});
   chunk->first_pos = next_pos_;
@@ -214,10 +214,28 @@ BatchStream::NextResult StreamAssembler::Take(Clock::time_point now) {
     counters_->queue_wait_seconds.Observe(
         static_cast<double>(rb.data->queue_wait_us) / 1e6);
     ++taken_;
+    if (req_.account_until_released) {
+      // The token's deleter runs when the last copy of the batch goes.
+      Released* r = released_.get();
+      rb.data->release_token = std::shared_ptr<void>(
+          static_cast<void*>(r), [keep = released_](void*) {
+            keep->count.fetch_add(1, std::memory_order_release);
+            if (keep->notify) keep->notify();
+          });
+    }
     return std::shared_ptr<const BatchData>(std::move(rb.data));
   }
   if (!error_.ok()) return error_;
   return std::shared_ptr<const BatchData>();  // finished_
+}
+
+uint64_t StreamAssembler::Consumed() const {
+  if (!req_.account_until_released) return taken_;
+  return released_->count.load(std::memory_order_acquire);
+}
+
+void StreamAssembler::SetReleaseNotifier(std::function<void()> notify) {
+  released_->notify = std::move(notify);
 }
 
 void StreamAssembler::Cancel() {

@@ -21,7 +21,8 @@
 // in slot i (its final slot, always <= its provisional one). Without failures
 // both are equal and nothing moves; after a failure the later samples are
 // moved back (memmove) as they are assembled. Provisional slots never run
-// ahead of the prefetch window ((depth + batches taken) * B) nor past
+// ahead of the prefetch window ((depth + batches consumed) * B, consumed =
+// taken, or released with StreamRequest::account_until_released) nor past
 // max_batches * B; when failures leave the window short and nothing is in
 // flight, provisional numbering restarts at the first free final slot. The
 // bytes of each sample are the backend's, so the output does not depend on
@@ -35,10 +36,12 @@
 #ifndef NEARPREP_SERVER_PIPELINE_STREAM_ASSEMBLER_H_
 #define NEARPREP_SERVER_PIPELINE_STREAM_ASSEMBLER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -107,6 +110,13 @@ class StreamAssembler {
   // Idempotent.
   void Cancel();
 
+  // With request().account_until_released: `notify` runs after a taken
+  // batch (all its copies) is released and the window has moved, on the
+  // releasing thread, with no lock held by the assembler (the scheduler
+  // wakes its workers). Set it before Start(); it must not destroy the
+  // assembler.
+  void SetReleaseNotifier(std::function<void()> notify);
+
   // No more batches will be produced (finished, failed or cancelled).
   bool Terminal() const { return finished_ || cancelled_ || !error_.ok(); }
 
@@ -124,6 +134,16 @@ class StreamAssembler {
     Clock::time_point done_at;
   };
   static constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+  // Shared with the release tokens of taken batches, which may outlive the
+  // assembler.
+  struct Released {
+    std::atomic<uint64_t> count{0};
+    std::function<void()> notify;  // set before the first Take
+  };
+
+  // Batches that no longer count against the window: released ones with
+  // account_until_released, else taken ones.
+  uint64_t Consumed() const;
 
   void StartRun(uint64_t start_pos);
   void AdvanceValidation();
@@ -160,6 +180,7 @@ class StreamAssembler {
   std::map<uint64_t, uint8_t*> buffers_;  // batch (relative) -> buffer
   uint64_t emitted_ = 0;
   uint64_t taken_ = 0;
+  const std::shared_ptr<Released> released_ = std::make_shared<Released>();
   std::deque<ReadyBatch> ready_;
   std::shared_ptr<BatchData> cur_;
 

@@ -396,6 +396,9 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   r.error_policy = static_cast<ErrorPolicy>(request.error_policy());
   r.include_params = request.include_params();
   r.memory_limit_bytes = limits.per_stream_memory_bytes;
+  // gRPC holds a sent batch until its bytes are written out: it counts
+  // against the stream's memory until then (pipeline.h).
+  r.account_until_released = true;
   // Fleet datasets: explicit sample ids (fleet_request.h).
   if (absl::Status st = ApplyExplicitIds(request, *dataset, &r); !st.ok()) {
     return st;

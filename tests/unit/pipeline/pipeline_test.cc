@@ -557,6 +557,55 @@ TEST_F(PipelineTest, MemoryLimitBoundsPrefetch) {
   EXPECT_EQ(backend_->processed() - before, 24u);
 }
 
+// With account_until_released (the daemon's setting) a taken batch keeps
+// counting against the window until every copy of it is gone (issue 12,
+// item 2: gRPC holds sent batches until written). Taking alone moves
+// nothing; dropping the batch (and a copy sharing its token) does.
+TEST_F(PipelineTest, TakenBatchesCountUntilReleased) {
+  PipelineOptions o = Options(2, 2, 8);
+  StreamRequest req = SmallRequest(ds_.get());
+  const uint64_t batch_bytes =
+      req.batch_size * req.context.output.SampleBytes(req.context.spec);
+  req.memory_limit_bytes = 2 * batch_bytes + batch_bytes / 2;  // depth 2
+  req.account_until_released = true;
+  Pipeline pipeline(o, backend_);
+  const uint64_t before = backend_->processed();
+  auto s = pipeline.OpenStream(req);
+  ASSERT_TRUE(s.ok());
+  auto wait_for = [&](uint64_t n) {
+    for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return backend_->processed() - before;
+  };
+  EXPECT_EQ(wait_for(16), 16u);
+  // Taking both batches and holding them: nothing more is produced.
+  auto b0 = (*s)->NextBlocking();
+  auto b1 = (*s)->NextBlocking();
+  ASSERT_TRUE(b0.ok() && *b0 != nullptr);
+  ASSERT_TRUE(b1.ok() && *b1 != nullptr);
+  EXPECT_EQ(wait_for(17), 16u);
+  // A copy (as the compressed copy of a batch is) shares the token: the
+  // original alone going does not release the batch.
+  auto copy = std::make_shared<BatchData>(**b0);
+  b0->reset();
+  EXPECT_EQ(wait_for(17), 16u);
+  copy.reset();
+  EXPECT_EQ(wait_for(24), 24u);
+  b1->reset();
+  EXPECT_EQ(wait_for(32), 32u);
+  // The stream still delivers everything, in order.
+  uint64_t index = 2;
+  while (true) {
+    auto b = (*s)->NextBlocking();
+    ASSERT_TRUE(b.ok());
+    if (*b == nullptr) break;
+    EXPECT_EQ((*b)->batch_index, index++);
+  }
+  EXPECT_EQ(index, 7u);
+}
+
 TEST_F(PipelineTest, CountersClassifyFailures) {
   backend_->SetBad(1, absl::InvalidArgumentError("not a JPEG"));
   backend_->SetBad(2, absl::DataLossError("truncated"));
