@@ -460,6 +460,7 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
         " image"));
   }
   Scratch& sc = ThreadScratch();
+  const internal::ScratchTrim<std::vector<uint8_t>> trim(&sc.rgb);
   Clock::time_point t1;
   const bool whole = p.crop.y == 0 && p.crop.x == 0 &&
                      p.crop.height == header.height &&

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "server/common/types.h"
@@ -35,6 +36,31 @@ inline void ReportSample(const SampleParams& p, Clock::time_point t0,
     times->transform_us += MicrosBetween(t1, t2);
   }
 }
+
+// A per-thread decode buffer keeps at most this much memory between images:
+// one huge image must not pin its decode size in every worker thread for
+// good (issue 12). glibc serves blocks of this size with mmap, so freeing
+// one returns it to the system at once.
+inline constexpr size_t kKeepScratchBytes = size_t{32} << 20;
+
+// Frees `buf`'s memory when its capacity is over kKeepScratchBytes (on
+// every return path: hold one of these while the buffer is in use).
+template <typename Vec>
+class ScratchTrim {
+ public:
+  explicit ScratchTrim(Vec* buf) : buf_(buf) {}
+  ~ScratchTrim() {
+    if (buf_->capacity() * sizeof(typename Vec::value_type) >
+        kKeepScratchBytes) {
+      Vec().swap(*buf_);
+    }
+  }
+  ScratchTrim(const ScratchTrim&) = delete;
+  ScratchTrim& operator=(const ScratchTrim&) = delete;
+
+ private:
+  Vec* const buf_;
+};
 
 // The per-row colour work after the vertical lerp.
 struct RowOps {

@@ -147,6 +147,7 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
   need.x += input.x;
 
   Scratch& sc = ThreadScratch();
+  const internal::ScratchTrim<std::vector<uint8_t>> trim(&sc.rgb);
   RgbRegion src;
   bool decoded = false;
   const bool all = need.y == 0 && need.x == 0 &&
