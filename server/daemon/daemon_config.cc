@@ -310,7 +310,7 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       NP_RETURN_IF_ERROR(CheckKeys(
           l, source, "limits.",
           {"max_batch_size", "max_output_pixels", "max_decoded_pixels",
-           "max_concurrent_streams", "per_stream_memory"}));
+           "max_concurrent_streams", "per_stream_memory", "grpc_memory"}));
       ServiceLimits& o = c->server.limits;
       NP_RETURN_IF_ERROR(GetInt(l, "max_batch_size", source, "limits.",
                                 &o.max_batch_size, 1));
@@ -322,6 +322,9 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
                                 &o.max_concurrent_streams, 1));
       NP_RETURN_IF_ERROR(GetInt(l, "per_stream_memory", source, "limits.",
                                 &o.per_stream_memory_bytes, 1,
+                                /*bytes=*/true));
+      NP_RETURN_IF_ERROR(GetInt(l, "grpc_memory", source, "limits.",
+                                &c->server.grpc_memory_bytes, 0,
                                 /*bytes=*/true));
     }
     if (const YAML::Node ds = root["datasets"]) {
@@ -439,8 +442,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "over gRPC (nearprep.v1.Preprocessor).",
       "nearprepd"};
   std::string config_path, listen, port_file, log_level, backend, xclbin,
-      per_stream_memory, tls_cert, tls_key, tls_client_ca, metrics_listen,
-      metrics_port_file;
+      per_stream_memory, grpc_memory, tls_cert, tls_key, tls_client_ca,
+      metrics_listen, metrics_port_file;
   std::vector<std::string> datasets;
   int port = 0, workers = 0, prefetch = 0, chunk = 0, device_index = 0;
   bool fpga_simulate = false;
@@ -477,6 +480,9 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "--max-concurrent-streams", max_streams, "Concurrent StreamBatches");
   auto* o_mem = app.add_option("--per-stream-memory", per_stream_memory,
                                "Batch memory per stream (e.g. 512M, 1G)");
+  auto* o_grpc_mem = app.add_option(
+      "--grpc-memory", grpc_memory,
+      "Memory quota of gRPC's own buffers (e.g. 256M; 0: none)");
   auto* o_backend = app.add_option("--backend", backend, "cpu | fpga | auto")
                         ->check(CLI::IsMember({"cpu", "fpga", "auto"}));
   auto* o_xclbin =
@@ -575,6 +581,14 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
                                              std::string(v.status().message())));
     }
     c.server.limits.per_stream_memory_bytes = *v;
+  }
+  if (o_grpc_mem->count()) {
+    absl::StatusOr<uint64_t> v = ParseByteSize(grpc_memory);
+    if (!v.ok()) {
+      return fail(absl::InvalidArgumentError("--grpc-memory: " +
+                                             std::string(v.status().message())));
+    }
+    c.server.grpc_memory_bytes = *v;
   }
   if (o_backend->count()) c.backend.kind = backend;
   if (o_xclbin->count()) c.backend.fpga.xclbin = xclbin;

@@ -8,6 +8,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/match.h"
@@ -87,6 +88,7 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
   s->service_ = std::make_unique<PreprocessorService>(
       std::move(ptrs), s->pipeline_.get(), options.limits, why);
   s->tls_ = options.tls;
+  s->grpc_memory_bytes_ = options.grpc_memory_bytes;
   return s;
 }
 
@@ -134,6 +136,13 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  // gRPC's own buffers (not the batches: those count against each stream's
+  // per_stream_memory until gRPC releases them) stay under this quota.
+  if (grpc_memory_bytes_ > 0) {
+    grpc::ResourceQuota quota("nearprepd");
+    quota.Resize(static_cast<size_t>(grpc_memory_bytes_));
+    builder.SetResourceQuota(quota);
+  }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected == 0) {
     server_.reset();

@@ -56,6 +56,12 @@ struct ServerOptions {
     std::string client_ca_file;  // Roots for client certificates (mTLS).
   };
   TlsOptions tls;
+  // Memory gRPC itself may use for its buffers (a grpc::ResourceQuota on the
+  // server: read buffers, frames being assembled, per-call arenas); over it,
+  // gRPC pushes back (smaller reads, refused new calls) instead of growing.
+  // The batches the pipeline hands to gRPC are counted by the per-stream
+  // bound, not here. 0: no quota (gRPC's default: unbounded).
+  uint64_t grpc_memory_bytes = uint64_t{256} << 20;
 };
 
 class NearprepServer {
@@ -100,6 +106,7 @@ class NearprepServer {
   NearprepServer() = default;
 
   ServerOptions::TlsOptions tls_;
+  uint64_t grpc_memory_bytes_ = 0;
 
   std::vector<std::unique_ptr<Dataset>> datasets_;
   std::unique_ptr<Pipeline> pipeline_;

@@ -153,6 +153,37 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
   }
 }
 
+// gRPC's memory quota: 256M by default, from the config and the flag (the
+// flag wins), 0 allowed (no quota), a bad size names its key or flag.
+TEST(DaemonConfigTest, GrpcMemoryQuota) {
+  CommandLine def = Parse({"--dataset", "a=/a"});
+  ASSERT_FALSE(def.exit_now) << def.message;
+  EXPECT_EQ(def.config.server.grpc_memory_bytes, uint64_t{256} << 20);
+  const std::string path = WriteTemp(
+      "nearprepd_grpc_mem.yaml",
+      "limits: {grpc_memory: 0}\ndatasets: [{name: a, root: /a}]\n");
+  CommandLine zero = Parse({"--config", path});
+  ASSERT_FALSE(zero.exit_now) << zero.message;
+  EXPECT_EQ(zero.config.server.grpc_memory_bytes, 0u);
+  CommandLine flag = Parse({"--config", path, "--grpc-memory", "64M"});
+  ASSERT_FALSE(flag.exit_now) << flag.message;
+  EXPECT_EQ(flag.config.server.grpc_memory_bytes, uint64_t{64} << 20);
+  std::filesystem::remove(path);
+  CommandLine bad = Parse({"--dataset", "a=/a", "--grpc-memory", "lots"});
+  EXPECT_TRUE(bad.exit_now);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--grpc-memory"), std::string::npos)
+      << bad.message;
+  const std::string bad_yaml = WriteTemp(
+      "nearprepd_grpc_mem_bad.yaml",
+      "limits: {grpc_memory: 12Q}\ndatasets: [{name: a, root: /a}]\n");
+  CommandLine bad2 = Parse({"--config", bad_yaml});
+  EXPECT_EQ(bad2.exit_code, 2);
+  EXPECT_NE(bad2.message.find("limits.grpc_memory"), std::string::npos)
+      << bad2.message;
+  std::filesystem::remove(bad_yaml);
+}
+
 TEST(DaemonConfigTest, BadFlagsExitWithCode2HelpWith0) {
   CommandLine a = Parse({"--port", "x", "--dataset", "a=/a"});
   EXPECT_TRUE(a.exit_now);
