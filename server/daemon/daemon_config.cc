@@ -482,7 +482,7 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
                                "Batch memory per stream (e.g. 512M, 1G)");
   auto* o_grpc_mem = app.add_option(
       "--grpc-memory", grpc_memory,
-      "Memory quota of gRPC's own buffers (e.g. 256M; 0: none)");
+      "Memory quota of gRPC's own buffers (default 1G; 0: none)");
   auto* o_backend = app.add_option("--backend", backend, "cpu | fpga | auto")
                         ->check(CLI::IsMember({"cpu", "fpga", "auto"}));
   auto* o_xclbin =

@@ -57,11 +57,13 @@ struct ServerOptions {
   };
   TlsOptions tls;
   // Memory gRPC itself may use for its buffers (a grpc::ResourceQuota on the
-  // server: read buffers, frames being assembled, per-call arenas); over it,
-  // gRPC pushes back (smaller reads, refused new calls) instead of growing.
-  // The batches the pipeline hands to gRPC are counted by the per-stream
-  // bound, not here. 0: no quota (gRPC's default: unbounded).
-  uint64_t grpc_memory_bytes = uint64_t{256} << 20;
+  // server: read buffers, frames being assembled, per-call arenas); near it,
+  // gRPC pushes back (smaller reads; at the quota its reclaimers close idle
+  // connections and cancel calls) instead of growing, so keep it generous
+  // (256M cancelled calls under 64 streams; docs/architecture.md). The
+  // batches the pipeline hands to gRPC are counted by the per-stream bound,
+  // not here. 0: no quota (gRPC's default: unbounded).
+  uint64_t grpc_memory_bytes = uint64_t{1} << 30;
 };
 
 class NearprepServer {

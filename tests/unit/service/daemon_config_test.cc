@@ -153,12 +153,12 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
   }
 }
 
-// gRPC's memory quota: 256M by default, from the config and the flag (the
+// gRPC's memory quota: 1G by default, from the config and the flag (the
 // flag wins), 0 allowed (no quota), a bad size names its key or flag.
 TEST(DaemonConfigTest, GrpcMemoryQuota) {
   CommandLine def = Parse({"--dataset", "a=/a"});
   ASSERT_FALSE(def.exit_now) << def.message;
-  EXPECT_EQ(def.config.server.grpc_memory_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(def.config.server.grpc_memory_bytes, uint64_t{1} << 30);
   const std::string path = WriteTemp(
       "nearprepd_grpc_mem.yaml",
       "limits: {grpc_memory: 0}\ndatasets: [{name: a, root: /a}]\n");
