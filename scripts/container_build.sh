@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the nearprepd container image (deploy/container/Dockerfile) and
-# smoke-tests it. A manual / release step: it takes 12-16 minutes (a
-# debootstrap of Debian 12 and a compile of nearprepd inside the image), so
-# it is NOT part of CI (.ci/run, scripts/test.sh). docs/operations.md,
+# smoke-tests it. CI runs it after the tests (.ci/run); it takes about 4
+# minutes on an idle 2-core machine (a debootstrap of Debian 12 and a compile
+# of nearprepd inside the image), 12-16 when the machine is busy. docs/operations.md,
 # "Container image", describes it.
 #
 # There is no Docker engine here and no image registry, so:
@@ -96,7 +96,17 @@ if [ "$SMOKE_ONLY" = 0 ]; then
     log "debootstrap Debian 12 (bookworm, minbase) into $WORK/rootfs"
     $SUDO rm -rf "$WORK/rootfs"
     $SUDO mkdir -p "$WORK"
-    $SUDO debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR"
+    if ! $SUDO debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR"; then
+      # The one step that depends on the machine rather than on this
+      # repository (the mirror must be reachable). CI sets
+      # NEARPREP_CONTAINER_BASE_OPTIONAL=1: a machine that cannot debootstrap
+      # skips the image, loudly; every later failure still fails.
+      if [ "${NEARPREP_CONTAINER_BASE_OPTIONAL:-0}" = 1 ]; then
+        log "SKIPPED: debootstrap of Debian 12 from $MIRROR failed on this machine; no image built"
+        exit 0
+      fi
+      exit 1
+    fi
     $SUDO rm -rf "$WORK/rootfs/var/cache/apt/archives/"*.deb
     log "importing it as $BASE"
     ctr=$($SUDO buildah from scratch)
