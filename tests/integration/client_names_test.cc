@@ -161,19 +161,26 @@ class BadUtf8Server final : public v1::Preprocessor::Service {
   }
 };
 
+// `service` on a free loopback port; *target gets "127.0.0.1:PORT".
+std::unique_ptr<grpc::Server> StartFakeServer(grpc::Service* service,
+                                              std::string* target) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *target = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
 TEST(ClientParseFailureTest, UnparseableMessageIsDataLossAndCancels) {
   for (bool into : {false, true}) {
     SCOPED_TRACE(into ? "NextInto" : "Next");
     BadUtf8Server service;
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&service);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    ASSERT_NE(server, nullptr);
     ClientOptions o;
-    o.target = "127.0.0.1:" + std::to_string(port);
+    std::unique_ptr<grpc::Server> server = StartFakeServer(&service, &o.target);
+    ASSERT_NE(server, nullptr);
     o.reconnect_deadline = std::chrono::seconds(5);
     {
       Client client(o);
@@ -213,15 +220,9 @@ TEST(ClientParseFailureTest, UnparseableMessageIsDataLossAndCancels) {
 
 TEST(ClientParseFailureTest, UnparseableUnaryAnswerIsDataLoss) {
   BadUtf8Server service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
   ClientOptions o;
-  o.target = "127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<grpc::Server> server = StartFakeServer(&service, &o.target);
+  ASSERT_NE(server, nullptr);
   Client client(o);
   absl::StatusOr<std::vector<v1::DatasetInfo>> ds = client.ListDatasets();
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kDataLoss) << ds.status();
