@@ -15,6 +15,8 @@ def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
     d = os.path.join(workdir, f"nearprepd{('-' + tag) if tag else ''}")
     os.makedirs(d, exist_ok=True)
     config, port_file, log = (os.path.join(d, n) for n in ("nearprepd.yaml", "port", "log"))
+    if os.path.exists(port_file):
+        os.remove(port_file)  # a previous daemon's: never take its port for ours
     with open(config, "w") as f:
         f.write(f"listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
                 f"  - name: {name}\n    format: {fmt}\n    root: {root}\n")

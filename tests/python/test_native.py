@@ -92,6 +92,49 @@ def test_images_are_views_of_page_aligned_pooled_buffers(big_server):
     assert stats["reused"] >= 5, stats
 
 
+class ShortLastBatch(BigBatches):
+    """5 batches of 4 images, then one of 1 (an epoch's short last batch),
+    10 ms apart so that the consumer always waits and the number of buffers
+    in use at once does not depend on scheduling."""
+
+    def __init__(self):
+        super().__init__(batches=6, n=4, delay=0.01)
+
+    def StreamBatches(self, req, context):
+        for b in super().StreamBatches(req, context):
+            if b.batch_index == 5:
+                img = np.frombuffer(b.tensor.data, np.float32).reshape(4, 64, 64, 3)[:1]
+                del b.labels[1:], b.sample_ids[1:]
+                b.tensor.shape[0] = 1
+                b.tensor.data = img.tobytes()
+            yield b
+
+
+def test_short_last_batch_reuses_a_bigger_free_buffer():
+    srv = FakeServer(ShortLastBatch())
+    try:
+        c = nearprep.Client(srv.target, native=True)
+        # Keep as few free buffers as a stream uses at once, as in a long
+        # epoch of big batches: a small buffer kept aside would hide the case.
+        c._transport.pool = native.BufferPool(max_free=2)
+        for epoch in range(3):
+            sizes = []
+            for b in c.batches("fake", batch_size=4, epoch=epoch):
+                np.testing.assert_array_equal(b.images, _expected(b.sample_ids.tolist()))
+                sizes.append(len(b))
+            del b
+            assert sizes == [4, 4, 4, 4, 4, 1]
+            if epoch == 0:
+                first = c._transport.pool.stats()
+        stats = c._transport.pool.stats()
+        # Epochs 2 and 3 map nothing new: the 1-image batch takes a free
+        # 4-image buffer instead of a fresh mapping faulted in page by page.
+        assert stats["allocated"] == first["allocated"], (first, stats)
+        assert stats["reused"] >= first["reused"] + 12, (first, stats)
+    finally:
+        srv.stop()
+
+
 def test_locked_pool_locks_or_counts_failures(big_server):
     c = nearprep.Client(big_server.target, native=True, lock_memory=True)
     bufs = [_buffer_of(b.images) for b in c.batches("fake", batch_size=4, max_batches=2)]

@@ -34,10 +34,12 @@ std::unique_ptr<BufferPool::Block> BufferPool::Acquire(size_t bytes) {
   if (bytes == 0) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // The smallest free buffer that fits without wasting over half of it.
+    // The smallest free buffer that fits. A bigger one costs nothing: its
+    // pages are resident already, while a new mapping for the epoch's short
+    // last batch would be faulted in page by page (and dropped again).
     auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->capacity >= bytes && it->capacity / 2 <= bytes &&
+      if (it->capacity >= bytes &&
           (best == free_.end() || it->capacity < best->capacity)) {
         best = it;
       }

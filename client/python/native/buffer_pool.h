@@ -72,8 +72,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   static std::shared_ptr<BufferPool> Create(Options options);
   ~BufferPool();
 
-  // A buffer of `bytes` bytes (> 0): a free one whose capacity fits (at
-  // most twice `bytes`), else a new mapping. nullptr if mmap fails.
+  // A buffer of `bytes` bytes (> 0): the smallest free one whose capacity
+  // fits, else a new mapping. nullptr if mmap fails.
   std::unique_ptr<Block> Acquire(size_t bytes);
   Stats stats() const;
   const Options& options() const { return options_; }
