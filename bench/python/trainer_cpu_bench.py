@@ -38,6 +38,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -121,6 +122,22 @@ def dataset_files(root):
     for d, _, names in os.walk(root):
         out += [os.path.join(d, n) for n in names]
     return sorted(out)
+
+
+def replicate(root, files, copies, out):
+    """An image folder with `copies` copies of every file of `root` (hard
+    links where the file system allows, else copies), same class folders."""
+    for f in files:
+        rel = os.path.relpath(f, root)
+        d = os.path.join(out, os.path.dirname(rel))
+        os.makedirs(d, exist_ok=True)
+        for k in range(copies):
+            dst = os.path.join(d, f"c{k}_{os.path.basename(rel)}")
+            try:
+                os.link(f, dst)
+            except OSError:
+                shutil.copyfile(f, dst)
+    return out
 
 
 def proc_cpu_s(pid):
@@ -253,6 +270,10 @@ def main():
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=1,
+                    help="serve K copies of every image (an epoch of K x 200 images in one "
+                         "stream): the steady state of a long epoch, where the per-stream "
+                         "and per-epoch costs (call set-up, the short last batch) vanish")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="dtype:compression[:level],...")
@@ -281,8 +302,12 @@ def main():
     configs = [(d, c, int(l)) for d, c, l in configs]
     clients = args.clients.split(",")
     tmp = tempfile.TemporaryDirectory()
+    serve_root = args.dataset_root
+    if args.copies > 1:
+        serve_root = replicate(args.dataset_root, files, args.copies,
+                               os.path.join(tmp.name, "data"))
     for b in builds:
-        b.proc, b.target = start_daemon(b.nearprepd, args.dataset_root, args.server_core,
+        b.proc, b.target = start_daemon(b.nearprepd, serve_root, args.server_core,
                                         tmp.name, b.name)
     results = {}
     try:
@@ -310,8 +335,10 @@ def main():
     def med(key, f):
         return statistics.median(f(r) for r in results[key])
 
-    print(f"dataset: {len(files)} JPEGs, {jpeg_per_image / 1e3:.1f} KB per image; "
-          f"{args.size}x{args.size}, batch {args.batch_size}, {args.epochs} epochs per run, "
+    print(f"dataset: {len(files)} JPEGs x {args.copies} copies, "
+          f"{jpeg_per_image / 1e3:.1f} KB per image; "
+          f"{args.size}x{args.size}, batch {args.batch_size}, {args.epochs} epochs of "
+          f"{len(files) * args.copies} images per run, "
           f"median of {args.repeats}; server: 1 worker on core {args.server_core}, "
           f"clients on core {args.client_core}")
     print(f"{'client':7} {'dtype':8} {'compression':14} {'client ms/img':>13} "

@@ -287,6 +287,7 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
   int reconnects = 0;
   uint64_t read_us = 0, decode_us = 0, transform_us = 0;
   Progress progress(per_epoch * epochs);
+  std::vector<uint8_t> tensor;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_batch_at = start;
   for (int e = 0; e < epochs; ++e) {
@@ -294,17 +295,28 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
     r.set_epoch(req->epoch() + e);
     std::unique_ptr<BatchReader> reader = client.StreamBatches(r);
     v1::Batch batch;
-    while (reader->Next(&batch)) {
+    // The one-copy receive (NextInto): each tensor goes from gRPC's receive
+    // slices straight into this reused buffer, as a trainer linking the
+    // library would do; no protobuf copy of the tensor.
+    size_t tensor_bytes = 0;
+    const TensorAllocator allocate = [&tensor, &tensor_bytes](size_t n) {
+      if (tensor.size() < n) tensor.resize(n);
+      tensor_bytes = n;
+      return tensor.data();
+    };
+    while ((tensor_bytes = 0, reader->NextInto(&batch, allocate))) {
       if (batches == 0) {
         first_batch_at = Clock::now();
         if (!sheet.empty()) {
-          absl::Status st = RenderSheet(batch, r, names, sheet, columns);
+          v1::Batch full = batch;
+          full.mutable_tensor()->set_data(tensor.data(), tensor_bytes);
+          absl::Status st = RenderSheet(full, r, names, sheet, columns);
           if (!st.ok()) return Fail(st);
         }
       }
       ++batches;
       images += batch.labels_size();
-      bytes += batch.tensor().data().size();
+      bytes += tensor_bytes;
       errors += batch.errors_size();
       read_us += batch.timings().read_us();
       decode_us += batch.timings().decode_us();
