@@ -129,3 +129,52 @@ def test_manifest_and_plan_match_cpp(tmp_path):
     r = subprocess.run([CLI, "fleet-plan", "--manifest", str(tmp_path / "M"), "--global-batch",
                         "12", "--trainers", "5"], capture_output=True, text=True)
     assert r.returncode == 1 and "divide" in r.stderr
+
+
+def test_vectorised_draws_equal_the_scalar_philox():
+    import numpy as np
+    for seed in (0, 1, 0xDEADBEEF12345678, (1 << 64) - 1):
+        for epoch, tag, w1, w2 in ((0, 5, 0, 0), (7, 6, 3, 250), ((1 << 24) - 1, 7, 4999, 0)):
+            i = np.array([0, 1, 2, 63, 255, 4096, 123456789, (1 << 32) - 1], dtype=np.uint64)
+            got = fp._draws(i, w1, w2, seed, epoch, tag).tolist()
+            want = [fp._draw(int(x), w1, w2, seed, epoch, tag) for x in i.tolist()]
+            assert got == want, (seed, epoch, tag)
+
+
+def _reference_position(sizes, params, position):
+    """The plan by its definition: whole partition streams (scalar draws)
+    and a scalar round-order shuffle, walked position by position."""
+    c = len(sizes)
+    starts_ = starts(sizes)
+    r, off = 0, position
+    while True:
+        active = sum(1 for n in sizes if n > r)
+        if off < active:
+            break
+        off -= active
+        r += 1
+    order = list(range(c))
+    for i in range(c - 1, 0, -1):
+        j = fp.round_order_draw(params.seed, params.epoch, r, i) % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    p = [q for q in order if sizes[q] > r][off]
+    return starts_[p] + fp.partition_stream(sizes[p], p, params)[r], p
+
+
+@pytest.mark.parametrize("sizes,b,w", [
+    ([30, 1, 17, 4, 4, 9], 4, 6),      # short last blocks, windows across blocks
+    ([64, 65, 63, 1], 8, 16),
+    ([50] * 5, 7, 1),                  # window 1: no window shuffle
+    ([20, 3], 1, 50),                  # block 1, one window bigger than a partition
+])
+def test_lazy_vectorised_plan_equals_the_definition(sizes, b, w):
+    params = fp.PlanParams(seed=0xABCDEF0123, epoch=5, block_samples=b, window=w,
+                           global_batch=4)
+    plan = fp.GlobalPlan(starts(sizes), params)
+    want = [_reference_position(sizes, params, x) for x in range(sum(sizes))]
+    assert [plan.at(x) for x in range(sum(sizes))] == want
+    fresh = fp.GlobalPlan(starts(sizes), params)
+    assert fresh.range(0, sum(sizes)) == want
+    assert fresh.range(5, 17) == want[5:17] and fresh.range(9, 9) == []
+    with pytest.raises(IndexError):
+        fresh.range(0, sum(sizes) + 1)

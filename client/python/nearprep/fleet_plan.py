@@ -19,7 +19,10 @@ import hashlib
 from dataclasses import dataclass, field, asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .plan import philox4x32
+import numpy as np
+
+from .plan import (philox4x32, _PHILOX_M0, _PHILOX_M1, _PHILOX_W0,
+                   _PHILOX_W1)
 
 ALGORITHM = "nearprep-fleet-plan/1"
 K_TAG_PARTITION_BLOCKS = 5
@@ -132,6 +135,41 @@ def _draw(w0: int, w1: int, w2: int, seed: int, epoch: int, tag: int) -> int:
     return out[0] | (out[1] << 32)
 
 
+def _draws(i: np.ndarray, w1: int, w2: int, seed: int, epoch: int, tag: int) -> np.ndarray:
+    """_draw for every counter word 0 in `i` at once (uint64 array): the
+    same Philox4x32-10, one numpy operation per step over all lanes."""
+    m32 = np.uint64(_M32)
+    c0 = np.asarray(i, dtype=np.uint64) & m32
+    c1 = np.full_like(c0, w1 & _M32)
+    c2 = np.full_like(c0, w2 & _M32)
+    c3 = np.full_like(c0, ((epoch & 0xFFFFFF) << 8) | tag)
+    k0, k1 = seed & _M32, (seed >> 32) & _M32
+    m0, m1, s32 = np.uint64(_PHILOX_M0), np.uint64(_PHILOX_M1), np.uint64(32)
+    for rnd in range(10):
+        if rnd > 0:
+            k0 = (k0 + _PHILOX_W0) & _M32
+            k1 = (k1 + _PHILOX_W1) & _M32
+        p0 = m0 * c0
+        p1 = m1 * c2
+        c0, c1, c2, c3 = ((p1 >> s32) ^ c1 ^ np.uint64(k0), p1 & m32,
+                          (p0 >> s32) ^ c3 ^ np.uint64(k1), p0 & m32)
+    return c0 | (c1 << s32)
+
+
+def _shuffle(a: list, draws: np.ndarray) -> list:
+    """Fisher-Yates of `a` in place with draws[i] for step i (i = len-1 down
+    to 1; draws[0] unused): swap(a[i], a[draws[i] % (i + 1)])."""
+    n = len(a)
+    if n < 2:
+        return a
+    steps = np.arange(n, dtype=np.uint64)
+    js = (draws[1:] % (steps[1:] + np.uint64(1))).tolist()
+    for i in range(n - 1, 0, -1):
+        j = js[i - 1]
+        a[i], a[j] = a[j], a[i]
+    return a
+
+
 def partition_block_draw(seed, epoch, partition, i):
     return _draw(i, partition, 0, seed, epoch, K_TAG_PARTITION_BLOCKS)
 
@@ -145,7 +183,9 @@ def round_order_draw(seed, epoch, rnd, i):
 
 
 def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
-    """Local offsets of partition `partition` (n samples) in stream order."""
+    """Local offsets of partition `partition` (n samples) in stream order:
+    the definition, one scalar draw per step (GlobalPlan computes the same
+    thing a window at a time with vectorised draws)."""
     b, w = max(p.block_samples, 1), max(p.window, 1)
     nb = (n + b - 1) // b
     perm = list(range(nb))
@@ -164,11 +204,22 @@ def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
 
 
 def round_order(c: int, rnd: int, p: PlanParams) -> List[int]:
-    order = list(range(c))
-    for i in range(c - 1, 0, -1):
-        j = round_order_draw(p.seed, p.epoch, rnd, i) % (i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
+    return _shuffle(list(range(c)), _draws(np.arange(c), rnd, 0, p.seed, p.epoch,
+                                           K_TAG_ROUND_ORDER))
+
+
+def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
+    """S of partition_stream before the window shuffles: the blocks'
+    offsets in block-permutation order (int64 array of n)."""
+    b = max(p.block_samples, 1)
+    nb = (n + b - 1) // b
+    perm = np.array(_shuffle(list(range(nb)),
+                             _draws(np.arange(nb), partition, 0, p.seed, p.epoch,
+                                    K_TAG_PARTITION_BLOCKS)), dtype=np.int64)
+    sizes = np.minimum(b, n - perm * b)
+    firsts = np.repeat(perm * b, sizes)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return firsts + (np.arange(n, dtype=np.int64) - starts)
 
 
 def check_trainers(global_batch: int, trainers: int) -> None:
@@ -197,7 +248,8 @@ class GlobalPlan:
         for s in self.sorted:
             self.prefix.append(self.prefix[-1] + s)
         self.n = self.start[-1] - self.start[0]
-        self._streams: Dict[int, List[int]] = {}
+        self._blocks: Dict[int, np.ndarray] = {}
+        self._windows: Dict[Tuple[int, int], List[int]] = {}
         self._rounds: Dict[int, List[int]] = {}
 
     @classmethod
@@ -212,30 +264,48 @@ class GlobalPlan:
         g = self.params.global_batch
         return (self.n + g - 1) // g
 
-    def _stream(self, p: int) -> List[int]:
-        s = self._streams.get(p)
-        if s is None:
-            if len(self._streams) >= 4096:
-                self._streams.clear()
-            s = self._streams[p] = partition_stream(self.sizes[p], p, self.params)
-        return s
+    # Computed lazily and cached: a partition's block order (numpy, n_p
+    # offsets), its windows as they are reached (W offsets each), and each
+    # round's active partitions in round order. The first batch of an epoch
+    # needs one window of each partition, not whole streams.
 
-    def _round(self, r: int) -> List[int]:
+    def _window(self, p: int, w: int) -> List[int]:
+        key = (p, w)
+        win = self._windows.get(key)
+        if win is None:
+            blocks = self._blocks.get(p)
+            if blocks is None:
+                if len(self._blocks) >= 4096:
+                    self._blocks.clear()
+                blocks = self._blocks[p] = _block_offsets(self.sizes[p], p, self.params)
+            ww = max(self.params.window, 1)
+            win = blocks[w * ww:(w + 1) * ww].tolist()
+            draws = _draws(np.arange(len(win)), w, p, self.params.seed, self.params.epoch,
+                           K_TAG_PARTITION_WINDOW)
+            if len(self._windows) >= 65536:
+                self._windows.clear()
+            win = self._windows[key] = _shuffle(win, draws)
+        return win
+
+    def _stream_at(self, p: int, r: int) -> int:
+        ww = max(self.params.window, 1)
+        return self._window(p, r // ww)[r % ww]
+
+    def _active(self, r: int) -> List[int]:
+        """The partitions round r emits (n_p > r), in round order."""
         o = self._rounds.get(r)
         if o is None:
-            if len(self._rounds) >= 1024:
+            if len(self._rounds) >= 4096:
                 self._rounds.clear()
-            o = self._rounds[r] = round_order(len(self.sizes), r, self.params)
+            o = self._rounds[r] = [p for p in round_order(len(self.sizes), r, self.params)
+                                   if self.sizes[p] > r]
         return o
 
     def _before(self, r: int) -> int:
         k = bisect.bisect_left(self.sorted, r)
         return self.prefix[k] + r * (len(self.sorted) - k)
 
-    def at(self, position: int) -> Tuple[int, int]:
-        """(sample id, partition) at `position` (< len(self))."""
-        if not 0 <= position < self.n:
-            raise IndexError(f"position {position} outside [0, {self.n})")
+    def _round_of(self, position: int) -> int:
         lo, hi = 0, self.sorted[-1]
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -243,15 +313,31 @@ class GlobalPlan:
                 lo = mid
             else:
                 hi = mid
-        r = lo
-        off = position - self._before(r)
-        for p in self._round(r):
-            if self.sizes[p] <= r:
-                continue
-            if off == 0:
-                return self.start[p] + self._stream(p)[r], p
-            off -= 1
-        raise AssertionError("unreachable")
+        return lo
+
+    def at(self, position: int) -> Tuple[int, int]:
+        """(sample id, partition) at `position` (< len(self))."""
+        if not 0 <= position < self.n:
+            raise IndexError(f"position {position} outside [0, {self.n})")
+        r = self._round_of(position)
+        p = self._active(r)[position - self._before(r)]
+        return self.start[p] + self._stream_at(p, r), p
+
+    def range(self, lo: int, hi: int) -> List[Tuple[int, int]]:
+        """[at(x) for x in range(lo, hi)], walking the rounds once."""
+        if not 0 <= lo <= hi <= self.n:
+            raise IndexError(f"positions [{lo}, {hi}) outside [0, {self.n})")
+        out: List[Tuple[int, int]] = []
+        if lo == hi:
+            return out
+        r = self._round_of(lo)
+        off = lo - self._before(r)
+        while len(out) < hi - lo:
+            active = self._active(r)
+            for p in active[off:off + (hi - lo - len(out))]:
+                out.append((self.start[p] + self._stream_at(p, r), p))
+            r, off = r + 1, 0
+        return out
 
     def slice(self, batch: int, k: int, trainers: int) -> Tuple[int, int]:
         """Positions [a, b) of trainer k of T in global batch `batch`."""
