@@ -107,7 +107,7 @@ void PilResizer::Prepare(const RgbRegion& src, int in_h, int in_w, int out_h,
   ring_.resize(static_cast<size_t>(ring_rows_) * row_bytes);
   taps_.resize(ring_rows_);
   row_.resize(row_bytes);
-  use_avx2_ = internal::ActiveKernelLevel() == internal::KernelLevel::kAvx2;
+  use_avx2_ = internal::ActiveKernelLevel() != internal::KernelLevel::kScalar;
   // The AVX2 horizontal pass reads 2 bytes past an output's last tap: only
   // outputs with another pixel of the region after that tap (a prefix,
   // since tap ends never decrease) use it.

@@ -17,7 +17,8 @@
 // Every float operation is the one TensorFlow performs, in the same order
 // and precision, so the result equals the op-by-op sequence in tf_ops.h bit
 // for bit (tests/unit/image/preprocess_test.cc). The AVX2 kernels
-// (preprocess_avx2.cc, chosen at run time) and the SSE2 fallbacks vectorize
+// (preprocess_avx2.cc, chosen at run time), the AVX-512 row colour kernel
+// (preprocess_avx512.cc, likewise) and the SSE2 fallbacks vectorize
 // across independent pixels; the arithmetic per lane is unchanged (float32
 // rows at 32-byte aligned addresses are written with non-temporal stores:
 // the tensor is large and read later by someone else, so reading its cache
@@ -56,6 +57,26 @@ bool HaveAvx2Kernels() {
 #endif
 }
 
+bool HaveAvx512Kernels() {
+#if defined(NEARPREP_HAVE_AVX512_KERNELS)
+  static const bool have = HaveAvx2Kernels() &&
+                           __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
+  return have;
+#else
+  return false;
+#endif
+}
+
+#if !defined(NEARPREP_HAVE_AVX512_KERNELS)
+int RowColorAvx512(const float*, const float*, float, int, const RowOps&,
+                   const PackTarget&) {
+  return 0;
+}
+#endif
+
 #if !defined(NEARPREP_HAVE_AVX2_KERNELS)
 int RowColorAvx2(const float*, const float*, float, int, const RowOps&,
                  const PackTarget&) {
@@ -86,8 +107,13 @@ void SetKernelLevelForTesting(KernelLevel level) {
 KernelLevel ActiveKernelLevel() {
   const auto forced =
       static_cast<KernelLevel>(forced_level.load(std::memory_order_relaxed));
-  if (forced == KernelLevel::kScalar) return KernelLevel::kScalar;
-  return HaveAvx2Kernels() ? KernelLevel::kAvx2 : KernelLevel::kScalar;
+  if (forced == KernelLevel::kScalar || !HaveAvx2Kernels()) {
+    return KernelLevel::kScalar;
+  }
+  if (forced == KernelLevel::kAvx2 || !HaveAvx512Kernels()) {
+    return KernelLevel::kAvx2;
+  }
+  return KernelLevel::kAvx512;
 }
 
 }  // namespace internal
@@ -345,6 +371,10 @@ void FusedTransform(const uint8_t* rgb, int in_w, const CropBox& crop,
   HorizontalKernel horizontal = nullptr;
   RowColorKernel row_color = nullptr;
   switch (internal::ActiveKernelLevel()) {
+    case internal::KernelLevel::kAvx512:
+      horizontal = &internal::HorizontalRowAvx2;
+      row_color = &internal::RowColorAvx512;
+      break;
     case internal::KernelLevel::kAvx2:
       horizontal = &internal::HorizontalRowAvx2;
       row_color = &internal::RowColorAvx2;

@@ -1,6 +1,7 @@
 // Row kernels of the fused preprocessing path, with optional AVX2 versions
 // (preprocess_avx2.cc, compiled with -mavx2 and used only when the CPU has
-// AVX2). Not a public interface.
+// AVX2) and an AVX-512 row colour kernel (preprocess_avx512.cc). Not a
+// public interface.
 //
 // Thread-safety: pure functions on caller-owned memory.
 #ifndef NEARPREP_SERVER_IMAGE_PREPROCESS_KERNELS_H_
@@ -93,6 +94,10 @@ struct PackTarget {
 // caller finishes the rest.
 int RowColorAvx2(const float* lo, const float* hi, float wy, int w,
                  const RowOps& ops, const PackTarget& pack);
+// The same, 16 columns at a time (preprocess_avx512.cc, compiled with
+// AVX-512 F/DQ/BW/VL and used only when the CPU has them); equal bytes.
+int RowColorAvx512(const float* lo, const float* hi, float wy, int w,
+                   const RowOps& ops, const PackTarget& pack);
 
 // Horizontal taps from uint8 RGB for columns [0, w) (a prefix is done and
 // its length returned). Columns [0, n) read 4 bytes at each tap offset, so
@@ -122,10 +127,14 @@ inline void SaturateFastPixel(float* p, float factor) {
 
 // True when the AVX2 kernels were built and the CPU supports them.
 bool HaveAvx2Kernels();
+// True when the AVX-512 row colour kernel was built and the CPU supports
+// AVX-512 F, DQ, BW and VL (and AVX2: every such CPU has it).
+bool HaveAvx512Kernels();
 // Which kernels the fused path uses: the best the CPU supports (kAuto), or
 // a lower level for tests (a level the CPU lacks falls back to the next
-// lower one). Process-wide; meant for tests.
-enum class KernelLevel { kAuto, kScalar, kAvx2 };
+// lower one). kAvx512 uses RowColorAvx512 and the AVX2 kernels for the
+// rest. Process-wide; meant for tests.
+enum class KernelLevel { kAuto, kScalar, kAvx2, kAvx512 };
 void SetKernelLevelForTesting(KernelLevel level);
 // The level in effect: the forced one capped by what the CPU has.
 KernelLevel ActiveKernelLevel();

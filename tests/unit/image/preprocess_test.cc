@@ -147,6 +147,8 @@ class KernelScope {
 // Every kernel level this CPU can run, best first (kAuto picks the first).
 std::vector<internal::KernelLevel> KernelLevels() {
   std::vector<internal::KernelLevel> levels;
+  if (internal::HaveAvx512Kernels())
+    levels.push_back(internal::KernelLevel::kAvx512);
   if (internal::HaveAvx2Kernels())
     levels.push_back(internal::KernelLevel::kAvx2);
   levels.push_back(internal::KernelLevel::kScalar);
