@@ -68,7 +68,8 @@ inline __m256 HueSumDouble8(__m256 t, __m256 is_g) {
 // The same in float (see kHueBracket), falling back to HueSumDouble8.
 // is_g: all-ones lanes where g is the maximum.
 inline __m256 HueSum8(__m256 t, __m256 is_g) {
-  const __m256 kh = Sel(is_g, _mm256_set1_ps(kHueK2High), _mm256_set1_ps(kHueK4High));
+  const __m256 kh =
+      Sel(is_g, _mm256_set1_ps(kHueK2High), _mm256_set1_ps(kHueK4High));
   const __m256 kl_lo = Sel(is_g, _mm256_set1_ps(kHueK2Low - kHueBracket),
                            _mm256_set1_ps(kHueK4Low - kHueBracket));
   const __m256 kl_hi = Sel(is_g, _mm256_set1_ps(kHueK2Low + kHueBracket),

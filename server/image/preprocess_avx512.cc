@@ -143,9 +143,12 @@ int RowColorImpl(const float* lo, const float* hi, float wy, int w,
   const __m512 dv = _mm512_set1_ps(ops.delta);
   const __m512 fv = _mm512_set1_ps(ops.factor);
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-  const __m512 mean_r = _mm512_set1_ps(ops.mean[0]), sd_r = _mm512_set1_ps(ops.std[0]);
-  const __m512 mean_g = _mm512_set1_ps(ops.mean[1]), sd_g = _mm512_set1_ps(ops.std[1]);
-  const __m512 mean_b = _mm512_set1_ps(ops.mean[2]), sd_b = _mm512_set1_ps(ops.std[2]);
+  const __m512 mean_r = _mm512_set1_ps(ops.mean[0]);
+  const __m512 sd_r = _mm512_set1_ps(ops.std[0]);
+  const __m512 mean_g = _mm512_set1_ps(ops.mean[1]);
+  const __m512 sd_g = _mm512_set1_ps(ops.std[1]);
+  const __m512 mean_b = _mm512_set1_ps(ops.mean[2]);
+  const __m512 sd_b = _mm512_set1_ps(ops.std[2]);
   const float* lo_g = lo + w;
   const float* lo_b = lo + 2 * w;
   const float* hi_g = hi + w;

@@ -178,10 +178,10 @@ float RandomChannel(std::mt19937* rng, float other) {
       return FromBits((*rng)());
     }
     case 6: {
-      const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, 1e-40f,
-                                -1e-40f, 1e30f, 3.4e38f, 0.5f, 1.0f / 3,
-                                2.0f / 3, std::numeric_limits<float>::infinity(),
-                                -std::numeric_limits<float>::infinity(),
+      const float inf = std::numeric_limits<float>::infinity();
+      const float specials[] = {0.0f,   -0.0f,  1.0f,   -1.0f,    1e-30f,
+                                1e-40f, -1e-40f, 1e30f, 3.4e38f, 0.5f,
+                                1.0f / 3, 2.0f / 3, inf, -inf,
                                 std::numeric_limits<float>::quiet_NaN()};
       return specials[(*rng)() % (sizeof(specials) / sizeof(float))];
     }
