@@ -124,3 +124,90 @@ class FakeServer:
 
     def stop(self):
         self.server.stop(None).wait()
+
+
+class Relay:
+    """A gRPC server in front of a real daemon (`upstream`): it passes the
+    Preprocessor calls through byte for byte and logs, in one list shared by
+    every relay given the same `log` (with its lock), each StreamBatches
+    request's ids and each response message's ids (samples and errors), so a
+    test can count what a client asked each node for and what it received.
+
+    die_after: after this many response messages in total the relay acts as
+    a dead node: the call in progress and every later call (ListDatasets
+    too) end with UNAVAILABLE. Log entries: ("request", relay, call, ids),
+    ("deliver", relay, call, ids), ("abort", relay, call)."""
+
+    SERVICE = "nearprep.v1.Preprocessor"
+
+    def __init__(self, upstream, log, lock, die_after=None):
+        self.upstream = upstream
+        self.log, self.lock = log, lock
+        self.die_after = die_after
+        self.messages = 0
+        self.calls = 0
+        self.dead = False
+        self.channel = grpc.insecure_channel(
+            upstream, options=[("grpc.max_receive_message_length", -1)])
+        handlers = {
+            "ListDatasets": grpc.unary_unary_rpc_method_handler(self._unary("ListDatasets")),
+            "GetServerInfo": grpc.unary_unary_rpc_method_handler(self._unary("GetServerInfo")),
+            "StreamBatches": grpc.unary_stream_rpc_method_handler(self._stream),
+        }
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                                  options=[("grpc.max_send_message_length", -1)])
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(self.SERVICE, handlers),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    def _unary(self, method):
+        fn = self.channel.unary_unary(f"/{self.SERVICE}/{method}")
+
+        def handle(raw, context):
+            if self.dead:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node is dead")
+            try:
+                return fn(raw, timeout=10)
+            except grpc.RpcError as e:
+                context.abort(e.code(), e.details())
+        return handle
+
+    def _stream(self, raw, context):
+        req = pb2.StreamBatchesRequest.FromString(raw)
+        with self.lock:
+            call = self.calls
+            self.calls += 1
+            self.log.append(("request", self.target, call, list(req.sample_ids)))
+            dead = self.dead
+        if dead:
+            with self.lock:
+                self.log.append(("abort", self.target, call))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node is dead")
+        upstream = self.channel.unary_stream(f"/{self.SERVICE}/StreamBatches")(
+            raw, timeout=context.time_remaining())
+        try:
+            for msg in upstream:
+                with self.lock:
+                    if self.die_after is not None and self.messages >= self.die_after:
+                        self.dead = True
+                    if self.dead:
+                        self.log.append(("abort", self.target, call))
+                        upstream.cancel()
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node died mid-answer")
+                    b = pb2.Batch.FromString(msg)
+                    self.log.append(("deliver", self.target, call,
+                                     list(b.sample_ids) + [e.sample_id for e in b.errors]))
+                    self.messages += 1
+                yield msg
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                context.abort(e.code(), e.details())
+
+    def stop(self):
+        self.server.stop(None).wait()
+        self.channel.close()

@@ -11,7 +11,10 @@ checkpoint to the end of epoch 2. Every (epoch, position) is delivered
 exactly once, in order, with the oracle's sample and bytes (or its error at
 that position), and nothing before a checkpoint is served again. A smaller
 case does the same for tar shards with one trainer count change, and one
-checks the daemon's refusals. The network-namespace case (a node that stops
+checks the daemon's refusals. A node cut after its first response message
+(relays in front of the daemons count what each node was asked for) leaves
+behind what it sent: those ids are never requested again. The
+network-namespace case (a node that stops
 answering without a reset) is in test_fleet_netns.py.
 """
 
@@ -181,6 +184,109 @@ def test_daemons_report_placement(tfrecord_fleet):
         assert info.num_partitions == C
         assert list(info.partitions_held) == PLACEMENT[node]
         assert info.num_samples == m.num_samples
+
+
+def revive(daemons):
+    """Restarts (on their ports) the fixture's daemons an earlier test killed."""
+    for d in daemons.values():
+        if d.proc.poll() is not None:
+            d.start()
+
+
+def epoch_arrays(fc, epoch):
+    """{position: (sample id, image bytes | 'error:CODE')} of a one-trainer epoch."""
+    got = {}
+    for fb in fc.epoch(epoch):
+        for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
+            assert p not in got
+            got[p] = (sid, np.ascontiguousarray(fb.images[i]).tobytes())
+        for e in fb.errors:
+            assert e.position not in got
+            got[e.position] = (e.sample_id, f"error:{e.code}")
+    return got
+
+
+@pytest.mark.parametrize("split", ["messages", "requests"])
+def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
+    """A node dies after its first response message (relays in front of the
+    real daemons pass the bytes through and log every request and message):
+    split="messages": one request per node and batch, answered 2 samples per
+    message, cut after the first; split="requests": requests of at most 2
+    ids, the node dies after answering the first. What the node delivered
+    is kept: no delivered id is ever requested again, the ids it still owed
+    are requested once more (from a replica), stats["kept_partial"] counts
+    the kept samples, and the epoch equals, byte for byte, both a clean run
+    on the daemons and the single-node oracle."""
+    from fake_server import Relay
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    epoch = 3
+    kw = dict(seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G, trainers=1,
+              rank=0, prefetch=1, rpc_timeout=20.0, probe_interval=60.0, **REQ)
+    with FleetClient([d.target for d in daemons.values()], "ds", manifest=manifest, **kw) as fc:
+        clean = epoch_arrays(fc, epoch)
+    oracle = oracle_for(oracle_d, manifest, m, epoch)
+
+    log, lock = [], threading.Lock()
+    relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
+    try:
+        # The victim: the relay serving the most positions of batch 0.
+        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+            seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
+        holders = {p: [relays[n].target for n, parts in PLACEMENT.items() if p in parts]
+                   for p in range(C)}
+        load = {}
+        for pos in range(G):
+            t = choose(plan.at(pos)[1], holders[plan.at(pos)[1]])
+            load[t] = load.get(t, 0) + 1
+        victim_t = max(load, key=lambda t: (load[t], t))
+        assert load[victim_t] >= 3
+        victim = next(r for r in relays.values() if r.target == victim_t)
+        victim.die_after = 1
+        split_kw = (dict(response_batch=2) if split == "messages" else
+                    dict(max_request_ids=2))
+        events = []
+        with FleetClient([r.target for r in relays.values()], "ds", manifest=manifest,
+                         on_event=events.append, **split_kw, **kw) as fc:
+            got = epoch_arrays(fc, epoch)
+            stats = dict(fc.stats)
+    finally:
+        for r in relays.values():
+            r.stop()
+
+    assert victim.dead and any("marked dead" in e for e in events), events
+    # The victim delivered one message (its first), then failed: those ids
+    # are the kept ones; the rest it was asked for it still owed.
+    victim_delivered = [ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim_t]
+    assert len(victim_delivered) == 1, victim_delivered
+    kept = len(victim_delivered[0])
+    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim_t for i in ev[3]}
+            - set(victim_delivered[0]))
+    victim_calls = [ev[0] for ev in log if ev[1] == victim_t]
+    if split == "messages":  # one request, cut after its first message
+        assert victim_calls == ["request", "deliver", "abort"], victim_calls
+    else:  # the first request answered, the second refused
+        assert victim_calls == ["request", "deliver", "request", "abort"], victim_calls
+    assert kept > 0 and owed, (kept, owed)
+    assert stats["kept_partial"] == kept, (stats, kept)
+    # Nothing delivered is requested again; what was owed is asked for once more.
+    asked, delivered_ids = {}, set()
+    for ev in log:
+        if ev[0] == "request":
+            for i in ev[3]:
+                assert i not in delivered_ids, f"id {i} requested again after delivery"
+                asked[i] = asked.get(i, 0) + 1
+        elif ev[0] == "deliver":
+            delivered_ids.update(ev[3])
+    assert delivered_ids == set(range(m.num_samples))
+    assert {i for i, n in asked.items() if n > 1} == owed
+    assert all(n == 2 for i, n in asked.items() if i in owed)
+    # Byte for byte: the clean run and the oracle.
+    assert got == clean
+    assert sorted(got) == list(range(m.num_samples))
+    for p, (sid, data) in got.items():
+        h = data if isinstance(data, str) else hashlib.sha256(data).hexdigest()
+        assert (sid, h) == oracle[p], p
 
 
 def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):

@@ -20,9 +20,11 @@ How (docs/protocol.md, "Fleet datasets"):
   serves (StreamBatchesRequest.sample_ids), `prefetch` global batches ahead.
 - A node that fails (UNAVAILABLE, DEADLINE_EXCEEDED: also a node that stops
   answering without a reset, FAILED_PRECONDITION: it no longer holds the
-  partition) is marked dead and the positions it owed are requested from the
-  next replica; results for positions already filled are dropped (late
-  duplicates, counted in stats). Dead nodes are re-probed with ListDatasets.
+  partition) is marked dead. What it delivered before failing is kept
+  (stats["kept_partial"] counts those samples) and only the positions it
+  still owed are requested from the next replica; results for positions
+  already filled are dropped (late duplicates, counted in stats). Dead nodes
+  are re-probed with ListDatasets.
   With no live replica for a partition the client waits and reports through
   on_wait(message); it never skips or substitutes data.
 - A sample that fails to decode is reported at its position in
@@ -117,12 +119,18 @@ class _Node:
 
 class FleetClient:
     """One trainer (rank k of T) of a fleet dataset. Request keywords
-    (height, width, crop, dtype, ...) are those of Client.batches()."""
+    (height, width, crop, dtype, ...) are those of Client.batches().
+
+    A node's share of a global batch is asked for in requests of at most
+    max_request_ids ids, each answered in response messages of
+    response_batch samples (None: one message per request). Smaller
+    messages let a node that fails mid-answer leave more behind: everything
+    received before the failure is kept."""
 
     def __init__(self, targets, dataset, *, manifest, seed=0, block_samples=64,
                  window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
-                 max_request_ids=256, client=None, **request_kw):
+                 max_request_ids=256, response_batch=None, client=None, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         if not 0 <= rank < trainers:
@@ -135,7 +143,12 @@ class FleetClient:
         self.probe_interval = probe_interval
         self.on_wait = on_wait or (lambda msg: None)
         self.on_event = on_event or (lambda msg: None)
+        if max_request_ids < 1:
+            raise ValueError(f"max_request_ids: must be >= 1, got {max_request_ids}")
+        if response_batch is not None and response_batch < 1:
+            raise ValueError(f"response_batch: must be >= 1 or None, got {response_batch}")
         self.max_request_ids = max_request_ids
+        self.response_batch = response_batch
         self._targets = discover(targets)
         self._own_client = client is None
         self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout)
@@ -150,7 +163,7 @@ class FleetClient:
         self._epoch = None
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
-                      "waits": 0, "samples": 0}
+                      "kept_partial": 0, "waits": 0, "samples": 0}
         for n in self._nodes.values():
             self._probe(n)
 
@@ -203,35 +216,41 @@ class FleetClient:
     # -- one node request ----------------------------------------------------
 
     def _fetch(self, target, epoch, items):
-        """items: [(position, sample_id)] in position order. Returns
-        {sample_id: (label, image)} and {sample_id: (code, message)};
-        raises grpc.RpcError (or NearprepError) on failure."""
+        """items: [(position, sample_id)] in position order. Returns (ok, bad,
+        failure): {sample_id: (label, image)} and {sample_id: (code, message)}
+        for what arrived, and None, or the grpc.RpcError / NearprepError that
+        ended the requests early; then ok and bad hold what the node had
+        delivered before it failed (earlier requests of this fetch and earlier
+        messages of the failed stream), which the caller keeps."""
         ids = [sid for _, sid in items]
         ok, bad = {}, {}
-        for lo in range(0, len(ids), self.max_request_ids):
-            chunk = ids[lo:lo + self.max_request_ids]
-            req = self._pb2.StreamBatchesRequest()
-            req.CopyFrom(self._template)
-            req.epoch = epoch
-            req.batch_size = len(chunk)
-            req.sample_ids.extend(chunk)
-            channel = self._client._channel(target)
-            call = channel.unary_stream(
-                _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
-                response_deserializer=None)(req, timeout=self.rpc_timeout)
-            with self._lock:
-                self.stats["requests"] += 1
-            for raw in call:
-                b = parse_batch(raw, self._pb2, target)
-                for i, sid in enumerate(b.sample_ids.tolist()):
-                    ok[sid] = (int(b.labels[i]), b.images[i])
-                for e in b.errors:
-                    bad[e.sample_id] = (e.code, e.message)
-            missing = [s for s in chunk if s not in ok and s not in bad]
-            if missing:
-                raise NearprepError(f"{target}: stream ended without {len(missing)} samples",
-                                    code="UNAVAILABLE", target=target)
-        return ok, bad
+        try:
+            for lo in range(0, len(ids), self.max_request_ids):
+                chunk = ids[lo:lo + self.max_request_ids]
+                req = self._pb2.StreamBatchesRequest()
+                req.CopyFrom(self._template)
+                req.epoch = epoch
+                req.batch_size = min(len(chunk), self.response_batch or len(chunk))
+                req.sample_ids.extend(chunk)
+                channel = self._client._channel(target)
+                call = channel.unary_stream(
+                    _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
+                    response_deserializer=None)(req, timeout=self.rpc_timeout)
+                with self._lock:
+                    self.stats["requests"] += 1
+                for raw in call:
+                    b = parse_batch(raw, self._pb2, target)
+                    for i, sid in enumerate(b.sample_ids.tolist()):
+                        ok[sid] = (int(b.labels[i]), b.images[i])
+                    for e in b.errors:
+                        bad[e.sample_id] = (e.code, e.message)
+                missing = [s for s in chunk if s not in ok and s not in bad]
+                if missing:
+                    raise NearprepError(f"{target}: stream ended without {len(missing)} samples",
+                                        code="UNAVAILABLE", target=target)
+        except (grpc.RpcError, NearprepError) as e:
+            return ok, bad, e
+        return ok, bad, None
 
     # -- a global batch --------------------------------------------------------
 
@@ -275,9 +294,9 @@ class FleetClient:
         while True:
             retry_parts: Dict[int, list] = {}
             for fut, target, items in st["pending"]:
-                try:
-                    ok, bad = fut.result()
-                except (grpc.RpcError, NearprepError) as e:
+                ok, bad, failure = fut.result()
+                if failure is not None:
+                    e = failure
                     code = e.code() if isinstance(e, grpc.RpcError) else None
                     if isinstance(e, grpc.RpcError) and code not in _FAILOVER_CODES:
                         raise from_rpc_error(e, target) from None
@@ -286,20 +305,21 @@ class FleetClient:
                     self._mark_dead(target, why)
                     with self._lock:
                         self.stats["failovers"] += 1
-                    ok, bad = {}, {}
+                # What the node delivered is kept even when it then failed
+                # (its bytes are keyed by (seed, epoch, sample id) like any
+                # replica's); only the positions still empty are re-requested.
                 pos_of = {sid: pos for pos, sid in items}
-                for sid, val in ok.items():
-                    pos = pos_of.get(sid)
-                    if pos is None or pos in st["ok"] or pos in st["bad"]:
-                        self.stats["duplicates_dropped"] += 1
-                        continue
-                    st["ok"][pos], st["by"][pos] = val, target
-                for sid, val in bad.items():
-                    pos = pos_of.get(sid)
-                    if pos is None or pos in st["ok"] or pos in st["bad"]:
-                        self.stats["duplicates_dropped"] += 1
-                        continue
-                    st["bad"][pos], st["by"][pos] = val, target
+                kept = 0
+                for result, into in ((ok, st["ok"]), (bad, st["bad"])):
+                    for sid, val in result.items():
+                        pos = pos_of.get(sid)
+                        if pos is None or pos in st["ok"] or pos in st["bad"]:
+                            self.stats["duplicates_dropped"] += 1
+                            continue
+                        into[pos], st["by"][pos] = val, target
+                        kept += 1
+                if failure is not None:
+                    self.stats["kept_partial"] += kept
                 for pos, sid in items:
                     if pos not in st["ok"] and pos not in st["bad"]:
                         retry_parts.setdefault(want[pos][1], []).append((pos, sid))
