@@ -13,7 +13,9 @@ that position), and nothing before a checkpoint is served again. A smaller
 case does the same for tar shards with one trainer count change, and one
 checks the daemon's refusals. A node cut after its first response message
 (relays in front of the daemons count what each node was asked for) leaves
-behind what it sent: those ids are never requested again. The
+behind what it sent: those ids are never requested again. The torch
+adapter with 2 DataLoader workers gives the sequence of 0 workers, and
+resumes across world sizes and worker counts exactly once. The
 network-namespace case (a node that stops
 answering without a reset) is in test_fleet_netns.py.
 """
@@ -449,6 +451,111 @@ def test_torch_adapter_rank_and_world_size(tfrecord_fleet, monkeypatch):
     images, _ = next(iter(ds2))
     lo, hi = plan.slice(2, 0, 4)
     assert images.shape[0] <= hi - lo
+
+
+def torch_items(loader, ds, plan, rank, world, stop=None):
+    """Iterates `loader` (a FleetDataLoader over `ds`), checking each item
+    against ds.state_dict() and the plan: returns [(global batch,
+    {position: (label, image bytes | 'error:CODE')})] in the order received."""
+    out = []
+    it = iter(loader)
+    for images, labels in it:
+        st = ds.state_dict()
+        e, g = st["epoch"], st["next_batch"] - 1
+        if g < 0:  # the epoch's last batch was consumed: the next one starts
+            e, g = e - 1, plan.num_batches - 1
+        lo, hi = plan.slice(g, rank, world)
+        bad = {err.position: f"error:{err.code}" for err in ds.last_errors}
+        good = [p for p in range(lo, hi) if p not in bad]
+        assert len(good) == images.shape[0] == labels.shape[0]
+        got = {p: (int(labels[i]), images[i].numpy().tobytes()) for i, p in enumerate(good)}
+        got.update({p: (None, h) for p, h in bad.items()})
+        out.append((g, got))
+        if stop is not None and len(out) == stop:
+            break
+    del it  # stops the workers
+    return out
+
+
+def test_torch_loader_workers(tfrecord_fleet):
+    """FleetDataLoader with num_workers=2 (spawned workers, each with its own
+    FleetClient taking every second global batch) yields exactly the
+    sequence of num_workers=0, and state_dict() in the main process names
+    the batch after the last one received although the workers ran ahead.
+    Resumes 2 workers, world 1 -> world 2 without workers, and world 3
+    without workers -> 2 workers, world 1, are exactly once with the clean
+    run's bytes."""
+    torch = pytest.importorskip("torch")
+    from nearprep.fleet_torch import FleetDataLoader, FleetIterableDataset
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    revive(daemons)
+    targets = [d.target for d in daemons.values()]
+    epoch = 1
+    plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+        seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
+    nb = plan.num_batches
+    with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
+                     window=WINDOW, global_batch=G, **REQ) as fc:
+        clean = epoch_arrays(fc, epoch)
+        labels_of = {p: int(fb.labels[i]) for fb in fc.epoch(epoch)
+                     for i, p in enumerate(fb.positions)}
+    expect = {p: ((labels_of[p], v[1]) if p in labels_of else (None, v[1]))
+              for p, v in clean.items()}
+
+    def dataset(world, rank):
+        ds = FleetIterableDataset(targets, "ds", manifest=manifest, rank=rank, world_size=world,
+                                  seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
+                                  prefetch=1, **REQ)
+        ds.set_epoch(epoch)
+        return ds
+
+    # The same sequence with and without workers; the checkpoint rolls over.
+    ds0 = dataset(1, 0)
+    seq0 = torch_items(FleetDataLoader(ds0, num_workers=0), ds0, plan, 0, 1)
+    ds2 = dataset(1, 0)
+    seq2 = torch_items(FleetDataLoader(ds2, num_workers=2), ds2, plan, 0, 1)
+    assert [g for g, _ in seq0] == list(range(nb))
+    assert seq2 == seq0
+    assert {p: v for _, got in seq0 for p, v in got.items()} == expect
+    assert (ds2.state_dict()["epoch"], ds2.state_dict()["next_batch"]) == (epoch + 1, 0)
+
+    def resume(first, second):
+        """first/second: (world, workers, batches or None); every rank of
+        each phase; returns {position: value} with no position twice."""
+        got, state = {}, None
+        for world, workers, stop in (first, second):
+            states = set()
+            for rank in range(world):
+                ds = dataset(world, rank)
+                if state is not None:
+                    ds.load_state_dict(state)
+                seq = torch_items(FleetDataLoader(ds, num_workers=workers), ds, plan, rank,
+                                  world, stop)
+                if stop is not None:
+                    assert len(seq) == stop
+                for _, part in seq:
+                    assert not set(part) & set(got), "a position delivered twice"
+                    got.update(part)
+                states.add(tuple(sorted(ds.state_dict().items())))
+            assert len(states) == 1, states  # every rank stands at the same global batch
+            state = dict(states.pop())
+        return got, state
+
+    got, state = resume((1, 2, 4), (2, 0, None))
+    assert got == expect
+    assert (state["epoch"], state["next_batch"]) == (epoch + 1, 0)
+    got, _ = resume((3, 0, 3), (1, 2, None))
+    assert got == expect
+
+    # A plain DataLoader with workers could not keep state_dict() right.
+    with pytest.raises(RuntimeError, match="FleetDataLoader"):
+        next(iter(torch.utils.data.DataLoader(dataset(1, 0), batch_size=None, num_workers=1,
+                                              multiprocessing_context="spawn")))
+    for bad, field in ((dict(batch_size=4), "batch_size"),
+                       (dict(persistent_workers=True), "persistent_workers"),
+                       (dict(num_workers=-1), "num_workers")):
+        with pytest.raises(ValueError, match=field):
+            FleetDataLoader(dataset(1, 0), **bad)
 
 
 def test_cpp_fleet_client_matches_oracle(tfrecord_fleet):

@@ -84,6 +84,18 @@ def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
     return max(live_holders, key=lambda n: (rendezvous_score(n, partition), n))
 
 
+def checkpoint_at(manifest: fp.Manifest, seed, block_samples, window, global_batch,
+                  epoch, next_batch) -> fp.Checkpoint:
+    """The checkpoint before global batch `next_batch` of `epoch` (past the
+    epoch's last batch: batch 0 of the next epoch). Needs no node."""
+    params = fp.PlanParams(seed=seed, epoch=epoch, block_samples=block_samples,
+                           window=window, global_batch=global_batch)
+    if next_batch >= fp.GlobalPlan.for_manifest(manifest, params).num_batches:
+        epoch, next_batch = epoch + 1, 0
+    return fp.Checkpoint(manifest.hash, seed, block_samples, window, global_batch,
+                         manifest.num_partitions, epoch, next_batch)
+
+
 @dataclass
 class PositionError:
     position: int
@@ -352,10 +364,16 @@ class FleetClient:
 
     # -- iteration ---------------------------------------------------------------
 
-    def epoch(self, epoch, start_batch=0, stop_batch=None):
-        """Yields this trainer's FleetBatch for global batches start_batch ..
-        (stop_batch or the end of the epoch) - 1. checkpoint() after a
-        yielded batch resumes right after it."""
+    def epoch(self, epoch, start_batch=0, stop_batch=None, step=1):
+        """Yields this trainer's FleetBatch for global batches start_batch,
+        start_batch + step, ... below (stop_batch or the end of the epoch).
+        checkpoint() after a yielded batch resumes right after it (with
+        step > 1, e.g. one of several DataLoader workers, the batches in
+        between are someone else's: the caller keeps the checkpoint)."""
+        if step < 1:
+            raise ValueError(f"step: must be >= 1, got {step}")
+        if start_batch < 0:
+            raise ValueError(f"start_batch: must be >= 0, got {start_batch}")
         plan = self._plan(epoch)
         end = plan.num_batches if stop_batch is None else min(stop_batch, plan.num_batches)
         window = []
@@ -363,7 +381,7 @@ class FleetClient:
         while g < end or window:
             while g < end and len(window) < self.prefetch:
                 window.append(self._start_batch(plan, epoch, g))
-                g += 1
+                g += step
             st = window.pop(0)
             batch = self._finish_batch(epoch, st)
             self._epoch, self._next_batch = epoch, st["g"] + 1
@@ -384,11 +402,8 @@ class FleetClient:
     def checkpoint(self, epoch=None, next_batch=None) -> fp.Checkpoint:
         e = self._epoch if epoch is None else epoch
         nb = self._next_batch if next_batch is None else next_batch
-        plan_batches = self._plan(e).num_batches
-        if nb >= plan_batches:  # the epoch is done: the next one starts
-            e, nb = e + 1, 0
-        return fp.Checkpoint(self.manifest.hash, self.seed, self.block_samples, self.window,
-                             self.global_batch, self.manifest.num_partitions, e, nb)
+        return checkpoint_at(self.manifest, self.seed, self.block_samples, self.window,
+                             self.global_batch, e, nb)
 
     def close(self):
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,12 +1,12 @@
 """PyTorch adapter of the fleet client (issue 14): trainer k of T is the
 torchrun rank / world size.
 
-    import nearprep.fleet_torch
-    ds = nearprep.fleet_torch.FleetIterableDataset(
+    import nearprep.fleet_torch as nft
+    ds = nft.FleetIterableDataset(
         "dns:nearprepd.data.svc.cluster.local:7070", "imagenet",
         manifest="imagenet.nearprep-manifest", seed=1, global_batch=1024,
         height=224, width=224, crop="random_resized", dtype="uint8")
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    loader = nft.FleetDataLoader(ds, num_workers=2, pin_memory=True)
     ds.set_epoch(epoch)                    # or ds.load_state_dict(ckpt)
     for images, labels in loader: ...
     ckpt = ds.state_dict()                 # the global checkpoint
@@ -15,19 +15,41 @@ Rank and world size: torch.distributed's when initialised, else $RANK /
 $WORLD_SIZE (torchrun sets both), else 0 / 1; the world size must divide
 global_batch. Each item is this rank's slice of one global batch, as
 (images, labels) tensors in position order (samples that failed to decode
-are left out; `last_errors` lists them at their positions). Use
-num_workers=0: the client already fetches from every node in parallel, with
-prefetch. A state_dict() taken after the rank has consumed global batch g
-resumes at g + 1 with any world size.
+are left out; `ds.last_errors` lists them at their positions).
+
+DataLoader workers: FleetDataLoader(ds, num_workers=W, ...) is a
+torch.utils.data.DataLoader(ds, batch_size=None, ...) whose worker w of W
+serves the global batches g = start + w, start + w + W, ... with its own
+FleetClient (made inside the worker, so no gRPC channel crosses a fork), so
+the DataLoader's in-order round robin over the workers yields the global
+batches in order. Workers carry each batch's (epoch, global batch) to the
+main process, where FleetDataLoader records it as it hands the batch over:
+ds.state_dict() therefore names the batch after the last one the training
+loop received, never one a worker merely prefetched. Workers start with
+multiprocessing_context="spawn" unless told otherwise: a trainer process has
+often used gRPC already, and gRPC's core is not safe to use in a child
+forked after that (docs/python.md has what the tests saw with fork). Each worker keeps
+`prefetch` global batches in flight, so W workers fetch W * prefetch ahead.
+Iterating the dataset directly, or through a plain DataLoader with
+num_workers=0, works as before; a plain DataLoader with num_workers > 0 is
+refused (its main process could not see what was consumed).
+
+A state_dict() taken after the loop received global batch g resumes at
+g + 1 with any world size and any num_workers.
 """
 
+import inspect
 import os
+from typing import List, NamedTuple
 
 import torch
 import torch.utils.data
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import FleetClient
+from nearprep.fleet import FleetClient, checkpoint_at
+
+_DEFAULTS = {k: v.default for k, v in inspect.signature(FleetClient).parameters.items()
+             if k in ("seed", "block_samples", "window", "global_batch")}
 
 
 def rank_and_world():
@@ -37,37 +59,143 @@ def rank_and_world():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+class FleetItem(NamedTuple):
+    """What a DataLoader worker hands the main process: one global batch's
+    slice and where it stands in the plan (FleetDataLoader unpacks it)."""
+    images: torch.Tensor
+    labels: torch.Tensor
+    epoch: int
+    batch: int
+    errors: List
+
+
 class FleetIterableDataset(torch.utils.data.IterableDataset):
     def __init__(self, targets, dataset, *, manifest, rank=None, world_size=None, **kw):
         super().__init__()
         r, w = rank_and_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
+        self._manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
+        self._plan_kw = {k: kw.get(k, v) for k, v in _DEFAULTS.items()}
+        fp.check_trainers(self._plan_kw["global_batch"], self.world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank: must be in [0, {self.world_size}), got {self.rank}")
         self._args = (targets, dataset)
-        self._kw = dict(kw, manifest=manifest)
+        self._kw = dict(kw, manifest=self._manifest)
         self._start = (0, 0)
         self._consumed = None
+        self._in_fleet_loader = False  # set in FleetDataLoader's workers
         self.last_errors = []
-        fp.check_trainers(kw.get("global_batch", 256), self.world_size)
 
     def set_epoch(self, epoch):
         self._start = (epoch, 0)
+        self._consumed = None
 
     def state_dict(self):
         e, nb = self._consumed if self._consumed else self._start
-        with FleetClient(*self._args, trainers=self.world_size, rank=self.rank,
-                         **self._kw) as fc:
-            return fc.checkpoint(e, nb).to_dict()
+        return checkpoint_at(self._manifest, self._plan_kw["seed"], self._plan_kw["block_samples"],
+                             self._plan_kw["window"], self._plan_kw["global_batch"],
+                             e, nb).to_dict()
 
     def load_state_dict(self, state):
         c = fp.Checkpoint.from_dict(state)
+        mine = (self._manifest.hash, self._plan_kw["seed"], self._plan_kw["block_samples"],
+                self._plan_kw["window"], self._plan_kw["global_batch"],
+                self._manifest.num_partitions)
+        theirs = (c.manifest_hash, c.seed, c.block_samples, c.window, c.global_batch,
+                  c.num_partitions)
+        if mine != theirs:
+            raise ValueError(f"state: plan {theirs} differs from this dataset's {mine}")
         self._start = (c.epoch, c.next_batch)
+        self._consumed = None
 
-    def __iter__(self):
+    def _received(self, epoch, batch, errors):
+        """The main process got global batch `batch` of `epoch`."""
+        self._consumed = (epoch, batch + 1)
+        self.last_errors = errors
+
+    def _items(self, worker, workers):
         epoch, start = self._start
         with FleetClient(*self._args, trainers=self.world_size, rank=self.rank,
                          **self._kw) as fc:
-            for fb in fc.epoch(epoch, start):
-                self._consumed = (fb.epoch, fb.batch + 1)
-                self.last_errors = fb.errors
-                yield torch.from_numpy(fb.images.copy()), torch.from_numpy(fb.labels)
+            for fb in fc.epoch(epoch, start + worker, step=workers):
+                yield FleetItem(torch.from_numpy(fb.images.copy()), torch.from_numpy(fb.labels),
+                                fb.epoch, fb.batch, fb.errors)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is None:  # the main process: it consumes what it yields
+            for item in self._items(0, 1):
+                self._received(item.epoch, item.batch, item.errors)
+                yield item.images, item.labels
+            return
+        if not self._in_fleet_loader:
+            raise RuntimeError(
+                "FleetIterableDataset with num_workers > 0: use "
+                "nearprep.fleet_torch.FleetDataLoader(ds, num_workers=...) (a plain DataLoader's "
+                "workers cannot tell the main process which global batch it consumed, so "
+                "state_dict() would be wrong), or num_workers=0")
+        yield from self._items(info.id, info.num_workers)
+
+
+class _WorkerInit:
+    """FleetDataLoader's worker_init_fn (picklable: spawned workers unpickle
+    it): marks the worker's copy of the dataset, then runs the caller's."""
+
+    def __init__(self, user_init):
+        self.user_init = user_init
+
+    def __call__(self, worker_id):
+        torch.utils.data.get_worker_info().dataset._in_fleet_loader = True
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+class FleetDataLoader:
+    """torch.utils.data.DataLoader(dataset, batch_size=None, ...) over a
+    FleetIterableDataset that records, in the main process, each global batch
+    it hands over (see the module docstring). Other keywords go to the
+    DataLoader (pin_memory, timeout, prefetch_factor, ...)."""
+
+    def __init__(self, dataset, num_workers=0, multiprocessing_context=None,
+                 worker_init_fn=None, **kw):
+        if not isinstance(dataset, FleetIterableDataset):
+            raise TypeError("dataset: must be a FleetIterableDataset")
+        for k in ("batch_size", "sampler", "batch_sampler", "collate_fn", "drop_last"):
+            if kw.get(k) is not None and not (k == "drop_last" and kw[k] is False):
+                raise ValueError(f"{k}: not supported: each item already is one global "
+                                 "batch's slice")
+        if kw.get("persistent_workers"):
+            raise ValueError("persistent_workers: not supported: workers take the start "
+                             "(set_epoch / load_state_dict) when an iteration begins")
+        if kw.get("in_order") is False:
+            raise ValueError("in_order: must stay True: the items are global batches in order")
+        if num_workers < 0:
+            raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
+        if num_workers > 0 and multiprocessing_context is None:
+            multiprocessing_context = "spawn"
+        kw.pop("drop_last", None)
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self._loader = torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=num_workers,
+            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+            worker_init_fn=_WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
+            **kw)
+
+    def __iter__(self):
+        if self.num_workers == 0:
+            yield from self._loader  # the dataset records as it yields
+            return
+        for item in self._loader:
+            self.dataset._received(item.epoch, item.batch, item.errors)
+            yield item.images, item.labels
+
+    def set_epoch(self, epoch):
+        self.dataset.set_epoch(epoch)
+
+    def state_dict(self):
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state):
+        self.dataset.load_state_dict(state)
