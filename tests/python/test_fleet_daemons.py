@@ -23,6 +23,7 @@ answering without a reset) is in test_fleet_netns.py.
 import glob
 import hashlib
 import os
+import pickle
 import subprocess
 import threading
 import time
@@ -477,14 +478,15 @@ def torch_items(loader, ds, plan, rank, world, stop=None):
     return out
 
 
-def test_torch_loader_workers(tfrecord_fleet):
+def test_torch_loader_workers(tfrecord_fleet, monkeypatch):
     """FleetDataLoader with num_workers=2 (spawned workers, each with its own
     FleetClient taking every second global batch) yields exactly the
     sequence of num_workers=0, and state_dict() in the main process names
     the batch after the last one received although the workers ran ahead.
-    Resumes 2 workers, world 1 -> world 2 without workers, and world 3
-    without workers -> 2 workers, world 1, are exactly once with the clean
-    run's bytes."""
+    Resumes are exactly once with the clean run's bytes: fresh workers,
+    world 1 -> no workers, world 2; no workers, world 3 -> persistent
+    workers, world 1; and persistent workers stopped mid-epoch -> the same
+    workers (the start reaches them through shared memory)."""
     torch = pytest.importorskip("torch")
     from nearprep.fleet_torch import FleetDataLoader, FleetIterableDataset
     _, m, manifest, daemons, _ = tfrecord_fleet
@@ -509,51 +511,71 @@ def test_torch_loader_workers(tfrecord_fleet):
         ds.set_epoch(epoch)
         return ds
 
-    # The same sequence with and without workers; the checkpoint rolls over.
+    def phase(world, workers, stop, state, got):
+        """Every rank of a world from `state` for `stop` batches (None: to
+        the end); adds to `got` (no position twice); returns the state."""
+        states = set()
+        for rank in range(world):
+            ds = dataset(world, rank)
+            if state is not None:
+                ds.load_state_dict(state)
+            seq = torch_items(FleetDataLoader(ds, num_workers=workers), ds, plan, rank, world,
+                              stop)
+            if stop is not None:
+                assert len(seq) == stop
+            add(got, seq)
+            states.add(tuple(sorted(ds.state_dict().items())))
+        assert len(states) == 1, states  # every rank stands at the same global batch
+        return dict(states.pop())
+
+    def add(got, seq):
+        for _, part in seq:
+            assert not set(part) & set(got), "a position delivered twice"
+            got.update(part)
+
     ds0 = dataset(1, 0)
     seq0 = torch_items(FleetDataLoader(ds0, num_workers=0), ds0, plan, 0, 1)
-    ds2 = dataset(1, 0)
-    seq2 = torch_items(FleetDataLoader(ds2, num_workers=2), ds2, plan, 0, 1)
     assert [g for g, _ in seq0] == list(range(nb))
-    assert seq2 == seq0
     assert {p: v for _, got in seq0 for p, v in got.items()} == expect
-    assert (ds2.state_dict()["epoch"], ds2.state_dict()["next_batch"]) == (epoch + 1, 0)
 
-    def resume(first, second):
-        """first/second: (world, workers, batches or None); every rank of
-        each phase; returns {position: value} with no position twice."""
-        got, state = {}, None
-        for world, workers, stop in (first, second):
-            states = set()
-            for rank in range(world):
-                ds = dataset(world, rank)
-                if state is not None:
-                    ds.load_state_dict(state)
-                seq = torch_items(FleetDataLoader(ds, num_workers=workers), ds, plan, rank,
-                                  world, stop)
-                if stop is not None:
-                    assert len(seq) == stop
-                for _, part in seq:
-                    assert not set(part) & set(got), "a position delivered twice"
-                    got.update(part)
-                states.add(tuple(sorted(ds.state_dict().items())))
-            assert len(states) == 1, states  # every rank stands at the same global batch
-            state = dict(states.pop())
-        return got, state
-
-    got, state = resume((1, 2, 4), (2, 0, None))
+    # Fresh workers (the default), stopped after 4 batches although they ran
+    # ahead; world 2 without workers goes on from batch 4.
+    got = {}
+    state = phase(1, 2, 4, None, got)
+    assert (state["epoch"], state["next_batch"]) == (epoch, 4)
+    state = phase(2, 0, None, state, got)
     assert got == expect
     assert (state["epoch"], state["next_batch"]) == (epoch + 1, 0)
-    got, _ = resume((3, 0, 3), (1, 2, None))
-    assert got == expect
 
-    # A plain DataLoader with workers could not keep state_dict() right.
+    # Persistent workers: the same sequence as without workers.
+    ds = dataset(1, 0)
+    loader = FleetDataLoader(ds, num_workers=2, persistent_workers=True)
+    assert torch_items(loader, ds, plan, 0, 1) == seq0
+    assert (ds.state_dict()["epoch"], ds.state_dict()["next_batch"]) == (epoch + 1, 0)
+    pids = [w.pid for w in loader._loader._iterator._workers]
+    # World 3 without workers for 3 batches, then these workers go on.
+    got = {}
+    ds.load_state_dict(phase(3, 0, 3, None, got))
+    add(got, torch_items(loader, ds, plan, 0, 1))
+    assert got == expect
+    # Stopped mid-epoch, resumed by the same workers.
+    ds.set_epoch(epoch)
+    first = torch_items(loader, ds, plan, 0, 1, stop=5)
+    ds.load_state_dict(ds.state_dict())
+    assert first + torch_items(loader, ds, plan, 0, 1) == seq0
+    assert [w.pid for w in loader._loader._iterator._workers] == pids  # never restarted
+    # The shared start stays behind when the dataset is pickled elsewhere.
+    assert pickle.loads(pickle.dumps(ds)).state_dict() == ds.state_dict()
+    del loader
+
+    # A plain DataLoader's worker refuses (its main process could not keep
+    # state_dict() right); checked in-process with a stand-in worker info.
+    monkeypatch.setattr(torch.utils.data, "get_worker_info",
+                        lambda: type("Info", (), {"id": 0, "num_workers": 2})())
     with pytest.raises(RuntimeError, match="FleetDataLoader"):
-        next(iter(torch.utils.data.DataLoader(dataset(1, 0), batch_size=None, num_workers=1,
-                                              multiprocessing_context="spawn")))
-    for bad, field in ((dict(batch_size=4), "batch_size"),
-                       (dict(persistent_workers=True), "persistent_workers"),
-                       (dict(num_workers=-1), "num_workers")):
+        next(iter(dataset(1, 0)))
+    monkeypatch.undo()
+    for bad, field in ((dict(batch_size=4), "batch_size"), (dict(num_workers=-1), "num_workers")):
         with pytest.raises(ValueError, match=field):
             FleetDataLoader(dataset(1, 0), **bad)
 

@@ -6,7 +6,8 @@ torchrun rank / world size.
         "dns:nearprepd.data.svc.cluster.local:7070", "imagenet",
         manifest="imagenet.nearprep-manifest", seed=1, global_batch=1024,
         height=224, width=224, crop="random_resized", dtype="uint8")
-    loader = nft.FleetDataLoader(ds, num_workers=2, pin_memory=True)
+    loader = nft.FleetDataLoader(ds, num_workers=2, persistent_workers=True,
+                                 pin_memory=True)
     ds.set_epoch(epoch)                    # or ds.load_state_dict(ckpt)
     for images, labels in loader: ...
     ckpt = ds.state_dict()                 # the global checkpoint
@@ -28,8 +29,12 @@ ds.state_dict() therefore names the batch after the last one the training
 loop received, never one a worker merely prefetched. Workers start with
 multiprocessing_context="spawn" unless told otherwise: a trainer process has
 often used gRPC already, and gRPC's core is not safe to use in a child
-forked after that (docs/python.md has what the tests saw with fork). Each worker keeps
-`prefetch` global batches in flight, so W workers fetch W * prefetch ahead.
+forked after that (docs/python.md has what the tests saw with fork).
+Starting spawned workers costs about a second or more (each imports torch):
+persistent_workers=True pays it once; the start set in the main process
+(set_epoch, load_state_dict) then reaches the running workers through
+shared memory when the next iteration begins. Each worker keeps `prefetch`
+global batches in flight, so W workers fetch W * prefetch ahead.
 Iterating the dataset directly, or through a plain DataLoader with
 num_workers=0, works as before; a plain DataLoader with num_workers > 0 is
 refused (its main process could not see what was consumed).
@@ -39,6 +44,8 @@ g + 1 with any world size and any num_workers.
 """
 
 import inspect
+import multiprocessing
+import multiprocessing.context
 import os
 from typing import List, NamedTuple
 
@@ -83,13 +90,19 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         self._args = (targets, dataset)
         self._kw = dict(kw, manifest=self._manifest)
         self._start = (0, 0)
+        self._shared_start = None  # FleetDataLoader(persistent_workers=True): read by workers
         self._consumed = None
         self._in_fleet_loader = False  # set in FleetDataLoader's workers
         self.last_errors = []
 
-    def set_epoch(self, epoch):
-        self._start = (epoch, 0)
+    def _set_start(self, epoch, batch):
+        self._start = (epoch, batch)
         self._consumed = None
+        if self._shared_start is not None:
+            self._shared_start[0], self._shared_start[1] = epoch, batch
+
+    def set_epoch(self, epoch):
+        self._set_start(epoch, 0)
 
     def state_dict(self):
         e, nb = self._consumed if self._consumed else self._start
@@ -106,8 +119,13 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
                   c.num_partitions)
         if mine != theirs:
             raise ValueError(f"state: plan {theirs} differs from this dataset's {mine}")
-        self._start = (c.epoch, c.next_batch)
-        self._consumed = None
+        self._set_start(c.epoch, c.next_batch)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if multiprocessing.context.get_spawning_popen() is None:
+            state["_shared_start"] = None  # shareable only with a process being started
+        return state
 
     def _received(self, epoch, batch, errors):
         """The main process got global batch `batch` of `epoch`."""
@@ -115,7 +133,10 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         self.last_errors = errors
 
     def _items(self, worker, workers):
-        epoch, start = self._start
+        if self._shared_start is not None and torch.utils.data.get_worker_info() is not None:
+            epoch, start = int(self._shared_start[0]), int(self._shared_start[1])
+        else:
+            epoch, start = self._start
         with FleetClient(*self._args, trainers=self.world_size, rank=self.rank,
                          **self._kw) as fc:
             for fb in fc.epoch(epoch, start + worker, step=workers):
@@ -165,9 +186,6 @@ class FleetDataLoader:
             if kw.get(k) is not None and not (k == "drop_last" and kw[k] is False):
                 raise ValueError(f"{k}: not supported: each item already is one global "
                                  "batch's slice")
-        if kw.get("persistent_workers"):
-            raise ValueError("persistent_workers: not supported: workers take the start "
-                             "(set_epoch / load_state_dict) when an iteration begins")
         if kw.get("in_order") is False:
             raise ValueError("in_order: must stay True: the items are global batches in order")
         if num_workers < 0:
@@ -175,6 +193,14 @@ class FleetDataLoader:
         if num_workers > 0 and multiprocessing_context is None:
             multiprocessing_context = "spawn"
         kw.pop("drop_last", None)
+        if num_workers > 0 and kw.get("persistent_workers"):
+            # Workers that outlive an iteration read the start (set_epoch,
+            # load_state_dict) from shared memory when the next one begins.
+            ctx = (multiprocessing.get_context(multiprocessing_context)
+                   if isinstance(multiprocessing_context, str) else multiprocessing_context)
+            if dataset._shared_start is None:
+                dataset._shared_start = ctx.Array("q", 2, lock=False)
+            dataset._shared_start[0], dataset._shared_start[1] = dataset._start
         self.dataset = dataset
         self.num_workers = num_workers
         self._loader = torch.utils.data.DataLoader(
