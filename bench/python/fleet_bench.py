@@ -14,9 +14,18 @@ time (seed, crop, uint8 output):
   fleet-3   FleetClient over 3 daemons each holding a third of the
             partitions (no replicas), so every global batch is assembled
             from 3 nodes
+With --torch-workers 0,2 it also measures nearprep.fleet_torch's
+FleetDataLoader over the 3 daemons with that many DataLoader workers
+(`torch-W`: each epoch starts its workers afresh, as a training loop's
+`for batch in loader` does by default; `torch-Wp`: persistent_workers=True,
+workers started once, at the warm-up). --step-ms busy-waits that long in the trainer
+process after every global batch (a stand-in for a training step that
+holds the GIL). --replicate K packs K hard-linked copies of the source
+images (a larger epoch: worker start-up is paid once per epoch).
 It prints images/s and the trainer process's CPU per image (user + system
 of this process, i.e. the client's own work: planning, requests,
-assembly), median of --repeats runs, and the ratios to `single`. All daemons
+assembly; DataLoader workers' CPU is not in it), median of --repeats runs,
+and the ratios to `single`. All daemons
 run on this machine, so on a small box they compete with each other and with
 the client for the same cores: the figures say what the client costs, not
 how a real fleet scales.
@@ -62,15 +71,37 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1, help="decode workers per daemon")
+    ap.add_argument("--torch-workers", default="",
+                    help="comma-separated DataLoader worker counts for torch-W modes")
+    ap.add_argument("--step-ms", type=float, default=0.0,
+                    help="busy-wait per global batch in the trainer process")
+    ap.add_argument("--replicate", type=int, default=1,
+                    help="pack this many hard-linked copies of the source images")
     a = ap.parse_args()
+    torch_workers = [int(w) for w in a.torch_workers.split(",") if w != ""]
+    if a.replicate < 1:
+        ap.error("--replicate: must be >= 1")
     cli = os.path.join(a.build, "client", "cpp", "nearprep")
     nearprepd = os.path.join(a.build, "server", "daemon", "nearprepd")
     req = dict(height=a.size, width=a.size, dtype="uint8", crop="random_resized",
                flip_probability=0.5)
     procs = []
+    loaders = {}  # (workers, persistent) -> FleetDataLoader
     with tempfile.TemporaryDirectory(prefix="fleet_bench_") as tmp:
+        source = a.source
+        if a.replicate > 1:
+            source = os.path.join(tmp, "source")
+            for k in range(a.replicate):
+                for cls in sorted(os.listdir(a.source)):
+                    src_dir = os.path.join(a.source, cls)
+                    if not os.path.isdir(src_dir):
+                        continue
+                    dst_dir = os.path.join(source, f"{cls}_{k}")
+                    os.makedirs(dst_dir)
+                    for f in os.listdir(src_dir):
+                        os.link(os.path.join(src_dir, f), os.path.join(dst_dir, f))
         shards = os.path.join(tmp, "shards")
-        subprocess.run([cli, "pack", "--source", a.source, "--out", shards, "--format",
+        subprocess.run([cli, "pack", "--source", source, "--out", shards, "--format",
                         "tfrecord", "--shard-size", "512KiB"], check=True, capture_output=True)
         manifest = os.path.join(tmp, "ds.nearprep-manifest")
         subprocess.run([cli, "manifest", "--root", shards, "--format", "tfrecord",
@@ -91,12 +122,19 @@ def main():
                 procs.append(p)
                 thirds.append(t)
 
+            def step():
+                if a.step_ms > 0:
+                    end = time.perf_counter() + a.step_ms / 1000
+                    while time.perf_counter() < end:
+                        pass
+
             def run_single(epoch):
                 n = 0
                 with nearprep.Client(single, native=False) as c:
                     for b in c.batches("ds", batch_size=a.global_batch, seed=1, epoch=epoch,
                                        shuffle=True, **req):
                         n += len(b)
+                        step()
                 return n
 
             def run_fleet(targets, epoch):
@@ -105,11 +143,32 @@ def main():
                                  trainers=1, rank=0, prefetch=3, **req) as fc:
                     for b in fc.epoch(epoch):
                         n += len(b.positions)
+                        step()
+                return n
+
+            def run_torch(workers, persistent, epoch):
+                from nearprep.fleet_torch import FleetDataLoader, FleetIterableDataset
+                if (workers, persistent) not in loaders or not persistent:
+                    ds = FleetIterableDataset(thirds, "ds", manifest=m, rank=0, world_size=1,
+                                              seed=1, global_batch=a.global_batch, prefetch=3,
+                                              **req)
+                    loaders[(workers, persistent)] = FleetDataLoader(
+                        ds, num_workers=workers, persistent_workers=persistent)
+                loader = loaders[(workers, persistent)]
+                loader.set_epoch(epoch)
+                n = 0
+                for images, _ in loader:
+                    n += images.shape[0]
+                    step()
                 return n
 
             modes = {"single": lambda e: run_single(e),
                      "fleet-1": lambda e: run_fleet([single], e),
                      "fleet-3": lambda e: run_fleet(thirds, e)}
+            for w in torch_workers:
+                modes[f"torch-{w}"] = lambda e, w=w: run_torch(w, False, e)
+                if w > 0:
+                    modes[f"torch-{w}p"] = lambda e, w=w: run_torch(w, True, e)
             for fn in modes.values():  # warm the page cache and the indexes
                 fn(0)
             res = {k: [] for k in modes}
@@ -119,7 +178,8 @@ def main():
                     res[k].append((n / wall, cpu / n * 1e6))
             print(f"{m.num_samples} samples, {m.num_partitions} partitions, {len(m.shards)} shards, "
                   f"G = {a.global_batch}, {a.size}x{a.size} uint8, {a.workers} worker(s)/daemon, "
-                  f"median of {a.repeats}")
+                  f"step {a.step_ms:g} ms, median of {a.repeats}, load average "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             base = statistics.median(x[0] for x in res["single"])
             base_cpu = statistics.median(x[1] for x in res["single"])
             for k, xs in res.items():
@@ -128,6 +188,7 @@ def main():
                 print(f"  {k:8s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
                       f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)")
         finally:
+            loaders.clear()  # stops persistent workers before their daemons
             for p in procs:
                 p.kill()
                 p.wait()
