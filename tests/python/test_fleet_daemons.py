@@ -563,6 +563,10 @@ def test_torch_loader_workers(tfrecord_fleet, monkeypatch):
     first = torch_items(loader, ds, plan, 0, 1, stop=5)
     ds.load_state_dict(ds.state_dict())
     assert first + torch_items(loader, ds, plan, 0, 1) == seq0
+    # Only the last batch left: the second worker has none.
+    last = dict(ds.state_dict(), epoch=epoch, next_batch=nb - 1)
+    ds.load_state_dict(last)
+    assert torch_items(loader, ds, plan, 0, 1) == seq0[-1:]
     assert [w.pid for w in loader._loader._iterator._workers] == pids  # never restarted
     # The shared start stays behind when the dataset is pickled elsewhere.
     assert pickle.loads(pickle.dumps(ds)).state_dict() == ds.state_dict()
