@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bulk_copy.h"
 #include "common/tensor_codec.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -103,27 +102,9 @@ absl::Status ReadTensor(CodedInputStream* in, std::string* rest,
       return absl::ResourceExhaustedError(absl::StrCat(
           "no buffer for a ", size, "-byte tensor"));
     }
-    if (size < kStreamingCopyMinBytes) {
-      if (!in->ReadRaw(dst, static_cast<int>(size))) {
-        return Malformed("Tensor.data truncated");
-      }
-      continue;
+    if (!in->ReadRaw(dst, static_cast<int>(size))) {
+      return Malformed("Tensor.data truncated");
     }
-    // A large tensor: straight from each receive slice with streaming
-    // stores (bulk_copy.h).
-    for (size_t left = size; left > 0;) {
-      const void* data = nullptr;
-      int avail = 0;
-      if (!in->GetDirectBufferPointer(&data, &avail) || avail <= 0) {
-        return Malformed("Tensor.data truncated");
-      }
-      const size_t n = std::min(left, static_cast<size_t>(avail));
-      StreamingCopy(dst, static_cast<const uint8_t*>(data), n);
-      in->Skip(static_cast<int>(n));
-      dst += n;
-      left -= n;
-    }
-    StreamingCopyDone();
   }
   out.Trim();
   return absl::OkStatus();

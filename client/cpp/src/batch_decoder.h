@@ -5,8 +5,7 @@
 //
 // How: a protobuf CodedInputStream walks the top-level fields over the
 // slices; Batch.tensor (15) is entered, and of it Tensor.data (15) is not
-// parsed but copied (ReadRaw; from 1 MiB on, slice by slice with streaming
-// stores, bulk_copy.h) into the buffer `allocate` returns for its
+// parsed but copied (ReadRaw) into the buffer `allocate` returns for its
 // length. All other fields, whatever their order, are re-serialized
 // verbatim into a small side buffer and parsed with protobuf, so the header
 // equals what protobuf would have produced (tensor.data left empty).

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "bulk_copy.h"
 #include "common/tensor_codec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -143,31 +142,6 @@ TEST(BatchDecoderTest, EveryTruncationIsDataLossNotACrash) {
     }
   }
   EXPECT_GT(failures, static_cast<int>(bytes.size()) / 2);
-}
-
-// Tensors from kStreamingCopyMinBytes on take the slice-by-slice streaming
-// copy: same bytes for any slicing (slices that split the data at odd
-// offsets, one slice for everything), and a cut anywhere in the data is
-// DATA_LOSS.
-TEST(BatchDecoderTest, LargeTensorStreamingCopyMatchesProtobuf) {
-  const size_t size = kStreamingCopyMinBytes + 4099;
-  const v1::Batch want = SampleBatch(size);
-  const std::string bytes = want.SerializeAsString();
-  for (size_t slice : {size_t{4093}, size_t{16384}, size_t{65537}, bytes.size()}) {
-    Decoded d = Decode(bytes, slice);
-    ASSERT_TRUE(d.status.ok()) << d.status << " slice " << slice;
-    EXPECT_EQ(d.allocations, 1);
-    ASSERT_EQ(d.tensor.size(), size);
-    EXPECT_TRUE(d.tensor == want.tensor().data()) << "slice " << slice;
-    v1::Batch header = want;
-    header.mutable_tensor()->clear_data();
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(d.header, header))
-        << "slice " << slice;
-  }
-  for (size_t cut : {bytes.size() - 1, bytes.size() - size / 2, bytes.size() - size + 1}) {
-    Decoded d = Decode(bytes.substr(0, cut), 16384);
-    EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss) << cut << " " << d.status;
-  }
 }
 
 TEST(BatchDecoderTest, RepeatedTensorDataIsRefused) {
