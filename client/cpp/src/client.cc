@@ -14,6 +14,8 @@
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -127,6 +129,22 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(o.target, std::move(creds), args);
 }
+
+}  // namespace
+
+bool KeepFreedMemory(size_t bytes) {
+#if defined(__GLIBC__)
+  const int trim = static_cast<int>(std::min<size_t>(bytes, size_t{1} << 30));
+  const int mmap_threshold = std::min(trim, 32 << 20);  // glibc's maximum
+  return mallopt(M_TRIM_THRESHOLD, trim) == 1 &&
+         mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1;
+#else
+  (void)bytes;
+  return false;
+#endif
+}
+
+namespace {
 
 // The reader handed out when the channel could not be set up.
 class FailedBatchReader : public BatchReader {

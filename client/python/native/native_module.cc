@@ -20,7 +20,6 @@
 // Thread-safety: Channel is thread-safe. A Stream's next() is called by one
 // thread at a time; cancel() by any thread. Buffers and pools are
 // thread-safe.
-#include <malloc.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -131,12 +130,7 @@ PYBIND11_MODULE(_native, m) {
   // again for the next message: tens of page faults per received image.
   // Keeping up to `bytes` of freed heap instead is a process-wide setting,
   // so nearprep.transport applies it only when the native path is used.
-  m.def("keep_freed_memory", [](size_t bytes) {
-    const int trim = static_cast<int>(std::min<size_t>(bytes, 1u << 30));
-    const int mmap_threshold = std::min(trim, 32 << 20);  // glibc's max
-    return mallopt(M_TRIM_THRESHOLD, trim) == 1 &&
-           mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1;
-  }, py::arg("bytes"));
+  m.def("keep_freed_memory", &nearprep::KeepFreedMemory, py::arg("bytes"));
 
   py::class_<BufferPool, std::shared_ptr<BufferPool>>(m, "BufferPool")
       .def(py::init([](size_t max_free, bool lock) {

@@ -292,8 +292,7 @@ class FleetClient:
         lo, hi = plan.slice(g, self.rank, self.trainers)
         want = {}
         parts: Dict[int, list] = {}
-        for pos in range(lo, hi):
-            sid, part = plan.at(pos)
+        for pos, (sid, part) in zip(range(lo, hi), plan.range(lo, hi)):
             want[pos] = (sid, part)
             parts.setdefault(part, []).append((pos, sid))
         pending, orphans = self._submit(epoch, parts)

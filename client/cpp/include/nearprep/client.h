@@ -104,6 +104,17 @@ class BatchReader {
   virtual int reconnects() const = 0;
 };
 
+// Process-wide malloc tuning for a process that receives large batches
+// (glibc only; false elsewhere or if refused). gRPC allocates its receive
+// buffers per read and frees them once a message is consumed; with glibc's
+// defaults that memory goes back to the kernel (heap trimming, munmap of
+// chunks above the mmap threshold) and is faulted in again for the next
+// message: page faults on every received megabyte. This keeps up to `bytes`
+// of freed heap and serves allocations up to min(bytes, 32 MiB) from the
+// heap. The Python client's native module and `nearprep stream` / `load`
+// call it; a C++ trainer may.
+bool KeepFreedMemory(size_t bytes);
+
 class Client {
  public:
   explicit Client(ClientOptions options);
