@@ -63,11 +63,15 @@ TEST(ProcessMetricsTest, ReportsThisProcess) {
   EXPECT_GE(v["process_virtual_memory_bytes"],
             v["process_resident_memory_bytes"]);
   EXPECT_GE(v["process_threads"], 1);
-  // Started within the last hour, not in the future.
+  // Started within the last hour, not in the future. The boot time under
+  // it is rounded to whole seconds (so that it does not move between
+  // scrapes): the value may lie up to 0.5 s (+ one clock tick) after the
+  // true start, which was only moments ago; allow 2 s.
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
-  EXPECT_LE(v["process_start_time_seconds"], now.tv_sec + 1.0);
-  EXPECT_GT(v["process_start_time_seconds"], now.tv_sec - 3600.0);
+  const double now_s = now.tv_sec + now.tv_nsec / 1e9;
+  EXPECT_LE(v["process_start_time_seconds"], now_s + 2.0);
+  EXPECT_GT(v["process_start_time_seconds"], now_s - 3600.0);
 
   // Open descriptors follow what the process opens.
   std::vector<int> fds;
