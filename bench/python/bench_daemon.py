@@ -1,7 +1,9 @@
 """Start a nearprepd for a benchmark: one YAML dataset, port 0, wait for the
-port file. Shared by the bench/python scripts."""
+port file; and a larger image folder made of hard links to a small one.
+Shared by the bench/python scripts."""
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -41,3 +43,21 @@ def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"nearprepd did not listen within {timeout_s} s")
+
+
+def replicate_image_folder(root, copies, out):
+    """An image folder at `out` with `copies` copies of every file of `root`
+    (hard links where the file system allows, else copies), in the same class
+    folders (file k of a copy is named c{k}_NAME): `copies` times the
+    samples, the same labels. Returns `out`."""
+    for d, _, names in os.walk(root):
+        dst_dir = os.path.join(out, os.path.relpath(d, root))
+        os.makedirs(dst_dir, exist_ok=True)
+        for name in names:
+            for k in range(copies):
+                dst = os.path.join(dst_dir, f"c{k}_{name}")
+                try:
+                    os.link(os.path.join(d, name), dst)
+                except OSError:
+                    shutil.copyfile(os.path.join(d, name), dst)
+    return out

@@ -90,16 +90,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="fleet_bench_") as tmp:
         source = a.source
         if a.replicate > 1:
-            source = os.path.join(tmp, "source")
-            for k in range(a.replicate):
-                for cls in sorted(os.listdir(a.source)):
-                    src_dir = os.path.join(a.source, cls)
-                    if not os.path.isdir(src_dir):
-                        continue
-                    dst_dir = os.path.join(source, f"{cls}_{k}")
-                    os.makedirs(dst_dir)
-                    for f in os.listdir(src_dir):
-                        os.link(os.path.join(src_dir, f), os.path.join(dst_dir, f))
+            source = bench_daemon.replicate_image_folder(a.source, a.replicate,
+                                                         os.path.join(tmp, "source"))
         shards = os.path.join(tmp, "shards")
         subprocess.run([cli, "pack", "--source", source, "--out", shards, "--format",
                         "tfrecord", "--shard-size", "512KiB"], check=True, capture_output=True)

@@ -38,7 +38,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import signal
 import statistics
 import subprocess
@@ -122,22 +121,6 @@ def dataset_files(root):
     for d, _, names in os.walk(root):
         out += [os.path.join(d, n) for n in names]
     return sorted(out)
-
-
-def replicate(root, files, copies, out):
-    """An image folder with `copies` copies of every file of `root` (hard
-    links where the file system allows, else copies), same class folders."""
-    for f in files:
-        rel = os.path.relpath(f, root)
-        d = os.path.join(out, os.path.dirname(rel))
-        os.makedirs(d, exist_ok=True)
-        for k in range(copies):
-            dst = os.path.join(d, f"c{k}_{os.path.basename(rel)}")
-            try:
-                os.link(f, dst)
-            except OSError:
-                shutil.copyfile(f, dst)
-    return out
 
 
 def proc_cpu_s(pid):
@@ -304,8 +287,8 @@ def main():
     tmp = tempfile.TemporaryDirectory()
     serve_root = args.dataset_root
     if args.copies > 1:
-        serve_root = replicate(args.dataset_root, files, args.copies,
-                               os.path.join(tmp.name, "data"))
+        serve_root = bench_daemon.replicate_image_folder(
+            args.dataset_root, args.copies, os.path.join(tmp.name, "data"))
     for b in builds:
         b.proc, b.target = start_daemon(b.nearprepd, serve_root, args.server_core,
                                         tmp.name, b.name)
