@@ -2,12 +2,14 @@
 #include "server/data/dataset.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/data/block_shuffle.h"
+#include "server/fleet/manifest.h"
 #include "server/records/tfrecord.h"
 #include "server/storage/posix_storage.h"
 #include "spdlog/spdlog.h"
@@ -190,11 +192,12 @@ absl::StatusOr<Block> Dataset::ReadBlock(const std::string& file,
 }
 
 void Dataset::BlockRange(uint64_t id, uint64_t block_samples, uint64_t* lo_out,
-                         uint64_t* hi_out, uint64_t* begin_out, uint64_t* end_out) const {
+                         uint64_t* hi_out, uint64_t* begin_out, uint64_t* end_out,
+                         uint64_t base) const {
   const ListedSample& where = listed_[id];
   // The block's samples that live in this sample's file (a block may span
   // two shards; each part is read on its own).
-  const uint64_t first = id / block_samples * block_samples;
+  const uint64_t first = base + (id - base) / block_samples * block_samples;
   const uint64_t last =
       std::min<uint64_t>(first + block_samples, listed_.size());
   uint64_t lo = id, hi = id + 1;
@@ -285,6 +288,56 @@ absl::StatusOr<SampleView> Dataset::ViewFromBlock(
   }
   (loaded ? counters_.block_misses : counters_.block_hits)
       .fetch_add(1, std::memory_order_relaxed);
+  return ViewInBlock(id, *block);
+}
+
+absl::StatusOr<SampleView> Dataset::ViewFromPlanBlock(
+    uint64_t id, uint64_t block_samples, uint64_t plan_tag) const {
+  const ListedSample& where = listed_[id];
+  const uint64_t base =
+      manifest_ ? manifest_->partition_start[manifest_->PartitionOf(id)] : 0;
+  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
+  BlockRange(id, block_samples, &lo, &hi, &begin, &end, base);
+  if (end - begin > kMaxBlockBytes) return SampleView{};
+  // Held until each sample was served; a block whose samples went to
+  // another node (failover) or whose epoch stopped is dropped once it has
+  // been idle this long and room is needed.
+  constexpr std::chrono::seconds kIdle{30};
+  BlockCache::Once outcome = BlockCache::Once::kHit;
+  uint64_t idle_drops = 0;
+  absl::StatusOr<Block> block = block_cache_->GetOrLoadOnce(
+      BlockCache::Key{where.file, begin, end - begin, plan_tag}, static_cast<uint32_t>(id - lo),
+      static_cast<uint32_t>(hi - lo),
+      [&] { return ReadBlock(where.file, begin, end - begin); }, kIdle, &outcome,
+      &idle_drops,
+      // Bad records are reported without a read (ReadSampleView).
+      [&](uint32_t i) { return !listed_[lo + i].error.empty(); });
+  if (idle_drops > 0) {
+    counters_.block_idle_drops.fetch_add(idle_drops, std::memory_order_relaxed);
+  }
+  switch (outcome) {
+    case BlockCache::Once::kNoRoom:
+      counters_.block_bypasses.fetch_add(1, std::memory_order_relaxed);
+      return SampleView{};
+    case BlockCache::Once::kAlone:
+      counters_.block_alone.fetch_add(1, std::memory_order_relaxed);
+      return SampleView{};
+    case BlockCache::Once::kLoaded:
+    case BlockCache::Once::kHit:
+      break;
+  }
+  if (!block.ok()) {
+    return absl::Status(block.status().code(), Where(id, block.status().message()));
+  }
+  (outcome == BlockCache::Once::kLoaded ? counters_.block_misses : counters_.block_hits)
+      .fetch_add(1, std::memory_order_relaxed);
+  return ViewInBlock(id, *block);
+}
+
+absl::StatusOr<SampleView> Dataset::ViewInBlock(uint64_t id,
+                                                const Block& b) const {
+  const ListedSample& where = listed_[id];
+  const Block* block = &b;
   const uint64_t rb = RecordBegin(where), re = RecordEnd(where);
   if (re > block->offset + block->size) {
     return absl::DataLossError(
@@ -306,6 +359,10 @@ absl::StatusOr<SampleView> Dataset::ViewFromBlock(
 std::string Dataset::Where(uint64_t id, absl::string_view what) const {
   return absl::StrCat("dataset '", config_.name, "': ", samples_[id].path,
                       ": ", what);
+}
+
+uint64_t Dataset::block_cache_resident_bytes() const {
+  return block_cache_->resident_bytes();
 }
 
 uint64_t Dataset::block_samples() const {
@@ -355,7 +412,12 @@ absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out,
 
 absl::StatusOr<SampleView> Dataset::ReadSampleView(
     uint64_t id, const ReadHint& hint, std::vector<uint8_t>* scratch) const {
-  if (hint.block_samples > 0 && id < listed_.size() &&
+  if (hint.plan_block_samples > 0 && id < listed_.size() &&
+      !listed_[id].whole_file && listed_[id].error.empty()) {
+    absl::StatusOr<SampleView> view = ViewFromPlanBlock(id, hint.plan_block_samples, hint.plan_tag);
+    // An empty view: too large or no room, read the sample alone below.
+    if (!view.ok() || view->data != nullptr) return view;
+  } else if (hint.block_samples > 0 && id < listed_.size() &&
       !listed_[id].whole_file && listed_[id].error.empty()) {
     absl::StatusOr<SampleView> view = ViewFromBlock(id, hint.block_samples);
     // An empty view: the block is too large, read the sample alone below.

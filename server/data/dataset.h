@@ -73,6 +73,17 @@ struct ReadHint {
   // samples; a record dataset then reads each block's records in one large
   // read and serves the block's samples from it.
   uint64_t block_samples = 0;
+  // > 0: the caller serves a fleet plan's explicit ids (server/fleet/
+  // global_plan.h) whose blocks are this many consecutive offsets of a
+  // partition: each sample once per epoch, a block's samples spread over
+  // many requests. A record dataset with a manifest reads each such block
+  // (its part in one shard) with one large read and holds it until each of
+  // its samples has been served (BlockCache::GetOrLoadOnce); a block that
+  // does not fit the cache is not read, its samples are read alone.
+  uint64_t plan_block_samples = 0;
+  // With plan_block_samples: identifies the plan (seed, epoch), so two
+  // epochs' reads of the same block are accounted apart.
+  uint64_t plan_tag = 0;
 };
 
 // The bytes of one sample, read: [data, data + size). They live either in a
@@ -156,6 +167,8 @@ class Dataset {
 
   // What the dataset's reads cost storage (read sizes: bytes / reads).
   const ReadCounters& read_counters() const { return counters_; }
+  // Bytes of blocks held in memory now (record datasets' block reads).
+  uint64_t block_cache_resident_bytes() const;
 
   // Record datasets, for readers that fill their own buffer with many samples
   // at once (the FPGA backend's input buffer, the P2P target): the block of
@@ -217,6 +230,14 @@ class Dataset {
   // when the block is too large to hold.
   absl::StatusOr<SampleView> ViewFromBlock(uint64_t id,
                                             uint64_t block_samples) const;
+  // The same for a fleet plan's block (ReadHint::plan_block_samples): blocks
+  // aligned to the start of id's partition, held until consumed. An empty
+  // view when the block is too large or does not fit the cache now.
+  absl::StatusOr<SampleView> ViewFromPlanBlock(uint64_t id, uint64_t block_samples,
+                                                uint64_t plan_tag) const;
+  // The view of sample `id` inside `block`: DATA_LOSS when the block is
+  // short (the shard shrank), the TFRecord checks otherwise.
+  absl::StatusOr<SampleView> ViewInBlock(uint64_t id, const Block& block) const;
   // One aligned read of [offset, offset + size) of `file` (O_DIRECT when
   // the file system takes it).
   absl::StatusOr<Block> ReadBlock(const std::string& file, uint64_t offset,
@@ -227,8 +248,10 @@ class Dataset {
                                uint8_t* dst, uint64_t* got) const;
   // The samples [*lo, *hi) of the block of `block_samples` holding `id` that
   // live in id's file, and their records' range [*begin, *end).
+  // Blocks are aligned to multiples of block_samples counted from `base`
+  // (0: global ids; a partition's first id: a fleet plan's blocks).
   void BlockRange(uint64_t id, uint64_t block_samples, uint64_t* lo, uint64_t* hi,
-                  uint64_t* begin, uint64_t* end) const;
+                  uint64_t* begin, uint64_t* end, uint64_t base = 0) const;
 };
 
 }  // namespace nearprep

@@ -28,10 +28,20 @@ absl::Status ApplyExplicitIds(const v1::StreamBatchesRequest& request,
           "; dataset '", request.dataset(), "' here has manifest ", have));
     }
   }
-  if (request.sample_ids_size() == 0) return absl::OkStatus();
   const auto invalid = [](absl::string_view field, absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
   };
+  if (request.sample_ids_size() == 0) {
+    if (request.plan_block_samples() != 0) {
+      return invalid("plan_block_samples", "needs sample_ids (the fleet's explicit mode)");
+    }
+    return absl::OkStatus();
+  }
+  if (request.plan_block_samples() > kMaxPlanBlockSamples) {
+    return invalid("plan_block_samples",
+                   absl::StrCat("at most ", kMaxPlanBlockSamples, ", got ",
+                                request.plan_block_samples()));
+  }
   if (request.sample_ids_size() > kMaxExplicitSampleIds) {
     return invalid("sample_ids", absl::StrCat("at most ", kMaxExplicitSampleIds,
                                               " ids per request, got ",
@@ -71,6 +81,9 @@ absl::Status ApplyExplicitIds(const v1::StreamBatchesRequest& request,
   r->shuffle = false;
   r->block_shuffle = false;
   r->context.read_hint.block_samples = 0;
+  r->context.read_hint.plan_block_samples = request.plan_block_samples();
+  r->context.read_hint.plan_tag =
+      request.seed() * 0x9E3779B97F4A7C15ull ^ (request.epoch() + 1);
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 namespace nearprep {
 
 inline constexpr int kMaxExplicitSampleIds = 65536;
+inline constexpr uint64_t kMaxPlanBlockSamples = uint64_t{1} << 20;
 
 // DatasetInfo.manifest_hash / num_partitions / partitions_held.
 void FillFleetInfo(const Dataset& d, v1::DatasetInfo* info);
@@ -21,7 +22,8 @@ void FillFleetInfo(const Dataset& d, v1::DatasetInfo* info);
 // Applies the explicit mode to a validated request *r (no-op when the
 // request has no sample_ids and no manifest_hash). INVALID_ARGUMENT naming
 // the field for a field explicit mode does not combine with, an id out of
-// range or repeated, too many ids; FAILED_PRECONDITION for an id in a
+// range or repeated, too many ids, plan_block_samples without sample_ids or
+// over kMaxPlanBlockSamples; FAILED_PRECONDITION for an id in a
 // partition this daemon does not hold or a manifest_hash that differs.
 absl::Status ApplyExplicitIds(const v1::StreamBatchesRequest& request,
                               const Dataset& d, StreamRequest* r);

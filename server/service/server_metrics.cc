@@ -84,6 +84,42 @@ void CollectServerMetrics(NearprepServer& server,
   out->push_back(std::move(bytes));
   out->push_back(std::move(started));
 
+  // What the datasets' reads cost storage (Dataset::read_counters).
+  MetricFamily reads = CounterFamily(
+      "nearprep_storage_reads_total",
+      "Read calls issued to storage (one per sample read alone, one per "
+      "block part read whole).");
+  MetricFamily read_bytes = CounterFamily(
+      "nearprep_storage_read_bytes_total", "Bytes those reads returned.");
+  MetricFamily block_samples = CounterFamily(
+      "nearprep_block_samples_total",
+      "Record datasets' block reads, per sample: hit (served from a block "
+      "in memory), miss (its block was read), bypass (a fleet plan's block "
+      "did not fit the block cache: read alone), alone (the last sample of "
+      "a fleet plan's block not in memory: read alone), idle_drop (blocks "
+      "dropped idle before all their samples were served).");
+  for (const auto& d : server.datasets()) {
+    const ReadCounters& c = d->read_counters();
+    reads.Add({{"dataset", d->name()}}, Load(c.reads));
+    read_bytes.Add({{"dataset", d->name()}}, Load(c.bytes));
+    block_samples.Add({{"dataset", d->name()}, {"kind", "hit"}}, Load(c.block_hits))
+        .Add({{"dataset", d->name()}, {"kind", "miss"}}, Load(c.block_misses))
+        .Add({{"dataset", d->name()}, {"kind", "bypass"}}, Load(c.block_bypasses))
+        .Add({{"dataset", d->name()}, {"kind", "alone"}}, Load(c.block_alone))
+        .Add({{"dataset", d->name()}, {"kind", "idle_drop"}}, Load(c.block_idle_drops));
+  }
+  MetricFamily resident = GaugeFamily(
+      "nearprep_block_cache_bytes",
+      "Bytes of record blocks held in memory now (block reads).");
+  for (const auto& d : server.datasets()) {
+    resident.Add({{"dataset", d->name()}},
+                 static_cast<double>(d->block_cache_resident_bytes()));
+  }
+  out->push_back(std::move(resident));
+  out->push_back(std::move(reads));
+  out->push_back(std::move(read_bytes));
+  out->push_back(std::move(block_samples));
+
   // The pipeline's production.
   out->push_back(CounterFamily("nearprep_batches_produced_total",
                                "Batches assembled by the pipeline.")

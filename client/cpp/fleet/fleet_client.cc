@@ -149,6 +149,7 @@ struct FleetClient::Impl {
     req.set_epoch(epoch);
     req.set_manifest_hash(o.manifest.hash);
     req.set_error_policy(v1::ERROR_POLICY_SKIP);
+    req.set_plan_block_samples(o.plan_block_reads ? o.plan.block_samples : 0);
     req.clear_sample_ids();
     for (const Item& it : items) req.add_sample_ids(it.sample_id);
     req.set_batch_size(static_cast<uint32_t>(std::min<size_t>(items.size(), 256)));

@@ -41,6 +41,9 @@ struct FleetClientOptions {
   // epoch, manifest_hash are filled in).
   v1::StreamBatchesRequest request;
   int prefetch = 2;
+  // Send the plan's block size (StreamBatchesRequest.plan_block_samples) so
+  // a node reads each block of a record partition once, whole.
+  bool plan_block_reads = true;
   std::chrono::milliseconds probe_interval{500};
   // A stream silent for keepalive_time + keepalive_timeout is a dead node.
   std::chrono::milliseconds keepalive_time{2000};

@@ -137,12 +137,18 @@ class FleetClient:
     max_request_ids ids, each answered in response messages of
     response_batch samples (None: one message per request). Smaller
     messages let a node that fails mid-answer leave more behind: everything
-    received before the failure is kept."""
+    received before the failure is kept.
+
+    plan_block_reads (default True) tells each node the plan's block size
+    (StreamBatchesRequest.plan_block_samples): a node then reads each block
+    of a record partition with one large read and serves its samples from
+    memory as they are asked for. The bytes are the same either way."""
 
     def __init__(self, targets, dataset, *, manifest, seed=0, block_samples=64,
                  window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
-                 max_request_ids=256, response_batch=None, client=None, **request_kw):
+                 max_request_ids=256, response_batch=None, client=None,
+                 plan_block_reads=True, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         if not 0 <= rank < trainers:
@@ -169,6 +175,9 @@ class FleetClient:
         self._template = build_request(self._pb2, dataset, batch_size=1, seed=seed,
                                        error_policy="skip", **request_kw)
         self._template.manifest_hash = self.manifest.hash
+        # The plan's blocks, so a node reads each block of a record partition
+        # once, whole, and serves its samples from memory (a read hint).
+        self._template.plan_block_samples = block_samples if plan_block_reads else 0
         self._nodes = {t: _Node(t) for t in self._targets}
         self._lock = threading.Lock()
         self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
