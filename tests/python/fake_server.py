@@ -154,8 +154,14 @@ class Relay:
             "GetServerInfo": grpc.unary_unary_rpc_method_handler(self._unary("GetServerInfo")),
             "StreamBatches": grpc.unary_stream_rpc_method_handler(self._stream),
         }
+        # The daemon's ping policy (server/service/server.cc): pings down to
+        # every 0.5 s while calls are open. With grpcio's default (5 min) a
+        # call silent for ~8 s under the C++ FleetClient's 2 s keepalive
+        # ends with GOAWAY "too_many_pings" (UNAVAILABLE: a dead node).
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                                  options=[("grpc.max_send_message_length", -1)])
+                                  options=[("grpc.max_send_message_length", -1),
+                                           ("grpc.http2.min_ping_interval_without_data_ms",
+                                            500)])
         self.server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(self.SERVICE, handlers),))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -164,6 +170,18 @@ class Relay:
     @property
     def target(self):
         return f"127.0.0.1:{self.port}"
+
+    @staticmethod
+    def _caller_timeout(context):
+        """The time left of the caller's deadline, for the upstream call, or
+        None when the caller set no deadline (the C++ client's streams: it
+        relies on keepalive instead). grpcio reports "no deadline" as
+        time_remaining() of about 9.2e18 s, and passing that as a timeout
+        overflows into a deadline in the past: the upstream call ends at once
+        with DEADLINE_EXCEEDED, which the relay passed on, so every node
+        looked dead to a client that sets no stream deadline."""
+        left = context.time_remaining()
+        return left if left < 1e9 else None
 
     def _unary(self, method):
         fn = self.channel.unary_unary(f"/{self.SERVICE}/{method}")
@@ -189,7 +207,7 @@ class Relay:
                 self.log.append(("abort", self.target, call))
             context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node is dead")
         upstream = self.channel.unary_stream(f"/{self.SERVICE}/StreamBatches")(
-            raw, timeout=context.time_remaining())
+            raw, timeout=self._caller_timeout(context))
         try:
             for msg in upstream:
                 with self.lock:
