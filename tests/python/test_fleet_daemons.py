@@ -13,7 +13,8 @@ that position), and nothing before a checkpoint is served again. A smaller
 case does the same for tar shards with one trainer count change, and one
 checks the daemon's refusals. A node cut after its first response message
 (relays in front of the daemons count what each node was asked for) leaves
-behind what it sent: those ids are never requested again. The torch
+behind what it sent: those ids are never requested again, with the Python
+client and with the C++ one (`nearprep fleet-read`). The torch
 adapter with 2 DataLoader workers gives the sequence of 0 workers, and
 resumes across world sizes and worker counts exactly once. The
 network-namespace case (a node that stops
@@ -294,6 +295,110 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     for p, (sid, data) in got.items():
         h = data if isinstance(data, str) else hashlib.sha256(data).hexdigest()
         assert (sid, h) == oracle[p], p
+
+
+def fleet_read(targets, manifest, epoch, *extra, timeout=30):
+    """`nearprep fleet-read` (the C++ FleetClient) as one trainer of `epoch`
+    with the fleet's request: {position: (sample id, sha256 | 'error:CODE')},
+    the final stats line as a dict, and the event lines."""
+    args = [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
+            "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
+            "--global-batch", str(G), "--trainers", "1", "--trainer", "0",
+            "--epoch", str(epoch), "--height", "24", "--width", "24",
+            "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8", *extra]
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        raise AssertionError(f"fleet-read hung; its stderr ends:\n{(err or '')[-1500:]}") from None
+    assert p.returncode == 0, p.stderr
+    got = {}
+    for line in p.stdout.splitlines():
+        e, pos, sid, h = line.split()
+        assert int(e) == epoch and int(pos) not in got, line
+        got[int(pos)] = (int(sid), h)
+    words = p.stderr.strip().split("\n")[-1].split()
+    stats = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
+    events = [line for line in p.stderr.splitlines() if line.startswith("event: ")]
+    return got, stats, events
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
+    """The C++ FleetClient (`nearprep fleet-read --response-batch 2`) behind
+    logging relays: each node answers its share of a global batch 2 samples
+    per message, and the node serving the most samples of batch 0 dies after
+    its first message. What it delivered is kept: no delivered id is
+    requested again from any node, only the ids it still owed are requested
+    once more (from a replica), the client's kept_partial counts the kept
+    samples, and the epoch's output (sample id and tensor sha256 per
+    position) equals a clean run on the daemons and the single-node oracle.
+    prefetch=1: batch by batch, so the victim's calls are exactly one
+    request cut after one message; prefetch=2 (the default): its requests
+    for batches 0 and 1 may overlap, and the one message may come from
+    either."""
+    from fake_server import Relay
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    epoch = 3
+    clean, clean_stats, _ = fleet_read([d.target for d in daemons.values()], manifest, epoch)
+    assert clean_stats["failovers"] == 0, clean_stats
+    oracle = oracle_for(oracle_d, manifest, m, epoch)
+
+    log, lock = [], threading.Lock()
+    relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
+    try:
+        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+            seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
+        holders = {p: [relays[n].target for n, parts in PLACEMENT.items() if p in parts]
+                   for p in range(C)}
+        # The victim: the relay serving the most decodable samples of batch 0
+        # (relay ports, hence the assignment, vary from run to run); 3 or
+        # more need at least 2 messages of 2.
+        load = {}
+        for pos in range(G):
+            t = choose(plan.at(pos)[1], holders[plan.at(pos)[1]])
+            load[t] = load.get(t, 0) + (not clean[pos][1].startswith("error:"))
+        victim_t = max(load, key=lambda t: (load[t], t))
+        assert load[victim_t] >= 3, load
+        victim = next(r for r in relays.values() if r.target == victim_t)
+        victim.die_after = 1
+        got, stats, events = fleet_read([r.target for r in relays.values()], manifest, epoch,
+                                        "--response-batch", "2", "--prefetch", str(prefetch))
+    finally:
+        for r in relays.values():
+            r.stop()
+
+    assert victim.dead
+    assert any("marked dead" in e and victim_t in e for e in events), events
+    victim_calls = [ev[0] for ev in log if ev[1] == victim_t]
+    if prefetch == 1:
+        # One request, cut after its first message; never asked again (the
+        # probes find it dead).
+        assert victim_calls == ["request", "deliver", "abort"], victim_calls
+    assert victim_calls.count("deliver") == 1, victim_calls
+    delivered_by_victim = next(ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim_t)
+    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim_t for i in ev[3]}
+            - set(delivered_by_victim))
+    assert delivered_by_victim and owed, (delivered_by_victim, owed)
+    assert stats["kept_partial"] == len(delivered_by_victim), stats
+    assert stats["failovers"] >= 1, stats
+    # Nothing delivered is requested again; what was owed is asked for once more.
+    asked, delivered_ids = {}, set()
+    for ev in log:
+        if ev[0] == "request":
+            for i in ev[3]:
+                assert i not in delivered_ids, f"id {i} requested again after delivery"
+                asked[i] = asked.get(i, 0) + 1
+        elif ev[0] == "deliver":
+            delivered_ids.update(ev[3])
+    assert delivered_ids == set(range(m.num_samples))
+    assert {i for i, n in asked.items() if n > 1} == owed
+    assert all(asked[i] == 2 for i in owed)
+    # The same output as the clean run and the oracle.
+    assert got == clean
+    assert sorted(got) == list(range(m.num_samples))
+    assert [got[p] for p in range(m.num_samples)] == oracle
 
 
 def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):

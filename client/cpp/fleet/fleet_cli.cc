@@ -37,6 +37,8 @@ struct FleetCommands {
   uint64_t read_epoch = 0, read_start = 0;
   int64_t read_stop = -1;
   int read_step_ms = 0;  // simulated trainer step after each batch
+  int read_prefetch = 2;
+  uint32_t read_response_batch = 0;
   uint32_t height = 224, width = 224;
   std::string crop = "none", dtype = "float32";
   float flip = 0;
@@ -121,6 +123,8 @@ int RunRead(const FleetCommands& c) {
   o.plan = c.read_params;
   o.trainers = c.read_trainers;
   o.rank = c.read_trainer;
+  o.prefetch = c.read_prefetch;
+  o.response_batch = c.read_response_batch;
   o.request.mutable_transform()->set_height(c.height);
   o.request.mutable_transform()->set_width(c.width);
   o.request.mutable_transform()->set_flip_probability(c.flip);
@@ -162,11 +166,14 @@ int RunRead(const FleetCommands& c) {
     }
   }
   const FleetClient::Stats st = (*fc)->stats();
-  std::fprintf(stderr, "requests %llu failovers %llu duplicates_dropped %llu waits %llu\n",
+  std::fprintf(stderr,
+               "requests %llu failovers %llu duplicates_dropped %llu waits %llu "
+               "kept_partial %llu\n",
                static_cast<unsigned long long>(st.requests),
                static_cast<unsigned long long>(st.failovers),
                static_cast<unsigned long long>(st.duplicates_dropped),
-               static_cast<unsigned long long>(st.waits));
+               static_cast<unsigned long long>(st.waits),
+               static_cast<unsigned long long>(st.kept_partial));
   return 0;
 }
 
@@ -219,6 +226,13 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--step-ms", c->read_step_ms,
                       "simulated trainer step: sleep this long after each batch")
       ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
+  c->read->add_option("--prefetch", c->read_prefetch, "global batches fetched ahead (>= 1)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  c->read->add_option("--response-batch", c->read_response_batch,
+                      "samples per response message (0: one message per node request)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   c->read->add_option("--height", c->height)->capture_default_str();
   c->read->add_option("--width", c->width)->capture_default_str();

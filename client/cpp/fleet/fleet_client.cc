@@ -152,7 +152,8 @@ struct FleetClient::Impl {
     req.set_plan_block_samples(o.plan_block_reads ? o.plan.block_samples : 0);
     req.clear_sample_ids();
     for (const Item& it : items) req.add_sample_ids(it.sample_id);
-    req.set_batch_size(static_cast<uint32_t>(std::min<size_t>(items.size(), 256)));
+    const size_t per_message = o.response_batch > 0 ? o.response_batch : 256;
+    req.set_batch_size(static_cast<uint32_t>(std::min(items.size(), per_message)));
     {
       std::lock_guard<std::mutex> lock(mu);
       ++stats.requests;
@@ -227,6 +228,10 @@ struct FleetClient::Impl {
         NodeResult r = f.get();
         if (!r.status.ok() && !FailoverCode(r.status.code())) return r.status;
         if (!r.status.ok()) MarkDead(n, r.status);
+        // What the node delivered is kept even when it then failed (a
+        // sample's bytes depend only on (seed, epoch, sample id), not on the
+        // replica); only the positions still empty are requested again.
+        uint64_t kept = 0;
         for (auto& [sid, s] : r.ok) {
           const uint64_t p = pos_of.at(sid);
           if (ok.count(p) || bad.count(p)) {
@@ -236,12 +241,18 @@ struct FleetClient::Impl {
           }
           s.position = p;
           ok[p] = std::move(s);
+          ++kept;
         }
         for (auto& [sid, e] : r.bad) {
           const uint64_t p = pos_of.at(sid);
           if (ok.count(p) || bad.count(p)) continue;
           e.position = p;
           bad[p] = std::move(e);
+          ++kept;
+        }
+        if (!r.status.ok() && kept > 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          stats.kept_partial += kept;
         }
       }
       if (!orphans.empty() && futs.empty()) {

@@ -6,8 +6,10 @@
 // rendezvous score sha256(node + "/" + partition) (first 8 bytes, big
 // endian); each node gets one explicit-ids request per global batch;
 // failures (UNAVAILABLE, also a node that stops answering: keepalive;
-// FAILED_PRECONDITION, ...) mark the node dead and its positions go to the
-// next replica; results for positions already filled are dropped; with no
+// FAILED_PRECONDITION, ...) mark the node dead; what it delivered before
+// failing is kept (stats().kept_partial counts those samples) and only the
+// positions it still owed go to the next replica; results for positions
+// already filled are dropped; with no
 // live replica the client waits (on_event reports it) and never changes the
 // data. Global batches are fetched `prefetch` ahead.
 //
@@ -44,6 +46,10 @@ struct FleetClientOptions {
   // Send the plan's block size (StreamBatchesRequest.plan_block_samples) so
   // a node reads each block of a record partition once, whole.
   bool plan_block_reads = true;
+  // Samples per response message (StreamBatchesRequest.batch_size); 0: one
+  // message per request (at most 256 samples). Smaller messages let a node
+  // that fails mid-answer leave more behind.
+  uint32_t response_batch = 0;
   std::chrono::milliseconds probe_interval{500};
   // A stream silent for keepalive_time + keepalive_timeout is a dead node.
   std::chrono::milliseconds keepalive_time{2000};
@@ -87,6 +93,8 @@ class FleetClient {
 
   struct Stats {
     uint64_t requests = 0, failovers = 0, duplicates_dropped = 0, waits = 0;
+    // Samples (and sample errors) a node delivered before it failed, kept.
+    uint64_t kept_partial = 0;
   };
   Stats stats() const;
 
