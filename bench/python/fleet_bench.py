@@ -14,6 +14,9 @@ time (seed, crop, uint8 output):
   fleet-3   FleetClient over 3 daemons each holding a third of the
             partitions (no replicas), so every global batch is assembled
             from 3 nodes
+  fleet-3s  (with --sample-reads) the same with plan_block_reads=False:
+            the nodes read every sample alone instead of each plan block
+            once (StreamBatchesRequest.plan_block_samples)
 With --torch-workers 0,2 it also measures nearprep.fleet_torch's
 FleetDataLoader over the 3 daemons with that many DataLoader workers
 (`torch-W`: each epoch starts its workers afresh, as a training loop's
@@ -22,7 +25,9 @@ workers started once, at the warm-up). --step-ms busy-waits that long in the tra
 process after every global batch (a stand-in for a training step that
 holds the GIL). --replicate K packs K hard-linked copies of the source
 images (a larger epoch: worker start-up is paid once per epoch).
-It prints images/s and the trainer process's CPU per image (user + system
+--cold drops the page cache before every measured run.
+It prints images/s, the daemons' read calls per image (read syscalls of the
+daemon processes, /proc/PID/io syscr, summed), and the trainer process's CPU per image (user + system
 of this process, i.e. the client's own work: planning, requests,
 assembly; DataLoader workers' CPU is not in it), median of --repeats runs,
 and the ratios to `single`. All daemons
@@ -54,6 +59,15 @@ def start_daemon(nearprepd, workdir, name, root, manifest, workers):
                                      manifest=manifest, workers=workers, tag=name)
 
 
+def read_calls(procs):
+    """Read syscalls the processes made so far (/proc/PID/io syscr)."""
+    n = 0
+    for p in procs:
+        with open(f"/proc/{p.pid}/io") as f:
+            n += next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
+    return n
+
+
 def measure(fn):
     c0, t0 = time.process_time(), time.perf_counter()
     n = fn()
@@ -77,6 +91,14 @@ def main():
                     help="busy-wait per global batch in the trainer process")
     ap.add_argument("--replicate", type=int, default=1,
                     help="pack this many hard-linked copies of the source images")
+    ap.add_argument("--sample-reads", action="store_true",
+                    help="also fleet-3 with plan_block_reads=False (fleet-3s)")
+    ap.add_argument("--shard-size", default="512KiB", help="nearprep pack --shard-size")
+    ap.add_argument("--block", type=int, default=64, help="plan block B")
+    ap.add_argument("--window", type=int, default=256, help="plan window W")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the page cache before every measured run (root: "
+                         "/proc/sys/vm/drop_caches), so reads come from the disk")
     a = ap.parse_args()
     torch_workers = [int(w) for w in a.torch_workers.split(",") if w != ""]
     if a.replicate < 1:
@@ -94,7 +116,8 @@ def main():
                                                          os.path.join(tmp, "source"))
         shards = os.path.join(tmp, "shards")
         subprocess.run([cli, "pack", "--source", source, "--out", shards, "--format",
-                        "tfrecord", "--shard-size", "512KiB"], check=True, capture_output=True)
+                        "tfrecord", "--shard-size", a.shard_size], check=True,
+                       capture_output=True)
         manifest = os.path.join(tmp, "ds.nearprep-manifest")
         subprocess.run([cli, "manifest", "--root", shards, "--format", "tfrecord",
                         "--partitions", str(a.partitions), "--out", manifest],
@@ -129,10 +152,12 @@ def main():
                         step()
                 return n
 
-            def run_fleet(targets, epoch):
+            def run_fleet(targets, epoch, block_reads=True):
                 n = 0
                 with FleetClient(targets, "ds", manifest=m, seed=1, global_batch=a.global_batch,
-                                 trainers=1, rank=0, prefetch=3, **req) as fc:
+                                 block_samples=a.block, window=a.window,
+                                 plan_block_reads=block_reads, trainers=1, rank=0, prefetch=3,
+                                 **req) as fc:
                     for b in fc.epoch(epoch):
                         n += len(b.positions)
                         step()
@@ -157,6 +182,8 @@ def main():
             modes = {"single": lambda e: run_single(e),
                      "fleet-1": lambda e: run_fleet([single], e),
                      "fleet-3": lambda e: run_fleet(thirds, e)}
+            if a.sample_reads:
+                modes["fleet-3s"] = lambda e: run_fleet(thirds, e, block_reads=False)
             for w in torch_workers:
                 modes[f"torch-{w}"] = lambda e, w=w: run_torch(w, False, e)
                 if w > 0:
@@ -166,18 +193,28 @@ def main():
             res = {k: [] for k in modes}
             for r in range(a.repeats):
                 for k, fn in modes.items():
+                    if a.cold:
+                        os.sync()
+                        with open("/proc/sys/vm/drop_caches", "w") as f:
+                            f.write("3\n")
+                    r0 = read_calls(procs)
                     n, wall, cpu = measure(lambda: sum(fn(e) for e in range(1, 1 + a.epochs)))
-                    res[k].append((n / wall, cpu / n * 1e6))
-            print(f"{m.num_samples} samples, {m.num_partitions} partitions, {len(m.shards)} shards, "
-                  f"G = {a.global_batch}, {a.size}x{a.size} uint8, {a.workers} worker(s)/daemon, "
-                  f"step {a.step_ms:g} ms, median of {a.repeats}, load average "
+                    res[k].append((n / wall, cpu / n * 1e6, (read_calls(procs) - r0) / n))
+            print(f"{m.num_samples} samples, {m.num_partitions} partitions, {len(m.shards)} shards "
+                  f"of {a.shard_size}, "
+                  f"G = {a.global_batch}, B = {a.block}, W = {a.window}, "
+                  f"{a.size}x{a.size} uint8, {a.workers} worker(s)/daemon, "
+                  f"step {a.step_ms:g} ms, {'cold' if a.cold else 'warm'} page cache, "
+                  f"median of {a.repeats}, load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             base = statistics.median(x[0] for x in res["single"])
             base_cpu = statistics.median(x[1] for x in res["single"])
             for k, xs in res.items():
                 ips = statistics.median(x[0] for x in xs)
                 cpu = statistics.median(x[1] for x in xs)
+                reads = statistics.median(x[2] for x in xs)
                 print(f"  {k:8s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
+                      f"daemon reads {reads:5.2f}/image   "
                       f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)")
         finally:
             loaders.clear()  # stops persistent workers before their daemons
