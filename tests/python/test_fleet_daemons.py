@@ -214,6 +214,25 @@ def epoch_arrays(fc, epoch):
     return got
 
 
+def victim_relay(relays, m, epoch, oracle):
+    """The relay serving the most decodable samples of global batch 0 of
+    `epoch` (relay ports, hence the rendezvous assignment, vary from run to
+    run); 3 or more, so that with messages of 2 it has more than one to
+    send."""
+    plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+        seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
+    holders = {p: [relays[n].target for n, parts in PLACEMENT.items() if p in parts]
+               for p in range(C)}
+    load = {}
+    for pos in range(G):
+        part = plan.at(pos)[1]
+        t = choose(part, holders[part])
+        load[t] = load.get(t, 0) + (not oracle[pos][1].startswith("error:"))
+    victim_t = max(load, key=lambda t: (load[t], t))
+    assert load[victim_t] >= 3, load
+    return next(r for r in relays.values() if r.target == victim_t)
+
+
 @pytest.mark.parametrize("split", ["messages", "requests"])
 def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     """A node dies after its first response message (relays in front of the
@@ -238,18 +257,7 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     log, lock = [], threading.Lock()
     relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
     try:
-        # The victim: the relay serving the most positions of batch 0.
-        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
-            seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
-        holders = {p: [relays[n].target for n, parts in PLACEMENT.items() if p in parts]
-                   for p in range(C)}
-        load = {}
-        for pos in range(G):
-            t = choose(plan.at(pos)[1], holders[plan.at(pos)[1]])
-            load[t] = load.get(t, 0) + 1
-        victim_t = max(load, key=lambda t: (load[t], t))
-        assert load[victim_t] >= 3
-        victim = next(r for r in relays.values() if r.target == victim_t)
+        victim = victim_relay(relays, m, epoch, oracle)
         victim.die_after = 1
         split_kw = (dict(response_batch=2) if split == "messages" else
                     dict(max_request_ids=2))
@@ -265,12 +273,12 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     assert victim.dead and any("marked dead" in e for e in events), events
     # The victim delivered one message (its first), then failed: those ids
     # are the kept ones; the rest it was asked for it still owed.
-    victim_delivered = [ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim_t]
+    victim_delivered = [ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim.target]
     assert len(victim_delivered) == 1, victim_delivered
     kept = len(victim_delivered[0])
-    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim_t for i in ev[3]}
+    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim.target for i in ev[3]}
             - set(victim_delivered[0]))
-    victim_calls = [ev[0] for ev in log if ev[1] == victim_t]
+    victim_calls = [ev[0] for ev in log if ev[1] == victim.target]
     if split == "messages":  # one request, cut after its first message
         assert victim_calls == ["request", "deliver", "abort"], victim_calls
     else:  # the first request answered, the second refused
@@ -348,20 +356,7 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
     log, lock = [], threading.Lock()
     relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
     try:
-        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
-            seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
-        holders = {p: [relays[n].target for n, parts in PLACEMENT.items() if p in parts]
-                   for p in range(C)}
-        # The victim: the relay serving the most decodable samples of batch 0
-        # (relay ports, hence the assignment, vary from run to run); 3 or
-        # more need at least 2 messages of 2.
-        load = {}
-        for pos in range(G):
-            t = choose(plan.at(pos)[1], holders[plan.at(pos)[1]])
-            load[t] = load.get(t, 0) + (not clean[pos][1].startswith("error:"))
-        victim_t = max(load, key=lambda t: (load[t], t))
-        assert load[victim_t] >= 3, load
-        victim = next(r for r in relays.values() if r.target == victim_t)
+        victim = victim_relay(relays, m, epoch, oracle)
         victim.die_after = 1
         got, stats, events = fleet_read([r.target for r in relays.values()], manifest, epoch,
                                         "--response-batch", "2", "--prefetch", str(prefetch))
@@ -370,15 +365,15 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
             r.stop()
 
     assert victim.dead
-    assert any("marked dead" in e and victim_t in e for e in events), events
-    victim_calls = [ev[0] for ev in log if ev[1] == victim_t]
+    assert any("marked dead" in e and victim.target in e for e in events), events
+    victim_calls = [ev[0] for ev in log if ev[1] == victim.target]
     if prefetch == 1:
         # One request, cut after its first message; never asked again (the
         # probes find it dead).
         assert victim_calls == ["request", "deliver", "abort"], victim_calls
     assert victim_calls.count("deliver") == 1, victim_calls
-    delivered_by_victim = next(ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim_t)
-    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim_t for i in ev[3]}
+    delivered_by_victim = next(ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim.target)
+    owed = ({i for ev in log if ev[0] == "request" and ev[1] == victim.target for i in ev[3]}
             - set(delivered_by_victim))
     assert delivered_by_victim and owed, (delivered_by_victim, owed)
     assert stats["kept_partial"] == len(delivered_by_victim), stats
