@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   ds->storage_ = std::move(storage);
   if (!c.manifest.empty()) {
     if (absl::Status m = ds->ApplyManifest(&*listing); !m.ok()) return m;
+  } else if (!c.placement.empty() || !c.node.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", c.name, "': ", c.placement.empty() ? "node" : "placement",
+        ": only with manifest (a placement assigns a manifest's partitions)"));
   }
   ds->class_names_ = std::move(listing->class_names);
   ds->num_classes_ = listing->num_classes;

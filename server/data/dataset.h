@@ -30,6 +30,7 @@ namespace nearprep {
 
 namespace fleet {
 struct Manifest;
+struct Placement;
 }  // namespace fleet
 
 struct Sample {
@@ -65,6 +66,14 @@ struct DatasetConfig {
   // manifest_check is "crc32c"). dataset_manifest.cc.
   std::string manifest;
   std::string manifest_check = "size";  // or "crc32c"
+  // With manifest: a placement (server/fleet/placement.h; relative to root
+  // or absolute) and this node's name in it, both or neither. The placement
+  // must be for the manifest and name the node. It is only reported
+  // (placement_version, partitions_assigned, a warning naming the
+  // partitions assigned but not held and held but not assigned): what is
+  // served is still what the files hold.
+  std::string placement;
+  std::string node;
 };
 
 // How a reader is going to read (a hint; the bytes are the same either way).
@@ -147,6 +156,13 @@ class Dataset {
   const fleet::Manifest* manifest() const { return manifest_.get(); }
   const std::vector<uint32_t>& partitions_held() const { return held_; }
   bool Holds(uint64_t id) const;
+  // With config.placement: the placement and the partitions it assigns to
+  // config.node (ascending). Otherwise nullptr and empty.
+  const fleet::Placement* placement() const { return placement_.get(); }
+  const std::vector<uint32_t>& partitions_assigned() const { return assigned_; }
+  // The partitions assigned here but not held (ascending; empty without a
+  // placement).
+  std::vector<uint32_t> partitions_missing() const;
 
   // Reads the bytes of sample `id` into *out (resized; a file that shrank
   // since it was opened gives what is there). Errors: NOT_FOUND (gone),
@@ -220,10 +236,15 @@ class Dataset {
   std::shared_ptr<const fleet::Manifest> manifest_;
   std::vector<uint32_t> held_;
   std::vector<bool> held_mask_;  // per partition
+  std::shared_ptr<const fleet::Placement> placement_;
+  std::vector<uint32_t> assigned_;
 
   // Reorders *listing to the manifest's global sample ids (placeholders for
   // shards not held) and fills manifest_ / held_ (dataset_manifest.cc).
   absl::Status ApplyManifest(SampleListing* listing);
+  // Reads and checks config_.placement against the manifest *m and
+  // config_.node; fills placement_ / assigned_ (dataset_manifest.cc).
+  absl::Status ApplyPlacement(const fleet::Manifest& m);
 
   // The block-read path of ReadSample (record formats): a view of the
   // sample's image bytes inside its block; an empty view (data == nullptr)

@@ -6,14 +6,20 @@
 // is "crc32c"), placeholders that fail with FAILED_PRECONDITION otherwise.
 // A partition is held when all of its shards are. Requests name global ids;
 // the service refuses ids outside the held partitions before any read.
+// With a placement (server/fleet/placement.h) the daemon also knows what it
+// should hold: it checks the document against the manifest and its node
+// name at start, and logs the difference; the files decide what is served.
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/data/dataset.h"
 #include "server/fleet/manifest.h"
 #include "server/fleet/manifest_scan.h"
+#include "server/fleet/placement.h"
 #include "spdlog/spdlog.h"
 
 namespace nearprep {
@@ -46,6 +52,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
   if (m->format != c.format) {
     return fail(absl::StrCat("is for format ", m->format, ", the dataset is ", c.format));
   }
+  if (absl::Status s = ApplyPlacement(*m); !s.ok()) return s;
   // Local shards: file -> [first, end) in listing->samples (contiguous).
   std::map<std::string, std::pair<size_t, size_t>> local;
   for (size_t i = 0; i < listing->samples.size(); ++i) {
@@ -121,7 +128,64 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
   listing->total_bytes = held_bytes;
   spdlog::info("dataset '{}': manifest {} ({} partitions): holds {} partitions",
                c.name, m->hash.substr(0, 12), m->num_partitions, held_.size());
+  if (placement_) {
+    std::vector<uint32_t> missing = partitions_missing(), extra;
+    std::set_difference(held_.begin(), held_.end(), assigned_.begin(), assigned_.end(),
+                        std::back_inserter(extra));
+    if (!missing.empty()) {
+      spdlog::warn("dataset '{}': placement {} version {} assigns node {} partitions not "
+                   "held here (not served until their shards are complete): [{}]",
+                   c.name, c.placement, placement_->version, c.node,
+                   absl::StrJoin(missing, ","));
+    }
+    if (!extra.empty()) {
+      spdlog::warn("dataset '{}': placement {} version {} does not assign node {} partitions "
+                   "held here (still served): [{}]",
+                   c.name, c.placement, placement_->version, c.node, absl::StrJoin(extra, ","));
+    }
+  }
   manifest_ = std::make_shared<const fleet::Manifest>(std::move(m).value());
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> Dataset::partitions_missing() const {
+  std::vector<uint32_t> out;
+  std::set_difference(assigned_.begin(), assigned_.end(), held_.begin(), held_.end(),
+                      std::back_inserter(out));
+  return out;
+}
+
+absl::Status Dataset::ApplyPlacement(const fleet::Manifest& m) {
+  const DatasetConfig& c = config_;
+  if (c.placement.empty() && c.node.empty()) return absl::OkStatus();
+  const auto fail = [&](absl::string_view key, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset '", c.name, "': ", key, ": ", what));
+  };
+  if (c.placement.empty()) return fail("placement", "required with node");
+  if (c.node.empty()) return fail("node", "required with placement");
+  std::string text;
+  if (absl::Status s = ReadFileToString(*storage_, c.placement, &text); !s.ok()) {
+    return fail("placement", absl::StrCat(c.placement, ": ", s.message()));
+  }
+  absl::StatusOr<fleet::Placement> p = fleet::ParsePlacement(text);
+  if (!p.ok()) return fail("placement", absl::StrCat(c.placement, ": ", p.status().message()));
+  if (p->manifest_hash != m.hash || p->num_partitions != m.num_partitions) {
+    return fail("placement",
+                absl::StrCat(c.placement, " is for manifest ", p->manifest_hash, " (",
+                             p->num_partitions, " partitions), the dataset's manifest ",
+                             c.manifest, " is ", m.hash, " (", m.num_partitions,
+                             " partitions)"));
+  }
+  const std::vector<uint32_t>* mine = p->PartitionsOf(c.node);
+  if (mine == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : p->nodes) names.push_back(n);
+    return fail("node", absl::StrCat("'", c.node, "' is not in placement ", c.placement,
+                                     " (version ", p->version, "; nodes: ",
+                                     absl::StrJoin(names, ", "), ")"));
+  }
+  assigned_ = *mine;
+  placement_ = std::make_shared<const fleet::Placement>(std::move(p).value());
   return absl::OkStatus();
 }
 
