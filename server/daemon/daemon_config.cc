@@ -129,7 +129,7 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
       n, source, prefix,
       {"name", "format", "root", "list_file", "extensions", "max_file_bytes",
        "shard_pattern", "image_key", "label_key", "label_offset",
-       "index_cache", "manifest", "manifest_check"}));
+       "index_cache", "manifest", "manifest_check", "placement", "node"}));
   NP_RETURN_IF_ERROR(Get(n, "name", source, prefix, &d->name));
   NP_RETURN_IF_ERROR(Get(n, "format", source, prefix, &d->format));
   NP_RETURN_IF_ERROR(Get(n, "root", source, prefix, &d->root));
@@ -155,6 +155,22 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
   if (d->manifest_check != "size" && d->manifest_check != "crc32c") {
     return Bad(Where(source, prefix + "manifest_check", n["manifest_check"]),
                "must be size or crc32c");
+  }
+  NP_RETURN_IF_ERROR(Get(n, "placement", source, prefix, &d->placement));
+  NP_RETURN_IF_ERROR(Get(n, "node", source, prefix, &d->node));
+  if (!d->placement.empty() || !d->node.empty()) {
+    // Both or neither, and only for a manifest's partitions; the document
+    // itself is checked against the manifest when the dataset opens.
+    const char* key = d->placement.empty() ? "placement" : "node";
+    if (d->placement.empty() || d->node.empty()) {
+      const char* other = d->placement.empty() ? "node" : "placement";
+      return Bad(Where(source, prefix + key, n),
+                 absl::StrCat("required with ", other, " (both or neither)"));
+    }
+    if (d->manifest.empty()) {
+      return Bad(Where(source, prefix + "placement", n["placement"]),
+                 "only with manifest (a placement assigns a manifest's partitions)");
+    }
   }
   if (d->name.empty()) return Bad(Where(source, prefix + "name", n), "required");
   if (d->root.empty()) return Bad(Where(source, prefix + "root", n), "required");

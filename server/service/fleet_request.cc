@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/fleet/manifest.h"
+#include "server/fleet/placement.h"
 
 namespace nearprep {
 
@@ -15,6 +16,10 @@ void FillFleetInfo(const Dataset& d, v1::DatasetInfo* info) {
   info->set_manifest_hash(m->hash);
   info->set_num_partitions(m->num_partitions);
   for (uint32_t p : d.partitions_held()) info->add_partitions_held(p);
+  if (const fleet::Placement* pl = d.placement(); pl != nullptr) {
+    info->set_placement_version(pl->version);
+    for (uint32_t p : d.partitions_assigned()) info->add_partitions_assigned(p);
+  }
 }
 
 absl::Status ApplyExplicitIds(const v1::StreamBatchesRequest& request,

@@ -16,7 +16,8 @@ namespace nearprep {
 inline constexpr int kMaxExplicitSampleIds = 65536;
 inline constexpr uint64_t kMaxPlanBlockSamples = uint64_t{1} << 20;
 
-// DatasetInfo.manifest_hash / num_partitions / partitions_held.
+// DatasetInfo.manifest_hash / num_partitions / partitions_held, and with a
+// placement placement_version / partitions_assigned.
 void FillFleetInfo(const Dataset& d, v1::DatasetInfo* info);
 
 // Applies the explicit mode to a validated request *r (no-op when the

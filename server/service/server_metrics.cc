@@ -115,6 +115,23 @@ void CollectServerMetrics(NearprepServer& server,
     resident.Add({{"dataset", d->name()}},
                  static_cast<double>(d->block_cache_resident_bytes()));
   }
+  // Fleet datasets: partitions held here, assigned by the placement, and
+  // assigned but not held (a copy still to do, or a damaged shard).
+  MetricFamily partitions = GaugeFamily(
+      "nearprep_fleet_partitions",
+      "Fleet datasets (with a manifest): partitions held (served), assigned "
+      "by the placement (0 without one), missing (assigned, not held).");
+  for (const auto& d : server.datasets()) {
+    if (d->manifest() == nullptr) continue;
+    partitions
+        .Add({{"dataset", d->name()}, {"kind", "held"}},
+             static_cast<double>(d->partitions_held().size()))
+        .Add({{"dataset", d->name()}, {"kind", "assigned"}},
+             static_cast<double>(d->partitions_assigned().size()))
+        .Add({{"dataset", d->name()}, {"kind", "missing"}},
+             static_cast<double>(d->partitions_missing().size()));
+  }
+  out->push_back(std::move(partitions));
   out->push_back(std::move(resident));
   out->push_back(std::move(reads));
   out->push_back(std::move(read_bytes));

@@ -15,6 +15,7 @@
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
 #include "server/fleet/manifest_scan.h"
+#include "server/fleet/placement.h"
 
 namespace nearprep {
 
@@ -29,6 +30,11 @@ struct FleetCommands {
   uint32_t trainers = 1;
   uint32_t trainer = 0;
   int64_t batch = -1;
+
+  CLI::App* placement = nullptr;
+  std::string pl_manifest, pl_nodes, pl_previous, pl_out, pl_shards_for, pl_placement;
+  uint32_t pl_replicas = 0;
+  uint64_t pl_version = 0;
 
   CLI::App* read = nullptr;
   std::string read_targets, read_dataset = "ds", read_manifest;
@@ -72,6 +78,114 @@ int RunManifest(const FleetCommands& c) {
               m->shards.size(), m->num_partitions,
               refused ? " (some shards or shard tails refused: see the log)" : "",
               m->hash.c_str());
+  return 0;
+}
+
+// The whole file at `path` into *out; false when it cannot be read.
+bool ReadWhole(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return f.good() || f.eof();
+}
+
+// `flag`'s file, parsed by `parse`; the error names the flag and the file.
+template <typename T, typename Parse>
+absl::StatusOr<T> LoadFor(const std::string& flag, const std::string& path, Parse parse) {
+  std::string text;
+  if (!ReadWhole(path, &text)) {
+    return absl::InvalidArgumentError(flag + ": " + path + ": cannot read");
+  }
+  absl::StatusOr<T> v = parse(text);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(flag + ": " + path + ": " +
+                                      std::string(v.status().message()));
+  }
+  return v;
+}
+
+std::string Parts(const std::vector<uint32_t>& v) {
+  std::string out;
+  for (uint32_t p : v) out += (out.empty() ? "" : ",") + std::to_string(p);
+  return "[" + out + "]";
+}
+
+int RunPlacement(const FleetCommands& c) {
+  absl::StatusOr<fleet::Manifest> m =
+      LoadFor<fleet::Manifest>("--manifest", c.pl_manifest, fleet::ParseManifest);
+  if (!m.ok()) return Fail(std::string(m.status().message()));
+  const bool compute = !c.pl_nodes.empty() || !c.pl_out.empty() || c.pl_replicas != 0 ||
+                       c.pl_version != 0 || !c.pl_previous.empty();
+  const bool shards = !c.pl_shards_for.empty() || !c.pl_placement.empty();
+  if (compute == shards) {
+    return Fail("give either --nodes --replicas --version --out [--previous] (compute a "
+                "placement) or --shards-for NODE --placement FILE (list a node's shards)");
+  }
+  if (shards) {
+    if (c.pl_shards_for.empty()) return Fail("--shards-for: required with --placement");
+    if (c.pl_placement.empty()) return Fail("--placement: required with --shards-for");
+    absl::StatusOr<fleet::Placement> p =
+        LoadFor<fleet::Placement>("--placement", c.pl_placement, fleet::ParsePlacement);
+    if (!p.ok()) return Fail(std::string(p.status().message()));
+    if (p->manifest_hash != m->hash || p->num_partitions != m->num_partitions) {
+      return Fail("--placement: " + c.pl_placement + " is for manifest " + p->manifest_hash +
+                  ", --manifest " + c.pl_manifest + " is " + m->hash);
+    }
+    absl::StatusOr<std::vector<std::string>> names = fleet::ShardsFor(*p, *m, c.pl_shards_for);
+    if (!names.ok()) return Fail("--shards-for: " + std::string(names.status().message()));
+    std::string out;
+    for (const std::string& n : *names) out += n + "\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  if (c.pl_nodes.empty()) return Fail("--nodes: required (NAME,NAME,...)");
+  if (c.pl_replicas == 0) return Fail("--replicas: required (R >= 1)");
+  if (c.pl_version == 0) return Fail("--version: required (>= 1, greater than --previous's)");
+  if (c.pl_out.empty()) return Fail("--out: required");
+  const std::vector<std::string> nodes = absl::StrSplit(c.pl_nodes, ',');
+  if (c.pl_replicas > nodes.size()) {
+    return Fail("--replicas: R = " + std::to_string(c.pl_replicas) + " is more than the " +
+                std::to_string(nodes.size()) + " nodes of --nodes");
+  }
+  absl::StatusOr<fleet::Placement> p = fleet::ComputePlacement(
+      m->hash, m->num_partitions, nodes, c.pl_replicas, c.pl_version);
+  if (!p.ok()) return Fail("--" + std::string(p.status().message()));
+  std::string moves;
+  if (!c.pl_previous.empty()) {
+    absl::StatusOr<fleet::Placement> prev =
+        LoadFor<fleet::Placement>("--previous", c.pl_previous, fleet::ParsePlacement);
+    if (!prev.ok()) return Fail(std::string(prev.status().message()));
+    if (absl::Status st = fleet::CheckSuccessor(*prev, *p); !st.ok()) {
+      return Fail("--version: " + std::string(st.message()) + " (--previous " +
+                  c.pl_previous + ")");
+    }
+    if (prev->manifest_hash != p->manifest_hash) {
+      moves += "previous placement is for manifest " + prev->manifest_hash +
+               ": every shard of the new manifest is to be placed\n";
+    } else {
+      uint64_t copies = 0;
+      for (const fleet::PlacementMove& mv : fleet::DiffPlacements(*prev, *p)) {
+        moves += "node " + mv.node + " gains " + Parts(mv.gains) + " loses " +
+                 Parts(mv.losses) + "\n";
+        copies += mv.gains.size();
+      }
+      moves += "partition copies to make: " + std::to_string(copies) + "\n";
+    }
+  }
+  const std::string text = fleet::SerializePlacement(*p);
+  {
+    std::ofstream f(c.pl_out + ".tmp", std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.good()) return Fail("--out: " + c.pl_out + ": cannot write");
+  }
+  if (std::rename((c.pl_out + ".tmp").c_str(), c.pl_out.c_str()) != 0) {
+    return Fail("--out: " + c.pl_out + ": cannot rename into place");
+  }
+  std::printf("placement %s: version %llu, %zu nodes, %u replicas of %u partitions\nhash %s\n%s",
+              c.pl_out.c_str(), static_cast<unsigned long long>(p->version), p->nodes.size(),
+              p->replicas, p->num_partitions, p->hash.c_str(), moves.c_str());
   return 0;
 }
 
@@ -208,6 +322,22 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->plan->add_option("--trainer", c->trainer, "trainer k")->capture_default_str();
   c->plan->add_option("--batch", c->batch, "one global batch (default: all)");
 
+  c->placement = app->add_subcommand(
+      "placement",
+      "compute a versioned fleet placement (each partition on the R nodes with the highest "
+      "rendezvous score), or list the shards a node must hold under one");
+  c->placement->add_option("--manifest", c->pl_manifest, "manifest file")->required();
+  c->placement->add_option("--nodes", c->pl_nodes, "node names NAME,NAME,... (compute)");
+  c->placement->add_option("--replicas", c->pl_replicas, "replicas R per partition (compute)");
+  c->placement->add_option("--version", c->pl_version,
+                           "placement version (>= 1, greater than --previous's) (compute)");
+  c->placement->add_option("--previous", c->pl_previous,
+                           "the placement in use: checks the version, prints what moves");
+  c->placement->add_option("--out", c->pl_out, "placement file to write (compute)");
+  c->placement->add_option("--shards-for", c->pl_shards_for,
+                           "print the shard names NODE must hold, one per line");
+  c->placement->add_option("--placement", c->pl_placement, "placement file (--shards-for)");
+
   c->read = app->add_subcommand(
       "fleet-read", "read a trainer's slices of a fleet epoch (C++ fleet client); prints "
                     "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE");
@@ -245,6 +375,7 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
 int RunFleetCommands(const FleetCommands& c) {
   if (c.manifest->parsed()) return RunManifest(c);
   if (c.plan->parsed()) return RunPlan(c);
+  if (c.placement->parsed()) return RunPlacement(c);
   if (c.read->parsed()) return RunRead(c);
   return -1;
 }

@@ -10,6 +10,13 @@
 //       (server/fleet/global_plan.h): the whole epoch, one global batch, or
 //       trainer k's slice of it. tests/python/test_fleet_plan.py compares
 //       the Python plan with it.
+//   nearprep placement --manifest M --nodes a,b,c --replicas R --version V
+//                      [--previous OLD] --out FILE
+//       writes a placement (server/fleet/placement.h): each partition on the
+//       R nodes with the highest rendezvous score; with --previous, checks
+//       that V is greater and prints what each node gains and loses.
+//   nearprep placement --manifest M --placement FILE --shards-for NODE
+//       prints the shard names NODE must hold, one per line.
 #ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLI_H_
 #define NEARPREP_CLIENT_CPP_FLEET_FLEET_CLI_H_
 

@@ -29,6 +29,12 @@ How (docs/protocol.md, "Fleet datasets"):
   on_wait(message); it never skips or substitutes data.
 - A sample that fails to decode is reported at its position in
   FleetBatch.errors (the batch then has one image fewer).
+- Placement versions: each node reports the version of its placement
+  document (DatasetInfo.placement_version, 0 without one);
+  placement_versions() gives them, and on_event reports live nodes that
+  disagree (a rollout in progress), agreeing again, and a node whose
+  version changed between probes. Only informational: the assignment uses
+  what nodes hold (partitions_held).
 
 Discovery: `targets` is a list of "host:port", or one "dns:NAME:PORT" that
 resolves to every node (a Kubernetes headless Service: deploy/k8s).
@@ -127,6 +133,7 @@ class _Node:
         self.alive = False
         self.dead_since = 0.0
         self.last_error = ""
+        self.placement_version = None  # DatasetInfo.placement_version, once probed
 
 
 class FleetClient:
@@ -179,6 +186,7 @@ class FleetClient:
         # once, whole, and serves its samples from memory (a read hint).
         self._template.plan_block_samples = block_samples if plan_block_reads else 0
         self._nodes = {t: _Node(t) for t in self._targets}
+        self._version_mix = None  # the distinct versions last reported as mixed
         self._lock = threading.Lock()
         self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
         self._epoch = None
@@ -186,11 +194,12 @@ class FleetClient:
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
                       "kept_partial": 0, "waits": 0, "samples": 0}
         for n in self._nodes.values():
-            self._probe(n)
+            self._probe(n, check_mix=False)
+        self._check_version_mix()
 
     # -- nodes -------------------------------------------------------------
 
-    def _probe(self, node):
+    def _probe(self, node, check_mix=True):
         try:
             infos = self._client.datasets(node.target)
         except NearprepError as e:
@@ -207,8 +216,49 @@ class FleetClient:
                     return
                 node.partitions = set(d.partitions_held)
                 node.alive = True
+                self._note_version(node, int(getattr(d, "placement_version", 0)))
+                if check_mix:
+                    self._check_version_mix()
                 return
         node.alive, node.last_error = False, f"no dataset {self.dataset!r}"
+
+    def _note_version(self, node, version):
+        """Placement version bookkeeping (events only; never the assignment)."""
+        with self._lock:
+            old, node.placement_version = node.placement_version, version
+            if old is not None and old != version:
+                self.on_event(f"{node.target}: placement version {old} -> {version}")
+
+    def _check_version_mix(self):
+        """Reports live nodes on different placement versions (a rollout),
+        once per set of versions, and their agreeing again."""
+        with self._lock:
+            live = {t: n.placement_version for t, n in self._nodes.items()
+                    if n.alive and n.placement_version is not None}
+            distinct = frozenset(live.values())
+            if len(distinct) > 1 and distinct != self._version_mix:
+                self._version_mix = distinct
+                shown = ", ".join(f"{t}={v}" for t, v in sorted(live.items()))
+                self.on_event(f"placement versions differ across live nodes "
+                              f"(rollout in progress): {shown}")
+            elif len(distinct) == 1 and self._version_mix is not None:
+                self._version_mix = None
+                self.on_event(f"placement versions agree again: {next(iter(distinct))}")
+
+    def placement_versions(self) -> Dict[str, int]:
+        """{node: placement version} as last probed (0: no placement)."""
+        with self._lock:
+            return {t: n.placement_version for t, n in self._nodes.items()
+                    if n.placement_version is not None}
+
+    def probe(self) -> Dict[str, int]:
+        """Probes every node now (ListDatasets): liveness, partitions held and
+        placement versions (reported through on_event); returns
+        placement_versions()."""
+        for n in list(self._nodes.values()):
+            self._probe(n, check_mix=False)
+        self._check_version_mix()
+        return self.placement_versions()
 
     def _mark_dead(self, target, why):
         with self._lock:

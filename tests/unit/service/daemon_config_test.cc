@@ -106,6 +106,28 @@ datasets:
   std::filesystem::remove(path);
 }
 
+TEST(DaemonConfigTest, FleetPlacementKeys) {
+  const std::string path = WriteTemp("nearprepd_placement.yaml", R"(
+datasets:
+  - name: imagenet
+    format: tfrecord
+    root: /data/tf
+    manifest: /etc/nearprep/imagenet.nearprep-manifest
+    placement: /etc/nearprep/imagenet.nearprep-placement
+    node: "10.0.0.2:7070"
+  - {name: plain, format: tfrecord, root: /data/tf2, manifest: m}
+)");
+  CommandLine cl = Parse({"--config", path});
+  ASSERT_FALSE(cl.exit_now) << cl.message;
+  ASSERT_EQ(cl.config.server.datasets.size(), 2u);
+  const DatasetConfig& d = cl.config.server.datasets[0];
+  EXPECT_EQ(d.placement, "/etc/nearprep/imagenet.nearprep-placement");
+  EXPECT_EQ(d.node, "10.0.0.2:7070");
+  EXPECT_TRUE(cl.config.server.datasets[1].placement.empty());
+  EXPECT_TRUE(cl.config.server.datasets[1].node.empty());
+  std::filesystem::remove(path);
+}
+
 TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
   struct Case {
     const char* yaml;
@@ -141,6 +163,16 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
        "metrics.port_file"},
       {"metrics: {listn: \":1\"}\ndatasets: [{name: a, root: /a}]\n",
        "metrics.listn"},
+      // A fleet placement: both keys or neither, and only with a manifest.
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, placement: p}]\n",
+       "datasets[0].node: required with placement"},
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, node: x}]\n",
+       "datasets[0].placement: required with node"},
+      {"datasets: [{name: a, root: /a, format: tfrecord, placement: p, node: x}]\n",
+       "datasets[0].placement: only with manifest"},
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, placement: [p],"
+       " node: x}]\n",
+       "datasets[0].placement"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.yaml);
