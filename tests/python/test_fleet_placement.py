@@ -8,8 +8,9 @@ partitions_assigned; c reports the missing partition (and
 nearprep_fleet_partitions{kind="missing"} says 1) and still serves only what
 it holds. A placement for another manifest is refused at start. A
 FleetClient over nodes at versions 1 and 2 reports the mixed versions
-through on_event, each node's version change as it is restarted on the new
-placement, and the versions agreeing again; the data read is the plan's.
+through on_event (so does the C++ client, `nearprep fleet-read`), each
+node's version change as it is restarted on the new placement, and the
+versions agreeing again; the data read is the plan's.
 """
 
 import glob
@@ -221,6 +222,14 @@ def test_fleet_client_reports_a_rollout(fleet):
             for e in b.errors:
                 got[e.position] = e.sample_id
         assert got == {p: plan.at(p)[0] for p in range(m.num_samples)}
+        # The C++ client (`nearprep fleet-read`) reports the same mix.
+        r = run("fleet-read", "--targets", ",".join(targets), "--dataset", "ds",
+                "--manifest", fleet["manifest"], "--seed", "3", "--block", "2", "--window", "3",
+                "--global-batch", str(G), "--height", "16", "--width", "16",
+                "--stop-batch", "1")
+        want = ("event: placement versions differ across live nodes (rollout in progress): "
+                + ", ".join(f"{ds[n].target}={v}" for n, v in (("a", 1), ("b", 2), ("c", 1))))
+        assert want in r.stderr, r.stderr
         # Roll out: a, then c restart on version 2.
         events.clear()
         for n in ("a", "c"):

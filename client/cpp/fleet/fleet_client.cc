@@ -30,6 +30,7 @@ struct Node {
   std::set<uint32_t> partitions;
   bool alive = false;
   Clock::time_point dead_since{};
+  int64_t placement_version = -1;  // DatasetInfo.placement_version; -1: not probed
 };
 
 struct Item {
@@ -83,8 +84,30 @@ struct FleetClient::Impl {
     if (o.on_event) o.on_event(s);
   }
 
+  // Live nodes' placement versions last reported as differing (empty: none).
+  std::set<int64_t> version_mix;
+
+  // Reports live nodes on different placement versions (a rollout), once per
+  // set of versions, and their agreeing again. Under mu.
+  void CheckVersionMix() {
+    std::set<int64_t> distinct;
+    std::string shown;
+    for (const Node& n : nodes) {
+      if (!n.alive || n.placement_version < 0) continue;
+      distinct.insert(n.placement_version);
+      absl::StrAppend(&shown, shown.empty() ? "" : ", ", n.target, "=", n.placement_version);
+    }
+    if (distinct.size() > 1 && distinct != version_mix) {
+      version_mix = distinct;
+      Event("placement versions differ across live nodes (rollout in progress): " + shown);
+    } else if (distinct.size() == 1 && !version_mix.empty()) {
+      version_mix.clear();
+      Event(absl::StrCat("placement versions agree again: ", *distinct.begin()));
+    }
+  }
+
   // Probes node i (ListDatasets) and updates its state. Not under mu.
-  void Probe(size_t i) {
+  void Probe(size_t i, bool check_mix = true) {
     absl::StatusOr<std::vector<v1::DatasetInfo>> infos = nodes[i].client->ListDatasets();
     std::lock_guard<std::mutex> lock(mu);
     Node& n = nodes[i];
@@ -99,6 +122,12 @@ struct FleetClient::Impl {
       }
       n.partitions = std::set<uint32_t>(d.partitions_held().begin(), d.partitions_held().end());
       n.alive = true;
+      const int64_t v = static_cast<int64_t>(d.placement_version());
+      if (n.placement_version >= 0 && n.placement_version != v) {
+        Event(absl::StrCat(n.target, ": placement version ", n.placement_version, " -> ", v));
+      }
+      n.placement_version = v;
+      if (check_mix) CheckVersionMix();
     }
   }
 
@@ -307,7 +336,11 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     n.client = std::make_unique<Client>(co);
     impl->nodes.push_back(std::move(n));
   }
-  for (size_t i = 0; i < impl->nodes.size(); ++i) impl->Probe(i);
+  for (size_t i = 0; i < impl->nodes.size(); ++i) impl->Probe(i, /*check_mix=*/false);
+  {
+    std::lock_guard<std::mutex> lock(impl->mu);
+    impl->CheckVersionMix();
+  }
   return std::unique_ptr<FleetClient>(new FleetClient(std::move(impl)));
 }
 

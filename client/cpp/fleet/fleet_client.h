@@ -11,7 +11,10 @@
 // positions it still owed go to the next replica; results for positions
 // already filled are dropped; with no
 // live replica the client waits (on_event reports it) and never changes the
-// data. Global batches are fetched `prefetch` ahead.
+// data. Global batches are fetched `prefetch` ahead. on_event also reports
+// placement versions (DatasetInfo.placement_version) that differ across
+// live nodes (a rollout), agree again, or change between a node's probes;
+// informational only: the assignment uses partitions_held.
 //
 // Thread-safety: one FleetClient per trainer thread.
 #ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
