@@ -161,6 +161,9 @@ def test_daemons_report_placement_and_missing_partitions(fleet):
         assert gauge(d, "assigned") == len(fleet["assigned"][node])
         assert gauge(d, "held") == len(held)
         assert gauge(d, "missing") == (1 if node == "c" else 0)
+    info = run("info", "--target", ds["c"].target).stdout
+    assert (f"placement version 1: {len(fleet['assigned']['c'])} assigned, "
+            f"missing [{fleet['missing']}]") in info, info
     log = open(ds["c"].log).read()
     assert (f"assigns node c partitions not held here (not served until their shards are "
             f"complete): [{fleet['missing']}]") in log, log[-2000:]

@@ -26,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,23 @@ int RunInfo(const std::string& target, const TlsFlags& tls) {
       std::printf("  (%" PRIu64 " refused)", d.num_refused());
     }
     std::printf("\n");
+    if (!d.manifest_hash().empty()) {
+      // Fleet datasets: the manifest, what this node holds and, with a
+      // placement, what it is assigned and still misses.
+      std::printf("  %-20s manifest %s: holds %d of %u partitions", "",
+                  d.manifest_hash().substr(0, 12).c_str(), d.partitions_held_size(),
+                  d.num_partitions());
+      if (d.placement_version() > 0) {
+        const std::set<uint32_t> held(d.partitions_held().begin(), d.partitions_held().end());
+        std::string missing;
+        for (uint32_t p : d.partitions_assigned()) {
+          if (!held.count(p)) absl::StrAppend(&missing, missing.empty() ? "" : ",", p);
+        }
+        std::printf("; placement version %" PRIu64 ": %d assigned, missing [%s]",
+                    d.placement_version(), d.partitions_assigned_size(), missing.c_str());
+      }
+      std::printf("\n");
+    }
     if (d.class_names_size() > 0) {
       std::string names;
       const int shown = std::min(d.class_names_size(), 6);
