@@ -15,6 +15,7 @@ versions agreeing again; the data read is the plan's.
 
 import glob
 import os
+import socket
 import subprocess
 import urllib.request
 
@@ -22,7 +23,7 @@ import pytest
 
 import nearprep
 from nearprep import fleet_plan as fp
-from nearprep.fleet import FleetClient
+from nearprep.fleet import FleetClient, choose
 from conftest import Daemon, NEARPREPD, ROOT
 
 CLI = os.environ.get("NEARPREP_CLI") or next(
@@ -191,13 +192,31 @@ def test_placement_for_another_manifest_is_refused_at_start(fleet):
     assert "dataset 'ds': node: 'zz' is not in placement" in str(e.value), str(e.value)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_fleet_client_reports_a_rollout(fleet):
+    # Ports such that a client trusting the placement (partitions_assigned)
+    # instead of partitions_held would send c's missing partition to c: the
+    # read below then shows failovers.
+    missing = fleet["missing"]
+    ports = {n: free_port() for n in NODES}
+    for _ in range(64):
+        holders = [f"127.0.0.1:{ports[n]}" for n in NODES if missing in fleet["assigned"][n]]
+        if choose(missing, holders) == f"127.0.0.1:{ports['c']}":
+            break
+        ports["c"] = free_port()
+    else:
+        pytest.fail("no port for c that wins the missing partition")
     ds = {}
     for node in NODES:
         # b is on version 2 already; a and c on version 1.
         pl = fleet["p2"] if node == "b" else fleet["p1"]
         d = start(fleet["tmp"], f"fc-{node}", fleet["roots"][node], fleet["manifest"], pl,
-                  node).start()
+                  node).start(port=ports[node])
         fleet["started"].append(d)
         ds[node] = d
     events = []
@@ -225,6 +244,8 @@ def test_fleet_client_reports_a_rollout(fleet):
             for e in b.errors:
                 got[e.position] = e.sample_id
         assert got == {p: plan.at(p)[0] for p in range(m.num_samples)}
+        # Only holders were asked: no request failed over.
+        assert fc.stats["failovers"] == 0, (fc.stats, events)
         # The C++ client (`nearprep fleet-read`) reports the same mix.
         r = run("fleet-read", "--targets", ",".join(targets), "--dataset", "ds",
                 "--manifest", fleet["manifest"], "--seed", "3", "--block", "2", "--window", "3",
