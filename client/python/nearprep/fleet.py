@@ -226,12 +226,13 @@ class FleetClient:
         """Placement version bookkeeping (events only; never the assignment)."""
         with self._lock:
             old, node.placement_version = node.placement_version, version
-            if old is not None and old != version:
-                self.on_event(f"{node.target}: placement version {old} -> {version}")
+        if old is not None and old != version:
+            self.on_event(f"{node.target}: placement version {old} -> {version}")
 
     def _check_version_mix(self):
         """Reports live nodes on different placement versions (a rollout),
         once per set of versions, and their agreeing again."""
+        message = None
         with self._lock:
             live = {t: n.placement_version for t, n in self._nodes.items()
                     if n.alive and n.placement_version is not None}
@@ -239,11 +240,13 @@ class FleetClient:
             if len(distinct) > 1 and distinct != self._version_mix:
                 self._version_mix = distinct
                 shown = ", ".join(f"{t}={v}" for t, v in sorted(live.items()))
-                self.on_event(f"placement versions differ across live nodes "
-                              f"(rollout in progress): {shown}")
+                message = ("placement versions differ across live nodes "
+                           f"(rollout in progress): {shown}")
             elif len(distinct) == 1 and self._version_mix is not None:
                 self._version_mix = None
-                self.on_event(f"placement versions agree again: {next(iter(distinct))}")
+                message = f"placement versions agree again: {next(iter(distinct))}"
+        if message:
+            self.on_event(message)  # outside the lock: it may call back
 
     def placement_versions(self) -> Dict[str, int]:
         """{node: placement version} as last probed (0: no placement)."""
