@@ -232,6 +232,50 @@ def test_resume_gives_up_after_deadline(transport):
         srv.stop()
 
 
+class _GoesSilent(FakePreprocessor):
+    """Sends `first` batches, then nothing (no message, no status, no reset)
+    until the caller gives up, or for 10 s, then UNAVAILABLE (so that a
+    client without a deadline fails the test instead of hanging it)."""
+
+    def __init__(self, first):
+        super().__init__(40)
+        self.first = first
+
+    def StreamBatches(self, req, context):
+        for i, b in enumerate(super().StreamBatches(req, context)):
+            if i == self.first:
+                break
+            yield b
+        t_end = time.monotonic() + 10
+        while context.is_active() and time.monotonic() < t_end:
+            time.sleep(0.01)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "gave up waiting for the client")
+
+
+@pytest.mark.parametrize("first", [0, 2])
+def test_stream_timeout_ends_a_silent_call_with_deadline_exceeded(first, transport):
+    """transport.open(timeout=): the deadline the fleet client fails over on,
+    counted from the call's start (batches received before do not extend
+    it), on both receive paths."""
+    srv = FakeServer(_GoesSilent(first))
+    try:
+        with nearprep.Client(srv.target) as c:
+            assert c.transport == transport
+            t0 = time.monotonic()
+            _, call = c._transport.open(srv.target, c.request("fake", batch_size=4),
+                                        timeout=0.8)
+            got = []
+            with pytest.raises(grpc.RpcError) as exc:
+                for b in call:
+                    got.append(b.sample_ids.tolist())
+            took = time.monotonic() - t0
+        assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, exc.value
+        assert got == [ids for ids, _ in all_batches(40, 4)[:first]]
+        assert 0.75 <= took < 3.0, took
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("code, message", [
     (grpc.StatusCode.INTERNAL, "Stream removed"),
     (grpc.StatusCode.UNKNOWN, "Socket closed"),

@@ -8,6 +8,11 @@
 // start_position = that token and max_batches reduced by what it already
 // received. Every batch is checked against the expected index and epoch, so
 // a server that skipped or repeated a batch is reported, never hidden.
+//
+// Deadline (StreamOptions::timeout): one absolute time for the whole call;
+// each stream the reader opens gets it as its gRPC deadline, so a server
+// that stops answering (even without closing the connection) ends the
+// blocked Read() with DEADLINE_EXCEEDED, which is never retried.
 #include "nearprep/client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -168,8 +173,10 @@ class GrpcBatchReader : public BatchReader {
  public:
   GrpcBatchReader(const ClientOptions& options,
                   std::shared_ptr<grpc::Channel> channel,
-                  const v1::StreamBatchesRequest& request)
+                  const v1::StreamBatchesRequest& request,
+                  const StreamOptions& stream)
       : options_(options),
+        timeout_(stream.timeout),
         channel_(std::move(channel)),
         method_(kStreamBatchesMethod,
                 grpc::internal::RpcMethod::SERVER_STREAMING, channel_),
@@ -177,7 +184,9 @@ class GrpcBatchReader : public BatchReader {
         next_batch_(request.start_batch()),
         next_position_(request.start_position()),
         backoff_(std::max(options.initial_backoff,
-                          std::chrono::milliseconds(1))) {}
+                          std::chrono::milliseconds(1))) {
+    if (timeout_.count() > 0) deadline_ = Clock::now() + timeout_;
+  }
 
   ~GrpcBatchReader() override { CloseStream(); }
 
@@ -242,6 +251,10 @@ class GrpcBatchReader : public BatchReader {
       ResetStream();
       if (cancelled_) return Finish(absl::CancelledError("stream cancelled"));
       if (st.ok()) return Finish(absl::OkStatus());
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          deadline_ && Clock::now() >= *deadline_) {
+        return Finish(DeadlinePassed(st.error_message()));
+      }
       if (!IsRetryable(st)) return Finish(ToAbsl(st));
       if (request_.max_batches() > 0 && received_ >= request_.max_batches()) {
         // Everything asked for arrived; only the trailing status was lost.
@@ -267,6 +280,14 @@ class GrpcBatchReader : public BatchReader {
     {
       std::lock_guard<std::mutex> lock(context_mu_);
       context_ = std::make_unique<grpc::ClientContext>();
+      if (deadline_) {
+        // gRPC takes a system_clock time; what is left of the steady one.
+        context_->set_deadline(
+            std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                std::max<Clock::duration>(*deadline_ - Clock::now(),
+                                          Clock::duration::zero())));
+      }
       // A context cancelled before its call starts cancels the call at once.
       if (cancelled_) context_->TryCancel();
     }
@@ -294,12 +315,20 @@ class GrpcBatchReader : public BatchReader {
 
   // Sleeps the backoff and waits for the channel; false (and the final
   // status set) once reconnect_deadline has passed since the first failure.
+  // The stream deadline, when set and earlier, cuts this short with
+  // DEADLINE_EXCEEDED.
   bool WaitBeforeRetry(const grpc::Status& st) {
     const Clock::time_point now = Clock::now();
     if (!failing_since_) failing_since_ = now;
-    const Clock::time_point deadline =
-        *failing_since_ + options_.reconnect_deadline;
+    Clock::time_point deadline = *failing_since_ + options_.reconnect_deadline;
+    const bool call_deadline_first = deadline_ && *deadline_ <= deadline;
+    if (call_deadline_first) deadline = *deadline_;
     auto give_up = [&]() {
+      if (call_deadline_first) {
+        Fail(DeadlinePassed(absl::StrCat("while reconnecting after: ",
+                                         st.error_message())));
+        return false;
+      }
       Fail(absl::UnavailableError(absl::StrCat(
           "gave up reconnecting after ",
           std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -324,6 +353,12 @@ class GrpcBatchReader : public BatchReader {
     return true;
   }
 
+  absl::Status DeadlinePassed(const std::string& detail) const {
+    return absl::DeadlineExceededError(
+        absl::StrCat("stream deadline of ", timeout_.count(), " ms passed (",
+                     received_, " batches received): ", detail));
+  }
+
   bool Finish(absl::Status s) {
     status_ = std::move(s);
     done_ = true;
@@ -335,6 +370,8 @@ class GrpcBatchReader : public BatchReader {
   }
 
   const ClientOptions options_;
+  const std::chrono::milliseconds timeout_;
+  std::optional<Clock::time_point> deadline_;  // unset: no deadline
   std::shared_ptr<grpc::Channel> channel_;
   const grpc::internal::RpcMethod method_;
   const v1::StreamBatchesRequest request_;
@@ -426,11 +463,16 @@ absl::StatusOr<std::vector<v1::DatasetInfo>> Client::ListDatasets() {
 
 std::unique_ptr<BatchReader> Client::StreamBatches(
     const v1::StreamBatchesRequest& request) {
+  return StreamBatches(request, StreamOptions());
+}
+
+std::unique_ptr<BatchReader> Client::StreamBatches(
+    const v1::StreamBatchesRequest& request, const StreamOptions& stream) {
   if (!impl_->setup_status.ok()) {
     return std::make_unique<FailedBatchReader>(impl_->setup_status);
   }
   return std::make_unique<GrpcBatchReader>(impl_->options, impl_->channel,
-                                           request);
+                                           request, stream);
 }
 
 }  // namespace nearprep

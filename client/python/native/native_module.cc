@@ -14,6 +14,13 @@
 // never reconnects by itself (reconnect_deadline 0); a broken stream ends
 // with status() UNAVAILABLE and the Python client decides.
 //
+// Channel.stream(..., timeout=seconds) gives the call a deadline (grpcio's
+// `timeout=`): a server that stops answering, even without closing the
+// connection, ends the stream with status() DEADLINE_EXCEEDED once it
+// passes (nearprep.fleet fails over on it). Channel(keepalive_time=,
+// keepalive_timeout=) set the HTTP/2 keepalive that notices a silent
+// connection while a stream is open (UNAVAILABLE).
+//
 // TLS is not offered here: the Python client uses its grpcio path for TLS
 // channels.
 //
@@ -24,6 +31,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -104,13 +113,24 @@ class PyChannel {
           return o;
         }()) {}
 
-  PyStream Stream(const py::bytes& request,
-                  std::shared_ptr<BufferPool> pool) {
+  // timeout: seconds for the whole call, None for no deadline.
+  PyStream Stream(const py::bytes& request, std::shared_ptr<BufferPool> pool,
+                  const py::object& timeout) {
     v1::StreamBatchesRequest req;
     if (!req.ParseFromString(std::string(request))) {
       throw py::value_error("request: not a serialized StreamBatchesRequest");
     }
-    return PyStream(client_.StreamBatches(req), std::move(pool));
+    StreamOptions so;
+    if (!timeout.is_none()) {
+      const double seconds = timeout.cast<double>();
+      if (!(seconds > 0)) {
+        throw py::value_error("timeout: must be > 0 seconds or None");
+      }
+      // At least 1 ms: a zero StreamOptions::timeout means none.
+      so.timeout = std::chrono::milliseconds(std::max<int64_t>(
+          1, static_cast<int64_t>(std::ceil(seconds * 1000))));
+    }
+    return PyStream(client_.StreamBatches(req, so), std::move(pool));
   }
 
  private:
@@ -178,5 +198,5 @@ PYBIND11_MODULE(_native, m) {
            py::arg("keepalive_time") = 60.0,
            py::arg("keepalive_timeout") = 20.0)
       .def("stream", &nearprep::PyChannel::Stream, py::arg("request"),
-           py::arg("pool"));
+           py::arg("pool"), py::arg("timeout") = py::none());
 }

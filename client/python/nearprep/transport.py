@@ -4,6 +4,9 @@ Both transports give the same thing to nearprep.client: `open(target,
 request)` returns a call object that iterates Batch objects, has cancel(),
 and raises grpc.RpcError (with code() and details()) when the stream fails,
 so resume, failover and stats logic is shared and identical.
+`open(target, request, timeout=seconds)` gives the call a deadline on both
+(grpcio's `timeout=`; the native stream's StreamOptions::timeout): a server
+that stops answering ends it with DEADLINE_EXCEEDED (nearprep.fleet uses it).
 
 - GrpcioTransport: grpcio's unary_stream with a raw-bytes deserializer;
   nearprep.batch.parse_batch wraps the tensor without copying it (grpcio
@@ -88,13 +91,15 @@ class GrpcioTransport:
     def __init__(self, client):
         self._client = client
 
-    def open(self, target, request):
-        """(channel, call): `channel` is what reset(target, channel) takes."""
+    def open(self, target, request, timeout=None):
+        """(channel, call): `channel` is what reset(target, channel) takes;
+        `timeout`: seconds for the whole call, None for no deadline."""
         channel = self._client._channel(target)
         method = channel.unary_stream(
             _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
             response_deserializer=None)
-        return channel, _GrpcioCall(method(request), self._client._pb2, target)
+        return channel, _GrpcioCall(method(request, timeout=timeout), self._client._pb2,
+                                    target)
 
     def reset(self, target, channel):
         self._client._reset_channel(target, channel)
@@ -159,10 +164,15 @@ def _keep_freed_memory(native):
 class NativeTransport:
     name = "native"
 
-    def __init__(self, client, lock_memory=False, max_free_buffers=None):
+    def __init__(self, client, lock_memory=False, max_free_buffers=None,
+                 keepalive_time=60.0, keepalive_timeout=20.0):
         self._native = load_native()
         _keep_freed_memory(self._native)
         self._client = client
+        # HTTP/2 keepalive of the channels (seconds): a ping after this much
+        # silence on an open stream, UNAVAILABLE when unanswered for
+        # keepalive_timeout.
+        self._keepalive = (float(keepalive_time), float(keepalive_timeout))
         self._lock = threading.Lock()
         self._channels = {}
         if max_free_buffers is None:
@@ -178,13 +188,14 @@ class NativeTransport:
                 raise NearprepError("client is closed")
             ch = self._channels.get(target)
             if ch is None:
-                ch = self._native.Channel(target)
+                ch = self._native.Channel(target, keepalive_time=self._keepalive[0],
+                                          keepalive_timeout=self._keepalive[1])
                 self._channels[target] = ch
             return ch
 
-    def open(self, target, request):
+    def open(self, target, request, timeout=None):
         channel = self._channel(target)
-        stream = channel.stream(request.SerializeToString(), self.pool)
+        stream = channel.stream(request.SerializeToString(), self.pool, timeout=timeout)
         return channel, _NativeCall(stream, self._client._pb2, target)
 
     def reset(self, target, channel):

@@ -38,6 +38,9 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
   // A buggy server: on resume it starts one batch early.
   bool repeat_on_resume = false;
   milliseconds per_batch_delay{0};
+  // After this many batches of a call the server goes silent (neither a
+  // batch nor a status) until the client cancels: -1 never.
+  int stall_after = -1;
 
   grpc::Status StreamBatches(grpc::ServerContext* ctx,
                              const v1::StreamBatchesRequest* req,
@@ -63,6 +66,10 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
         return grpc::Status(fail_code, fail_message);
       }
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+      if (sent == stall_after) {
+        while (!ctx->IsCancelled()) std::this_thread::sleep_for(milliseconds(5));
+        return grpc::Status::CANCELLED;
+      }
       if (per_batch_delay.count() > 0) std::this_thread::sleep_for(per_batch_delay);
       v1::Batch batch;
       batch.set_epoch(req->epoch());
@@ -430,6 +437,78 @@ TEST(BatchReaderTest, CancelFromAnotherThreadUnblocksNext) {
   EXPECT_EQ(reader->status().code(), absl::StatusCode::kCancelled)
       << reader->status();
   EXPECT_EQ(reader->reconnects(), 0);
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, StreamDeadlineEndsASilentServersCall) {
+  FakePreprocessor fake;
+  fake.failing_calls = 0;
+  fake.stall_after = 2;
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  StreamOptions so;
+  so.timeout = milliseconds(700);
+  const Clock::time_point t0 = Clock::now();
+  auto reader = client.StreamBatches(Request(), so);
+  // The deadline is the whole call's: two batches arrive, then silence.
+  EXPECT_EQ(ReadAll(reader.get()), Range(0, 2));
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kDeadlineExceeded)
+      << reader->status();
+  EXPECT_NE(reader->status().message().find("stream deadline of 700 ms"),
+            std::string::npos)
+      << reader->status();
+  EXPECT_GE(ms, 650.0);
+  EXPECT_LT(ms, 2500.0);  // Slack for a loaded CI machine.
+  EXPECT_EQ(reader->reconnects(), 0);
+  EXPECT_EQ(fake.requests().size(), 1u);  // never retried
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, StreamDeadlineCutsReconnectingShort) {
+  FakePreprocessor fake;
+  fake.failing_calls = 1 << 30;
+  fake.fail_after = 1;
+  fake.fail_after_later = 0;
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  ClientOptions o = FastOptions(port);
+  o.reconnect_deadline = milliseconds(20000);
+  o.initial_backoff = milliseconds(20);
+  o.max_backoff = milliseconds(100);
+  Client client(o);
+  StreamOptions so;
+  so.timeout = milliseconds(600);
+  const Clock::time_point t0 = Clock::now();
+  auto reader = client.StreamBatches(Request(), so);
+  v1::Batch b;
+  ASSERT_TRUE(reader->Next(&b));
+  EXPECT_FALSE(reader->Next(&b));
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kDeadlineExceeded)
+      << reader->status();
+  EXPECT_GE(ms, 550.0);
+  EXPECT_LT(ms, 3000.0);
+  EXPECT_GE(fake.requests().size(), 2u);  // it did retry until then
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, ServersDeadlineExceededIsPassedThroughAsIs) {
+  FakePreprocessor fake;
+  fake.fail_code = grpc::StatusCode::DEADLINE_EXCEEDED;
+  fake.fail_message = "the server's own";
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  StreamOptions so;
+  so.timeout = milliseconds(60000);
+  auto reader = client.StreamBatches(Request(), so);
+  EXPECT_EQ(ReadAll(reader.get()), Range(0, 3));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(reader->status().message(), "the server's own");
   server->Shutdown();
 }
 

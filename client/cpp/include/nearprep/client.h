@@ -25,6 +25,12 @@
 // straight into the caller's memory), with tensor.compression reading
 // COMPRESSION_NONE; a damaged payload ends the reader with DATA_LOSS.
 //
+// A stream may have a deadline (StreamOptions::timeout): the whole call,
+// reconnects included, must end by then, or the reader ends with
+// DEADLINE_EXCEEDED (a blocked Next()/NextInto() returns false when it
+// passes). A fleet client uses it to notice a node that stopped answering
+// and fail over to a replica.
+//
 // Thread-safety: Client is thread-safe; a BatchReader is used by one thread,
 // except Cancel(), which any thread may call at any time.
 #ifndef NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_
@@ -79,6 +85,15 @@ struct ClientOptions {
   // reconnect_deadline.
 };
 
+// Per-stream settings of Client::StreamBatches.
+struct StreamOptions {
+  // Deadline of the whole call, counted from StreamBatches(): every
+  // (re)opened stream gets what is left of it, the backoff between
+  // reconnects stops at it, and once it has passed the reader ends with
+  // DEADLINE_EXCEEDED (never retried). Zero or negative: no deadline.
+  std::chrono::milliseconds timeout{0};
+};
+
 // Where BatchReader::NextInto puts a batch's tensor bytes: called once per
 // batch with a tensor, after the header is parsed and before any tensor byte
 // is copied, with the tensor's size in bytes. Returns memory of at least that
@@ -123,6 +138,8 @@ class Client {
   absl::StatusOr<std::vector<v1::DatasetInfo>> ListDatasets();
   std::unique_ptr<BatchReader> StreamBatches(
       const v1::StreamBatchesRequest& request);
+  std::unique_ptr<BatchReader> StreamBatches(
+      const v1::StreamBatchesRequest& request, const StreamOptions& stream);
 
  private:
   struct Impl;
