@@ -2,7 +2,8 @@
 """Fleet client: a trainer's batches assembled from 3 nodes vs served by 1.
 
     PYTHONPATH=client/python:build/python /usr/bin/python3 bench/python/fleet_bench.py \
-        --build build [--source ../shared/datasets/imagenet-sample-200] [--epochs 2]
+        --build build [--source ../shared/datasets/imagenet-sample-200] [--epochs 2] \
+        [--transport grpcio,native]
 
 Packs the source images into TFRecord shards (`nearprep pack`), writes a
 manifest with C partitions (`nearprep manifest`), and measures one trainer
@@ -14,9 +15,12 @@ time (seed, crop, uint8 output):
   fleet-3   FleetClient over 3 daemons each holding a third of the
             partitions (no replicas), so every global batch is assembled
             from 3 nodes
-  fleet-3s  (with --sample-reads) the same with plan_block_reads=False:
+  fleet-3s  (with --sample-reads) fleet-3 with plan_block_reads=False:
             the nodes read every sample alone instead of each plan block
             once (StreamBatchesRequest.plan_block_samples)
+each once per receive path in --transport (default grpcio,native:
+nearprep.transport; `single:native` is Client(native=True)), all modes
+interleaved in every repeat, so the paths are compared in the same run.
 With --torch-workers 0,2 it also measures nearprep.fleet_torch's
 FleetDataLoader over the 3 daemons with that many DataLoader workers
 (`torch-W`: each epoch starts its workers afresh, as a training loop's
@@ -99,7 +103,12 @@ def main():
     ap.add_argument("--cold", action="store_true",
                     help="drop the page cache before every measured run (root: "
                          "/proc/sys/vm/drop_caches), so reads come from the disk")
+    ap.add_argument("--transport", default="grpcio,native",
+                    help="comma-separated receive paths: grpcio, native")
     a = ap.parse_args()
+    transports = [t for t in a.transport.split(",") if t]
+    if not transports or any(t not in ("grpcio", "native") for t in transports):
+        ap.error(f"--transport: grpcio and/or native, got {a.transport!r}")
     torch_workers = [int(w) for w in a.torch_workers.split(",") if w != ""]
     if a.replicate < 1:
         ap.error("--replicate: must be >= 1")
@@ -143,35 +152,37 @@ def main():
                     while time.perf_counter() < end:
                         pass
 
-            def run_single(epoch):
+            def run_single(tr, epoch):
                 n = 0
-                with nearprep.Client(single, native=False) as c:
+                with nearprep.Client(single, native=tr == "native") as c:
                     for b in c.batches("ds", batch_size=a.global_batch, seed=1, epoch=epoch,
                                        shuffle=True, **req):
                         n += len(b)
                         step()
                 return n
 
-            def run_fleet(targets, epoch, block_reads=True):
+            def run_fleet(tr, targets, epoch, block_reads=True):
                 n = 0
                 with FleetClient(targets, "ds", manifest=m, seed=1, global_batch=a.global_batch,
                                  block_samples=a.block, window=a.window,
                                  plan_block_reads=block_reads, trainers=1, rank=0, prefetch=3,
-                                 **req) as fc:
+                                 native=tr == "native", **req) as fc:
+                    assert fc.transport == tr
                     for b in fc.epoch(epoch):
                         n += len(b.positions)
                         step()
                 return n
 
-            def run_torch(workers, persistent, epoch):
+            def run_torch(tr, workers, persistent, epoch):
                 from nearprep.fleet_torch import FleetDataLoader, FleetIterableDataset
-                if (workers, persistent) not in loaders or not persistent:
+                key = (tr, workers, persistent)
+                if key not in loaders or not persistent:
                     ds = FleetIterableDataset(thirds, "ds", manifest=m, rank=0, world_size=1,
                                               seed=1, global_batch=a.global_batch, prefetch=3,
-                                              **req)
-                    loaders[(workers, persistent)] = FleetDataLoader(
+                                              native=tr == "native", **req)
+                    loaders[key] = FleetDataLoader(
                         ds, num_workers=workers, persistent_workers=persistent)
-                loader = loaders[(workers, persistent)]
+                loader = loaders[key]
                 loader.set_epoch(epoch)
                 n = 0
                 for images, _ in loader:
@@ -179,15 +190,18 @@ def main():
                     step()
                 return n
 
-            modes = {"single": lambda e: run_single(e),
-                     "fleet-1": lambda e: run_fleet([single], e),
-                     "fleet-3": lambda e: run_fleet(thirds, e)}
-            if a.sample_reads:
-                modes["fleet-3s"] = lambda e: run_fleet(thirds, e, block_reads=False)
-            for w in torch_workers:
-                modes[f"torch-{w}"] = lambda e, w=w: run_torch(w, False, e)
-                if w > 0:
-                    modes[f"torch-{w}p"] = lambda e, w=w: run_torch(w, True, e)
+            modes = {}
+            for tr in transports:
+                modes[f"single:{tr}"] = lambda e, tr=tr: run_single(tr, e)
+                modes[f"fleet-1:{tr}"] = lambda e, tr=tr: run_fleet(tr, [single], e)
+                modes[f"fleet-3:{tr}"] = lambda e, tr=tr: run_fleet(tr, thirds, e)
+                if a.sample_reads:
+                    modes[f"fleet-3s:{tr}"] = lambda e, tr=tr: run_fleet(tr, thirds, e,
+                                                                         block_reads=False)
+                for w in torch_workers:
+                    modes[f"torch-{w}:{tr}"] = lambda e, w=w, tr=tr: run_torch(tr, w, False, e)
+                    if w > 0:
+                        modes[f"torch-{w}p:{tr}"] = lambda e, w=w, tr=tr: run_torch(tr, w, True, e)
             for fn in modes.values():  # warm the page cache and the indexes
                 fn(0)
             res = {k: [] for k in modes}
@@ -207,15 +221,18 @@ def main():
                   f"step {a.step_ms:g} ms, {'cold' if a.cold else 'warm'} page cache, "
                   f"median of {a.repeats}, load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-            base = statistics.median(x[0] for x in res["single"])
-            base_cpu = statistics.median(x[1] for x in res["single"])
+            print(f"  ratios to single:{transports[0]}; per run (images/s, us/image) in "
+                  f"repeat order")
+            base = statistics.median(x[0] for x in res[f"single:{transports[0]}"])
+            base_cpu = statistics.median(x[1] for x in res[f"single:{transports[0]}"])
             for k, xs in res.items():
                 ips = statistics.median(x[0] for x in xs)
                 cpu = statistics.median(x[1] for x in xs)
                 reads = statistics.median(x[2] for x in xs)
-                print(f"  {k:8s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
+                runs = " ".join(f"({x[0]:.0f}, {x[1]:.0f})" for x in xs)
+                print(f"  {k:16s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
                       f"daemon reads {reads:5.2f}/image   "
-                      f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)")
+                      f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)   {runs}")
         finally:
             loaders.clear()  # stops persistent workers before their daemons
             for p in procs:

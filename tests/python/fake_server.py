@@ -8,6 +8,7 @@ the sample id's low bytes, so the bytes identify the sample.
 """
 
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -135,15 +136,20 @@ class Relay:
 
     die_after: after this many response messages in total the relay acts as
     a dead node: the call in progress and every later call (ListDatasets
-    too) end with UNAVAILABLE. Log entries: ("request", relay, call, ids),
-    ("deliver", relay, call, ids), ("abort", relay, call)."""
+    too) end with UNAVAILABLE. silent=True: a dead relay answers nothing
+    instead (no message, no status, no reset: a node that stopped answering)
+    until the caller gives up (its deadline or cancel), at most
+    `silent_max` seconds, then UNAVAILABLE. Log entries: ("request", relay,
+    call, ids), ("deliver", relay, call, ids), ("abort", relay, call): the
+    relay stopped serving the call (at once, or silently)."""
 
     SERVICE = "nearprep.v1.Preprocessor"
 
-    def __init__(self, upstream, log, lock, die_after=None):
+    def __init__(self, upstream, log, lock, die_after=None, silent=False, silent_max=30.0):
         self.upstream = upstream
         self.log, self.lock = log, lock
         self.die_after = die_after
+        self.silent, self.silent_max = silent, silent_max
         self.messages = 0
         self.calls = 0
         self.dead = False
@@ -188,7 +194,7 @@ class Relay:
 
         def handle(raw, context):
             if self.dead:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node is dead")
+                self._die(context, "relay: node is dead")
             try:
                 return fn(raw, timeout=10)
             except grpc.RpcError as e:
@@ -205,7 +211,7 @@ class Relay:
         if dead:
             with self.lock:
                 self.log.append(("abort", self.target, call))
-            context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node is dead")
+            self._die(context, "relay: node is dead")
         upstream = self.channel.unary_stream(f"/{self.SERVICE}/StreamBatches")(
             raw, timeout=self._caller_timeout(context))
         try:
@@ -213,18 +219,28 @@ class Relay:
                 with self.lock:
                     if self.die_after is not None and self.messages >= self.die_after:
                         self.dead = True
-                    if self.dead:
+                    dying = self.dead
+                    if dying:
                         self.log.append(("abort", self.target, call))
                         upstream.cancel()
-                        context.abort(grpc.StatusCode.UNAVAILABLE, "relay: node died mid-answer")
-                    b = pb2.Batch.FromString(msg)
-                    self.log.append(("deliver", self.target, call,
-                                     list(b.sample_ids) + [e.sample_id for e in b.errors]))
-                    self.messages += 1
+                    else:
+                        b = pb2.Batch.FromString(msg)
+                        self.log.append(("deliver", self.target, call,
+                                         list(b.sample_ids) + [e.sample_id for e in b.errors]))
+                        self.messages += 1
+                if dying:  # outside the lock: silent relays wait here
+                    self._die(context, "relay: node died mid-answer")
                 yield msg
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.CANCELLED:
                 context.abort(e.code(), e.details())
+
+    def _die(self, context, message):
+        if self.silent:
+            t_end = time.monotonic() + self.silent_max
+            while context.is_active() and time.monotonic() < t_end:
+                time.sleep(0.01)
+        context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
     def stop(self):
         self.server.stop(None).wait()

@@ -16,7 +16,10 @@ checks the daemon's refusals. A node cut after its first response message
 behind what it sent: those ids are never requested again, with the Python
 client and with the C++ one (`nearprep fleet-read`). The torch
 adapter with 2 DataLoader workers gives the sequence of 0 workers, and
-resumes across world sizes and worker counts exactly once. The
+resumes across world sizes and worker counts exactly once. The Python
+FleetClient's tests run on both receive paths (grpcio and the native
+module: the `transport` fixture), and a relay that goes silent without a
+reset checks the request deadline on each. The
 network-namespace case (a node that stops
 answering without a reset) is in test_fleet_netns.py.
 """
@@ -109,6 +112,14 @@ def oracle_for(oracle_d, manifest_path, m, epoch):
     return [(sid, by_id[sid]) for sid in plan]
 
 
+def check_transport(fc):
+    """Under the `transport` fixture ($NEARPREP_NATIVE), the FleetClient
+    receives on that path (no silent fallback to grpcio)."""
+    want = {"1": "native", "0": "grpcio"}.get(os.environ.get("NEARPREP_NATIVE", ""))
+    if want:
+        assert fc.transport == want, (fc.transport, want)
+
+
 class Log:
     """What the trainers received: (epoch, position) -> record."""
 
@@ -142,6 +153,7 @@ def run_phase(targets, manifest, phase, trainers, ckpt, stop, log, hook=None, rp
             with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
                              window=WINDOW, global_batch=G, trainers=trainers, rank=k,
                              prefetch=2, rpc_timeout=rpc_timeout, probe_interval=0.2, **REQ, **kw) as fc:
+                check_transport(fc)
                 c = ckpt
                 last = None
                 while (c.epoch, c.next_batch) < stop:
@@ -203,6 +215,7 @@ def revive(daemons):
 
 def epoch_arrays(fc, epoch):
     """{position: (sample id, image bytes | 'error:CODE')} of a one-trainer epoch."""
+    check_transport(fc)
     got = {}
     for fb in fc.epoch(epoch):
         for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
@@ -233,8 +246,9 @@ def victim_relay(relays, m, epoch, oracle):
     return next(r for r in relays.values() if r.target == victim_t)
 
 
-@pytest.mark.parametrize("split", ["messages", "requests"])
-def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
+@pytest.mark.parametrize("split, silent", [("messages", False), ("requests", False),
+                                           ("messages", True)])
+def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split, silent, transport):
     """A node dies after its first response message (relays in front of the
     real daemons pass the bytes through and log every request and message):
     split="messages": one request per node and batch, answered 2 samples per
@@ -243,7 +257,9 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     is kept: no delivered id is ever requested again, the ids it still owed
     are requested once more (from a replica), stats["kept_partial"] counts
     the kept samples, and the epoch equals, byte for byte, both a clean run
-    on the daemons and the single-node oracle."""
+    on the daemons and the single-node oracle. silent: the node stops
+    answering instead (no status, no reset): the request's deadline
+    (rpc_timeout) ends it with DEADLINE_EXCEEDED, then the same."""
     from fake_server import Relay
     _, m, manifest, daemons, oracle_d = tfrecord_fleet
     revive(daemons)
@@ -255,22 +271,32 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split):
     oracle = oracle_for(oracle_d, manifest, m, epoch)
 
     log, lock = [], threading.Lock()
-    relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
+    relays = {node: Relay(d.target, log, lock, silent=silent) for node, d in daemons.items()}
     try:
         victim = victim_relay(relays, m, epoch, oracle)
         victim.die_after = 1
         split_kw = (dict(response_batch=2) if split == "messages" else
                     dict(max_request_ids=2))
         events = []
+        if silent:
+            kw["rpc_timeout"] = 1.5
+        t0 = time.monotonic()
         with FleetClient([r.target for r in relays.values()], "ds", manifest=manifest,
                          on_event=events.append, **split_kw, **kw) as fc:
             got = epoch_arrays(fc, epoch)
             stats = dict(fc.stats)
+        took = time.monotonic() - t0
     finally:
         for r in relays.values():
             r.stop()
 
     assert victim.dead and any("marked dead" in e for e in events), events
+    dead_why = [e for e in events if "marked dead" in e]
+    if silent:  # the deadline, not the relay's own give-up after 30 s
+        assert len(dead_why) == 1 and "DEADLINE_EXCEEDED" in dead_why[0], events
+        assert took < 15, took
+    else:
+        assert all("UNAVAILABLE" in e for e in dead_why), events
     # The victim delivered one message (its first), then failed: those ids
     # are the kept ones; the rest it was asked for it still owed.
     victim_delivered = [ev[3] for ev in log if ev[0] == "deliver" and ev[1] == victim.target]
@@ -396,6 +422,56 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
     assert [got[p] for p in range(m.num_samples)] == oracle
 
 
+def test_both_receive_paths_give_the_same_batches_and_fallback(tfrecord_fleet, monkeypatch):
+    """native=True and native=False give identical FleetBatch objects (same
+    types, dtypes, shapes, bytes; images an array the batch owns, not a view
+    of a receive buffer); native=None takes the native module when it loads
+    ($NEARPREP_NATIVE=0 turns it off) and falls back to grpcio when it does
+    not, where native=True is refused."""
+    from nearprep import transport as tr
+    from nearprep.errors import InvalidArgumentError
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    revive(daemons)
+    targets = [d.target for d in daemons.values()]
+    kw = dict(manifest=manifest, seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
+              trainers=2, rank=1, prefetch=2, **REQ)
+    monkeypatch.delenv("NEARPREP_NATIVE", raising=False)
+    native_built = tr.load_native() is not None
+    if not native_built and os.environ.get("NEARPREP_EXPECT_NATIVE") == "1":
+        pytest.fail("nearprep._native was built but does not import")
+    runs = {}
+    for native in ([True, False] if native_built else [False]):
+        with FleetClient(targets, "ds", native=native, **kw) as fc:
+            assert fc.transport == ("native" if native else "grpcio")
+            runs[native] = list(fc.epoch(1))
+    if native_built:
+        a, b = runs[True], runs[False]
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            assert (x.epoch, x.batch, x.positions, x.sample_ids, x.errors, x.served_by) == \
+                (y.epoch, y.batch, y.positions, y.sample_ids, y.errors, y.served_by)
+            for arr_x, arr_y in ((x.images, y.images), (x.labels, y.labels)):
+                assert type(arr_x) is type(arr_y) is np.ndarray
+                assert (arr_x.dtype, arr_x.shape) == (arr_y.dtype, arr_y.shape)
+                assert arr_x.flags.owndata and arr_x.flags.writeable
+                assert arr_x.tobytes() == arr_y.tobytes()
+        with FleetClient(targets, "ds", **kw) as fc:
+            assert fc.transport == "native"
+        monkeypatch.setenv("NEARPREP_NATIVE", "0")
+        with FleetClient(targets, "ds", **kw) as fc:
+            assert fc.transport == "grpcio"
+        monkeypatch.delenv("NEARPREP_NATIVE")
+    # The module missing: auto falls back, True is refused.
+    monkeypatch.setattr(tr, "load_native", lambda: None)
+    with FleetClient(targets, "ds", **kw) as fc:
+        assert fc.transport == "grpcio"
+        fallback = list(fc.epoch(1))
+    assert [(x.positions, x.images.tobytes()) for x in fallback] == \
+        [(x.positions, x.images.tobytes()) for x in runs[False]]
+    with pytest.raises(InvalidArgumentError, match="native"):
+        FleetClient(targets, "ds", native=True, **kw)
+
+
 def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):
     _, m, _, daemons, _ = tfrecord_fleet
     c = nearprep.Client(daemons["a"].target, native=False)
@@ -498,8 +574,9 @@ def test_rendezvous_assignment_is_stable():
                 assert choose(p, [n for n in nodes if n != other]) == best
 
 
-def test_four_then_three_with_a_kill_then_six_trainers(tfrecord_fleet):
+def test_four_then_three_with_a_kill_then_six_trainers(tfrecord_fleet, transport):
     tmp, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
     n = m.num_samples
     batches = (n + G - 1) // G
     assert n % G != 0, "want a short last batch"
@@ -547,7 +624,7 @@ def test_four_then_three_with_a_kill_then_six_trainers(tfrecord_fleet):
     assert len(last) == n - (batches - 1) * G < G
 
 
-def test_tar_fleet_resume_with_other_trainer_count(tmp_path_factory):
+def test_tar_fleet_resume_with_other_trainer_count(tmp_path_factory, transport):
     tmp = tmp_path_factory.mktemp("fleet_tar")
     m, manifest, daemons, oracle_d = build_fleet(tmp, "tar")
     try:
@@ -599,7 +676,7 @@ def test_checksum_mismatch_is_not_served(tmp_path):
         d.kill()
 
 
-def test_torch_adapter_rank_and_world_size(tfrecord_fleet, monkeypatch):
+def test_torch_adapter_rank_and_world_size(tfrecord_fleet, monkeypatch, transport):
     torch = pytest.importorskip("torch")
     from nearprep.fleet_torch import FleetIterableDataset
     _, m, manifest, daemons, _ = tfrecord_fleet
@@ -652,7 +729,7 @@ def torch_items(loader, ds, plan, rank, world, stop=None):
     return out
 
 
-def test_torch_loader_workers(tfrecord_fleet, monkeypatch):
+def test_torch_loader_workers(tfrecord_fleet, monkeypatch, transport):
     """FleetDataLoader with num_workers=2 (spawned workers, each with its own
     FleetClient taking every second global batch) yields exactly the
     sequence of num_workers=0, and state_dict() in the main process names
@@ -781,7 +858,7 @@ def test_cpp_fleet_client_matches_oracle(tfrecord_fleet):
     assert not bad, [(p, got[(1, p)], oracle[p]) for p in bad[:3]]
 
 
-def test_no_live_replica_waits_and_reports_then_continues(tfrecord_fleet):
+def test_no_live_replica_waits_and_reports_then_continues(tfrecord_fleet, transport):
     """Both replicas of partitions 8-11 down (b and c): the trainer waits and
     reports through on_wait, never skips or substitutes; when b comes back on
     its port the epoch completes with the oracle's bytes, exactly once."""
@@ -800,6 +877,7 @@ def test_no_live_replica_waits_and_reports_then_continues(tfrecord_fleet):
                              seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
                              trainers=1, rank=0, rpc_timeout=10.0, probe_interval=0.2,
                              on_wait=waits.append, **REQ) as fc:
+                check_transport(fc)
                 for fb in fc.epoch(2):
                     for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
                         assert p not in got

@@ -5,7 +5,8 @@ its peer); mid-epoch the link is set down, so packets vanish with no RST and
 no FIN. The trainer's requests to it hit their deadline, it fails over to
 the other replicas, and the epoch is still every position exactly once with
 the oracle's bytes. Skipped with the reason when namespaces cannot be made
-(not root, no `ip`, a kernel without netns/veth)."""
+(not root, no `ip`, a kernel without netns/veth). Runs on both receive
+paths (grpcio and the native module's stream deadline)."""
 
 import os
 import shutil
@@ -56,7 +57,7 @@ def netns():
         _sh(ip, "netns", "del", ns, check=False)
 
 
-def test_node_unreachable_without_reset(tmp_path, netns):
+def test_node_unreachable_without_reset(tmp_path, netns, transport):
     m, manifest, daemons, oracle_d = tfd.build_fleet(tmp_path, "tfrecord")
     inner = None
     try:

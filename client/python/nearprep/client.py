@@ -154,6 +154,7 @@ class Client:
         self.max_backoff = float(max_backoff)
         self.chunk_batches = chunk_batches
         self.prefetch = prefetch
+        self.channel_options = tuple(channel_options)  # the caller's extra options
         if isinstance(tls, grpc.ChannelCredentials):
             self._creds = tls
         elif isinstance(tls, (bytes, bytearray)):

@@ -36,6 +36,17 @@ How (docs/protocol.md, "Fleet datasets"):
   version changed between probes. Only informational: the assignment uses
   what nodes hold (partitions_held).
 
+Receive path (`native=`, as nearprep.Client's; nearprep.transport): None
+("auto", the default) receives with the native module (nearprep._native:
+the C++ client copies each tensor once, with the GIL released, into pooled
+buffers) when it is built and the channel is plaintext without custom
+channel_options, $NEARPREP_NATIVE=0 / 1 overriding; True requires it; False
+uses grpcio. Every request has the deadline rpc_timeout on either path, so
+a node that stops answering ends its request with DEADLINE_EXCEEDED and is
+failed over. Probes (ListDatasets) always go through grpcio. FleetBatch is
+the same on both paths, byte for byte: `images` is a new array the client
+owns (stacked from the received batches), never a view of a receive buffer.
+
 Discovery: `targets` is a list of "host:port", or one "dns:NAME:PORT" that
 resolves to every node (a Kubernetes headless Service: deploy/k8s).
 
@@ -54,12 +65,10 @@ import grpc
 import numpy as np
 
 from nearprep import fleet_plan as fp
-from nearprep.batch import parse_batch
+from nearprep import transport as _transport
 from nearprep.client import Client
 from nearprep.errors import NearprepError, from_rpc_error
 from nearprep.request import build_request
-
-_STREAM_METHOD = "/nearprep.v1.Preprocessor/StreamBatches"
 _FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                    grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION,
                    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INTERNAL,
@@ -149,13 +158,15 @@ class FleetClient:
     plan_block_reads (default True) tells each node the plan's block size
     (StreamBatchesRequest.plan_block_samples): a node then reads each block
     of a record partition with one large read and serves its samples from
-    memory as they are asked for. The bytes are the same either way."""
+    memory as they are asked for. The bytes are the same either way.
+
+    native: the receive path (module docstring); `transport` says which."""
 
     def __init__(self, targets, dataset, *, manifest, seed=0, block_samples=64,
                  window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
-                 plan_block_reads=True, **request_kw):
+                 plan_block_reads=True, native=None, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         if not 0 <= rank < trainers:
@@ -178,6 +189,21 @@ class FleetClient:
         self._own_client = client is None
         self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout)
         self._pb2 = self._client._pb2
+        # Probes use the client's grpcio channels; streams this transport.
+        try:
+            use_native = _transport.want_native(native, self._client._creds is not None,
+                                                self._client.channel_options)
+        except Exception:
+            if self._own_client:
+                self._client.close()
+            raise
+        if use_native:
+            # Free receive buffers kept: what the requests of `prefetch`
+            # global batches hold in flight, about one per node and batch.
+            self._transport = _transport.NativeTransport(
+                self._client, max_free_buffers=(self.prefetch + 2) * len(self._targets))
+        else:
+            self._transport = _transport.GrpcioTransport(self._client)
         # The request template (validated like Client.batches()).
         self._template = build_request(self._pb2, dataset, batch_size=1, seed=seed,
                                        error_policy="skip", **request_kw)
@@ -196,6 +222,11 @@ class FleetClient:
         for n in self._nodes.values():
             self._probe(n, check_mix=False)
         self._check_version_mix()
+
+    @property
+    def transport(self):
+        """"native" or "grpcio": how this client receives batches."""
+        return self._transport.name
 
     # -- nodes -------------------------------------------------------------
 
@@ -306,14 +337,12 @@ class FleetClient:
                 req.epoch = epoch
                 req.batch_size = min(len(chunk), self.response_batch or len(chunk))
                 req.sample_ids.extend(chunk)
-                channel = self._client._channel(target)
-                call = channel.unary_stream(
-                    _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
-                    response_deserializer=None)(req, timeout=self.rpc_timeout)
+                # Batch objects; grpc.RpcError (NativeRpcError on the native
+                # path) with the final status when the call fails.
+                _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
                 with self._lock:
                     self.stats["requests"] += 1
-                for raw in call:
-                    b = parse_batch(raw, self._pb2, target)
+                for b in call:
                     for i, sid in enumerate(b.sample_ids.tolist()):
                         ok[sid] = (int(b.labels[i]), b.images[i])
                     for e in b.errors:
@@ -468,6 +497,7 @@ class FleetClient:
 
     def close(self):
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._transport.close()
         if self._own_client:
             self._client.close()
 
