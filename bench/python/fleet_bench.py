@@ -42,6 +42,7 @@ how a real fleet scales.
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,9 +74,11 @@ def read_calls(procs):
 
 
 def measure(fn):
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     c0, t0 = time.process_time(), time.perf_counter()
     n = fn()
-    return n, time.perf_counter() - t0, time.process_time() - c0
+    return (n, time.perf_counter() - t0, time.process_time() - c0,
+            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 
 
 def main():
@@ -212,8 +215,10 @@ def main():
                         with open("/proc/sys/vm/drop_caches", "w") as f:
                             f.write("3\n")
                     r0 = read_calls(procs)
-                    n, wall, cpu = measure(lambda: sum(fn(e) for e in range(1, 1 + a.epochs)))
-                    res[k].append((n / wall, cpu / n * 1e6, (read_calls(procs) - r0) / n))
+                    n, wall, cpu, faults = measure(
+                        lambda: sum(fn(e) for e in range(1, 1 + a.epochs)))
+                    res[k].append((n / wall, cpu / n * 1e6, faults / n,
+                                   (read_calls(procs) - r0) / n))
             print(f"{m.num_samples} samples, {m.num_partitions} partitions, {len(m.shards)} shards "
                   f"of {a.shard_size}, "
                   f"G = {a.global_batch}, B = {a.block}, W = {a.window}, "
@@ -228,11 +233,13 @@ def main():
             for k, xs in res.items():
                 ips = statistics.median(x[0] for x in xs)
                 cpu = statistics.median(x[1] for x in xs)
-                reads = statistics.median(x[2] for x in xs)
+                faults = statistics.median(x[2] for x in xs)
+                reads = statistics.median(x[3] for x in xs)
                 runs = " ".join(f"({x[0]:.0f}, {x[1]:.0f})" for x in xs)
                 print(f"  {k:16s} {ips:8.1f} images/s ({ips / base:5.2f}x)   "
                       f"daemon reads {reads:5.2f}/image   "
-                      f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)   {runs}")
+                      f"trainer CPU {cpu:7.1f} us/image ({cpu / base_cpu:5.2f}x)   "
+                      f"{faults:6.1f} faults/image   {runs}")
         finally:
             loaders.clear()  # stops persistent workers before their daemons
             for p in procs:
