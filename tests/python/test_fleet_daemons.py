@@ -472,6 +472,42 @@ def test_both_receive_paths_give_the_same_batches_and_fallback(tfrecord_fleet, m
         FleetClient(targets, "ds", native=True, **kw)
 
 
+def test_close_cancels_requests_in_flight(tfrecord_fleet, transport):
+    """close() with prefetched requests still waiting on a node that went
+    silent (rpc_timeout 60 s): they are cancelled and their threads joined
+    at once, so none is left inside a gRPC call (a DataLoader worker that
+    exits with one aborted: "terminate called without an active
+    exception")."""
+    from fake_server import Relay
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    revive(daemons)
+    log, lock = [], threading.Lock()
+    relays = {node: Relay(d.target, log, lock, silent=True) for node, d in daemons.items()}
+    try:
+        fc = FleetClient([r.target for r in relays.values()], "ds", manifest=manifest,
+                         seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
+                         prefetch=3, rpc_timeout=60.0, probe_interval=60.0, **REQ)
+        check_transport(fc)
+        it = fc.epoch(1)
+        next(it)            # batch 0; batches 1 and 2 were requested with it
+        time.sleep(0.5)     # ... and have arrived
+        for r in relays.values():
+            r.dead = True
+        next(it)            # requests batch 3 (never answered), yields batch 1
+        t_end = time.monotonic() + 5
+        while not any(ev[0] == "abort" for ev in log) and time.monotonic() < t_end:
+            time.sleep(0.02)
+        assert any(ev[0] == "abort" for ev in log), "no request reached a silent relay"
+        t0 = time.monotonic()
+        fc.close()
+        took = time.monotonic() - t0
+        assert took < 5, took
+        assert not any(t.is_alive() for t in fc._pool._threads)
+    finally:
+        for r in relays.values():
+            r.stop()
+
+
 def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):
     _, m, _, daemons, _ = tfrecord_fleet
     c = nearprep.Client(daemons["a"].target, native=False)

@@ -214,6 +214,8 @@ class FleetClient:
         self._nodes = {t: _Node(t) for t in self._targets}
         self._version_mix = None  # the distinct versions last reported as mixed
         self._lock = threading.Lock()
+        self._closed = False
+        self._calls = set()  # calls in flight, cancelled by close()
         self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
         self._epoch = None
         self._next_batch = 0
@@ -339,14 +341,21 @@ class FleetClient:
                 req.sample_ids.extend(chunk)
                 # Batch objects; grpc.RpcError (NativeRpcError on the native
                 # path) with the final status when the call fails.
-                _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
                 with self._lock:
+                    if self._closed:
+                        raise NearprepError("client is closed", code="CANCELLED", target=target)
+                    _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
+                    self._calls.add(call)
                     self.stats["requests"] += 1
-                for b in call:
-                    for i, sid in enumerate(b.sample_ids.tolist()):
-                        ok[sid] = (int(b.labels[i]), b.images[i])
-                    for e in b.errors:
-                        bad[e.sample_id] = (e.code, e.message)
+                try:
+                    for b in call:
+                        for i, sid in enumerate(b.sample_ids.tolist()):
+                            ok[sid] = (int(b.labels[i]), b.images[i])
+                        for e in b.errors:
+                            bad[e.sample_id] = (e.code, e.message)
+                finally:
+                    with self._lock:
+                        self._calls.discard(call)
                 missing = [s for s in chunk if s not in ok and s not in bad]
                 if missing:
                     raise NearprepError(f"{target}: stream ended without {len(missing)} samples",
@@ -496,7 +505,15 @@ class FleetClient:
                              self.global_batch, e, nb)
 
     def close(self):
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Requests still in flight (prefetch) are cancelled and their
+        # threads joined, so that none is inside a gRPC call when the
+        # process exits (a DataLoader worker's end).
+        with self._lock:
+            self._closed = True
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self._transport.close()
         if self._own_client:
             self._client.close()
