@@ -509,6 +509,8 @@ class FleetClient:
         # threads joined, so that none is inside a gRPC call when the
         # process exits (a DataLoader worker's end).
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             calls = list(self._calls)
         for call in calls:
