@@ -357,8 +357,8 @@ def fleet_read(targets, manifest, epoch, *extra, timeout=30):
     return got, stats, events
 
 
-@pytest.mark.parametrize("prefetch", [1, 2])
-def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
+@pytest.mark.parametrize("prefetch, silent", [(1, False), (2, False), (1, True)])
+def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch, silent):
     """The C++ FleetClient (`nearprep fleet-read --response-batch 2`) behind
     logging relays: each node answers its share of a global batch 2 samples
     per message, and the node serving the most samples of batch 0 dies after
@@ -370,7 +370,9 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
     prefetch=1: batch by batch, so the victim's calls are exactly one
     request cut after one message; prefetch=2 (the default): its requests
     for batches 0 and 1 may overlap, and the one message may come from
-    either."""
+    either. silent: the node stops answering without a reset (its HTTP/2
+    layer still answers keepalive pings) and is failed over when its
+    request's deadline (--rpc-timeout-ms) passes."""
     from fake_server import Relay
     _, m, manifest, daemons, oracle_d = tfrecord_fleet
     revive(daemons)
@@ -380,18 +382,25 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch):
     oracle = oracle_for(oracle_d, manifest, m, epoch)
 
     log, lock = [], threading.Lock()
-    relays = {node: Relay(d.target, log, lock) for node, d in daemons.items()}
+    relays = {node: Relay(d.target, log, lock, silent=silent) for node, d in daemons.items()}
     try:
         victim = victim_relay(relays, m, epoch, oracle)
         victim.die_after = 1
+        t0 = time.monotonic()
         got, stats, events = fleet_read([r.target for r in relays.values()], manifest, epoch,
-                                        "--response-batch", "2", "--prefetch", str(prefetch))
+                                        "--response-batch", "2", "--prefetch", str(prefetch),
+                                        "--rpc-timeout-ms", "2000")
+        took = time.monotonic() - t0
     finally:
         for r in relays.values():
             r.stop()
 
     assert victim.dead
-    assert any("marked dead" in e and victim.target in e for e in events), events
+    dead = [e for e in events if "marked dead" in e and victim.target in e]
+    assert dead, events
+    if silent:  # the request deadline, not the relay's own give-up after 30 s
+        assert "DEADLINE_EXCEEDED" in dead[0], events
+        assert took < 15, took
     victim_calls = [ev[0] for ev in log if ev[1] == victim.target]
     if prefetch == 1:
         # One request, cut after its first message; never asked again (the

@@ -45,6 +45,7 @@ struct FleetCommands {
   int read_step_ms = 0;  // simulated trainer step after each batch
   int read_prefetch = 2;
   uint32_t read_response_batch = 0;
+  int read_rpc_timeout_ms = 10000;
   uint32_t height = 224, width = 224;
   std::string crop = "none", dtype = "float32";
   float flip = 0;
@@ -239,6 +240,7 @@ int RunRead(const FleetCommands& c) {
   o.rank = c.read_trainer;
   o.prefetch = c.read_prefetch;
   o.response_batch = c.read_response_batch;
+  o.rpc_timeout = std::chrono::milliseconds(c.read_rpc_timeout_ms);
   o.request.mutable_transform()->set_height(c.height);
   o.request.mutable_transform()->set_width(c.width);
   o.request.mutable_transform()->set_flip_probability(c.flip);
@@ -360,6 +362,11 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--prefetch", c->read_prefetch, "global batches fetched ahead (>= 1)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  c->read->add_option("--rpc-timeout-ms", c->read_rpc_timeout_ms,
+                      "deadline of each request to a node (0: none); a node that does not "
+                      "answer in time is failed over")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->read->add_option("--response-batch", c->read_response_batch,
                       "samples per response message (0: one message per node request)")
       ->check(CLI::Range(0, 1 << 20))

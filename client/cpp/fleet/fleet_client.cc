@@ -187,7 +187,9 @@ struct FleetClient::Impl {
       std::lock_guard<std::mutex> lock(mu);
       ++stats.requests;
     }
-    std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req);
+    StreamOptions stream;
+    stream.timeout = o.rpc_timeout;
+    std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req, stream);
     v1::Batch b;
     while (reader->Next(&b)) {
       const size_t n = static_cast<size_t>(b.sample_ids_size());

@@ -5,7 +5,8 @@
 // partition; each partition goes to the live replica with the highest
 // rendezvous score sha256(node + "/" + partition) (first 8 bytes, big
 // endian); each node gets one explicit-ids request per global batch;
-// failures (UNAVAILABLE, also a node that stops answering: keepalive;
+// failures (UNAVAILABLE, also a node that stops answering: keepalive, or
+// DEADLINE_EXCEEDED after rpc_timeout for one that is up but stuck;
 // FAILED_PRECONDITION, ...) mark the node dead; what it delivered before
 // failing is kept (stats().kept_partial counts those samples) and only the
 // positions it still owed go to the next replica; results for positions
@@ -54,9 +55,13 @@ struct FleetClientOptions {
   // that fails mid-answer leave more behind.
   uint32_t response_batch = 0;
   std::chrono::milliseconds probe_interval{500};
-  // A stream silent for keepalive_time + keepalive_timeout is a dead node.
+  // A stream silent for keepalive_time + keepalive_timeout is a dead node
+  // (the connection is gone); a request not answered within rpc_timeout
+  // too (the node is up but stuck: its HTTP/2 layer still answers pings).
+  // rpc_timeout 0: no deadline.
   std::chrono::milliseconds keepalive_time{2000};
   std::chrono::milliseconds keepalive_timeout{3000};
+  std::chrono::milliseconds rpc_timeout{10000};
   // Give up waiting for a live replica after this long (0: wait forever).
   std::chrono::milliseconds max_wait{0};
   std::function<void(const std::string&)> on_event;
