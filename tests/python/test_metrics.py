@@ -95,8 +95,16 @@ def test_metrics_move_and_pass_promtool(metrics_daemon, tmp_path):
     with pytest.raises(nearprep.InvalidArgumentError):
         list(c.batches("sample", batch_size=4, max_batches=1, height=0, width=32))
 
-    _, _, text = get(d.metrics_port, "/metrics")
-    after, types = parse(text)
+    # The daemon finishes a stream's bookkeeping (streams_active, the last
+    # send's histogram) after the client has its last message: scrape until
+    # it has (at most 10 s).
+    deadline = time.monotonic() + 10
+    while True:
+        _, _, text = get(d.metrics_port, "/metrics")
+        after, types = parse(text)
+        if value(after, "nearprep_streams_active") == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
 
     def delta(name, **labels):
         return value(after, name, **labels) - before.get(
