@@ -172,3 +172,37 @@ def transport(request, monkeypatch):
         pytest.skip("nearprep._native not built (pybind11-dev, python3-dev)")
     monkeypatch.setenv("NEARPREP_NATIVE", "1" if request.param == "native" else "0")
     return request.param
+
+
+def fleet_daemon(tmp, name, root, *, fmt="tfrecord", manifest=None, manifest_check=None,
+                 placement=None, node=None, workers=2):
+    """A Daemon (not started) serving dataset "ds" of `fmt` from `root`
+    (optionally with a fleet manifest, manifest_check, placement and node),
+    with a metrics endpoint that metrics_value() reads."""
+    metrics_file = str(tmp / f"{name}.metrics-port")
+    d = Daemon(tmp, {}, name=name, workers=workers,
+               extra=["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", metrics_file])
+    d.metrics_file = metrics_file
+    with open(d.config, "w") as f:
+        f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n")
+        f.write(f"  - name: ds\n    format: {fmt}\n    root: {root}\n")
+        if manifest:
+            f.write(f"    manifest: {manifest}\n")
+        if manifest_check:
+            f.write(f"    manifest_check: {manifest_check}\n")
+        if placement:
+            f.write(f"    placement: {placement}\n    node: {node}\n")
+    return d
+
+
+def metrics_value(d, name, labels):
+    """The value of sample `name{labels}` on fleet_daemon d's /metrics page."""
+    import urllib.request
+    port = int(open(d.metrics_file).read().strip())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{want} not on the /metrics page")

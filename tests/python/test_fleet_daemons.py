@@ -31,7 +31,6 @@ import pickle
 import subprocess
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -39,7 +38,7 @@ import pytest
 import nearprep
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose
-from conftest import Daemon, NEARPREPD, ROOT
+from conftest import NEARPREPD, ROOT, fleet_daemon, metrics_value
 
 CLI = os.environ.get("NEARPREP_CLI") or next(
     iter(sorted(glob.glob(os.path.join(ROOT, "build*", "client", "cpp", "nearprep")))), None)
@@ -60,16 +59,8 @@ def run(*args):
 
 
 def start_daemon(tmp, name, fmt, root, manifest=None):
-    metrics_file = str(tmp / f"{name}.metrics-port")
-    d = Daemon(tmp, {}, name=name, workers=2,
-               extra=["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", metrics_file])
-    d.metrics_file = metrics_file
-    with open(d.config, "w") as f:
-        f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n")
-        f.write(f"  - name: ds\n    format: {fmt}\n    root: {root}\n")
-        if manifest:
-            f.write(f"    manifest: {manifest}\n    manifest_check: crc32c\n")
-    return d.start()
+    return fleet_daemon(tmp, name, root, fmt=fmt, manifest=manifest,
+                        manifest_check="crc32c" if manifest else None).start()
 
 
 def build_fleet(tmp, fmt):
@@ -227,6 +218,23 @@ def epoch_arrays(fc, epoch):
     return got
 
 
+def check_relay_log(log, num_samples, owed):
+    """From the relays' log: no id delivered by any node is requested again,
+    every id is delivered, and exactly the ids in `owed` (requested from
+    the failed node, not delivered by it) are requested twice."""
+    asked, delivered_ids = {}, set()
+    for ev in log:
+        if ev[0] == "request":
+            for i in ev[3]:
+                assert i not in delivered_ids, f"id {i} requested again after delivery"
+                asked[i] = asked.get(i, 0) + 1
+        elif ev[0] == "deliver":
+            delivered_ids.update(ev[3])
+    assert delivered_ids == set(range(num_samples))
+    assert {i for i, n in asked.items() if n > 1} == owed
+    assert all(asked[i] == 2 for i in owed)
+
+
 def victim_relay(relays, m, epoch, oracle):
     """The relay serving the most decodable samples of global batch 0 of
     `epoch` (relay ports, hence the rendezvous assignment, vary from run to
@@ -312,17 +320,7 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split, silent, 
     assert kept > 0 and owed, (kept, owed)
     assert stats["kept_partial"] == kept, (stats, kept)
     # Nothing delivered is requested again; what was owed is asked for once more.
-    asked, delivered_ids = {}, set()
-    for ev in log:
-        if ev[0] == "request":
-            for i in ev[3]:
-                assert i not in delivered_ids, f"id {i} requested again after delivery"
-                asked[i] = asked.get(i, 0) + 1
-        elif ev[0] == "deliver":
-            delivered_ids.update(ev[3])
-    assert delivered_ids == set(range(m.num_samples))
-    assert {i for i, n in asked.items() if n > 1} == owed
-    assert all(n == 2 for i, n in asked.items() if i in owed)
+    check_relay_log(log, m.num_samples, owed)
     # Byte for byte: the clean run and the oracle.
     assert got == clean
     assert sorted(got) == list(range(m.num_samples))
@@ -414,17 +412,7 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch, s
     assert stats["kept_partial"] == len(delivered_by_victim), stats
     assert stats["failovers"] >= 1, stats
     # Nothing delivered is requested again; what was owed is asked for once more.
-    asked, delivered_ids = {}, set()
-    for ev in log:
-        if ev[0] == "request":
-            for i in ev[3]:
-                assert i not in delivered_ids, f"id {i} requested again after delivery"
-                asked[i] = asked.get(i, 0) + 1
-        elif ev[0] == "deliver":
-            delivered_ids.update(ev[3])
-    assert delivered_ids == set(range(m.num_samples))
-    assert {i for i, n in asked.items() if n > 1} == owed
-    assert all(asked[i] == 2 for i in owed)
+    check_relay_log(log, m.num_samples, owed)
     # The same output as the clean run and the oracle.
     assert got == clean
     assert sorted(got) == list(range(m.num_samples))
@@ -547,18 +535,6 @@ def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):
         assert "plan_block_samples" in str(ei.value), str(ei.value)
 
 
-def metric(d, name, labels):
-    """The value of sample `name{labels}` on daemon d's /metrics page."""
-    port = int(open(d.metrics_file).read().strip())
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{want} not on the page")
-
-
 def block_parts(m, p, block):
     """Reads of partition p with plan blocks of `block`: one per (block,
     shard) pair, blocks counted from the partition's first sample."""
@@ -581,11 +557,11 @@ def test_plan_blocks_are_read_once_each(tfrecord_fleet):
     for p in range(C):
         holders = [daemons[n].target for n, parts in PLACEMENT.items() if p in parts]
         served[targets[choose(p, holders)]].append(p)
-    reads = lambda: {n: metric(d, "nearprep_storage_reads_total", {"dataset": "ds"})
+    reads = lambda: {n: metrics_value(d, "nearprep_storage_reads_total", {"dataset": "ds"})
                      for n, d in daemons.items()}
     # Blocks other tests' plans left behind (a node cut mid-answer) stay
     # until they are idle and room is needed; this epoch's are all dropped.
-    cached = lambda: [metric(d, "nearprep_block_cache_bytes", {"dataset": "ds"})
+    cached = lambda: [metrics_value(d, "nearprep_block_cache_bytes", {"dataset": "ds"})
                       for d in daemons.values()]
     cached_before = cached()
     got = {}

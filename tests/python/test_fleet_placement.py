@@ -17,14 +17,13 @@ import glob
 import os
 import socket
 import subprocess
-import urllib.request
 
 import pytest
 
 import nearprep
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose
-from conftest import Daemon, NEARPREPD, ROOT
+from conftest import NEARPREPD, ROOT, fleet_daemon, metrics_value
 
 CLI = os.environ.get("NEARPREP_CLI") or next(
     iter(sorted(glob.glob(os.path.join(ROOT, "build*", "client", "cpp", "nearprep")))), None)
@@ -43,28 +42,12 @@ def run(*args, check=True):
 
 
 def start(tmp, name, root, manifest, placement=None, node=None):
-    metrics_file = str(tmp / f"{name}.metrics-port")
-    d = Daemon(tmp, {}, name=name, workers=1,
-               extra=["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", metrics_file])
-    d.metrics_file = metrics_file
-    with open(d.config, "w") as f:
-        f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n")
-        f.write(f"  - name: ds\n    format: tfrecord\n    root: {root}\n"
-                f"    manifest: {manifest}\n")
-        if placement:
-            f.write(f"    placement: {placement}\n    node: {node}\n")
-    return d
+    return fleet_daemon(tmp, name, root, manifest=manifest, placement=placement, node=node,
+                        workers=1)
 
 
 def gauge(d, kind):
-    port = int(open(d.metrics_file).read().strip())
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    want = f'nearprep_fleet_partitions{{dataset="ds",kind="{kind}"}} '
-    for line in text.splitlines():
-        if line.startswith(want):
-            return float(line[len(want):])
-    raise AssertionError(f"no {want} in /metrics")
+    return metrics_value(d, "nearprep_fleet_partitions", {"dataset": "ds", "kind": kind})
 
 
 @pytest.fixture(scope="module")
