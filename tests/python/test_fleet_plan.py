@@ -178,3 +178,11 @@ def test_lazy_vectorised_plan_equals_the_definition(sizes, b, w):
     assert fresh.range(5, 17) == want[5:17] and fresh.range(9, 9) == []
     with pytest.raises(IndexError):
         fresh.range(0, sum(sizes) + 1)
+
+
+def test_batched_round_orders_equal_one_round_at_a_time():
+    for c in (1, 2, 12, 257):
+        params = fp.PlanParams(seed=0x1234_5678_9ABC, epoch=3)
+        for count in (1, 25, 40):  # the per-round and the vectorised shuffle
+            got = fp.round_orders(c, 40, count, params).tolist()
+            assert got == [fp.round_order(c, r, params) for r in range(40, 40 + count)], c

@@ -54,6 +54,7 @@ Thread-safety: one FleetClient per trainer; iterate from one thread.
 """
 
 import concurrent.futures as _futures
+import functools
 import hashlib
 import socket
 import threading
@@ -88,6 +89,7 @@ def discover(spec) -> List[str]:
     return list(spec)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def rendezvous_score(node: str, partition: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{node}/{partition}".encode()).digest()[:8], "big")
 

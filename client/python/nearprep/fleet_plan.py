@@ -135,12 +135,16 @@ def _draw(w0: int, w1: int, w2: int, seed: int, epoch: int, tag: int) -> int:
     return out[0] | (out[1] << 32)
 
 
-def _draws(i: np.ndarray, w1: int, w2: int, seed: int, epoch: int, tag: int) -> np.ndarray:
+def _draws(i: np.ndarray, w1, w2: int, seed: int, epoch: int, tag: int) -> np.ndarray:
     """_draw for every counter word 0 in `i` at once (uint64 array): the
-    same Philox4x32-10, one numpy operation per step over all lanes."""
+    same Philox4x32-10, one numpy operation per step over all lanes. `w1`
+    is one int or an array of i's shape (a lane's counter word 1)."""
     m32 = np.uint64(_M32)
     c0 = np.asarray(i, dtype=np.uint64) & m32
-    c1 = np.full_like(c0, w1 & _M32)
+    if isinstance(w1, np.ndarray):
+        c1 = w1.astype(np.uint64) & m32
+    else:
+        c1 = np.full_like(c0, w1 & _M32)
     c2 = np.full_like(c0, w2 & _M32)
     c3 = np.full_like(c0, ((epoch & 0xFFFFFF) << 8) | tag)
     k0, k1 = seed & _M32, (seed >> 32) & _M32
@@ -208,6 +212,27 @@ def round_order(c: int, rnd: int, p: PlanParams) -> List[int]:
                                            K_TAG_ROUND_ORDER))
 
 
+def round_orders(c: int, first: int, count: int, p: PlanParams) -> np.ndarray:
+    """round_order(c, r, p) for rounds r in [first, first + count): a
+    (count, c) int64 array, the draws of all rounds in one vectorised
+    Philox call and each Fisher-Yates step applied to every round at once."""
+    rounds = np.arange(first, first + count, dtype=np.uint64)
+    i = np.broadcast_to(np.arange(c, dtype=np.uint64), (count, c))
+    w1 = np.broadcast_to(rounds[:, None], (count, c))
+    draws = _draws(np.ascontiguousarray(i), np.ascontiguousarray(w1), 0, p.seed, p.epoch,
+                   K_TAG_ROUND_ORDER)
+    if count < 32:  # few rounds: a Python shuffle per round is cheaper
+        return np.array([_shuffle(list(range(c)), row) for row in draws], dtype=np.int64)
+    order = np.broadcast_to(np.arange(c, dtype=np.int64), (count, c)).copy()
+    rows = np.arange(count)
+    for step in range(c - 1, 0, -1):
+        j = (draws[:, step] % np.uint64(step + 1)).astype(np.int64)
+        a, b = order[rows, step].copy(), order[rows, j]
+        order[rows, step] = b
+        order[rows, j] = a
+    return order
+
+
 def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
     """S of partition_stream before the window shuffles: the blocks'
     offsets in block-permutation order (int64 array of n)."""
@@ -251,6 +276,7 @@ class GlobalPlan:
         self._blocks: Dict[int, np.ndarray] = {}
         self._windows: Dict[Tuple[int, int], List[int]] = {}
         self._rounds: Dict[int, List[int]] = {}
+        self._last_hi = -1  # where the last range() call ended
 
     @classmethod
     def for_manifest(cls, m: Manifest, params: PlanParams) -> "GlobalPlan":
@@ -291,14 +317,20 @@ class GlobalPlan:
         ww = max(self.params.window, 1)
         return self._window(p, r // ww)[r % ww]
 
-    def _active(self, r: int) -> List[int]:
-        """The partitions round r emits (n_p > r), in round order."""
+    def _active(self, r: int, ahead: int = 1) -> List[int]:
+        """The partitions round r emits (n_p > r), in round order. On a
+        miss, rounds r .. r + ahead - 1 are computed together (one
+        vectorised call: per-call overhead dominates for small C)."""
         o = self._rounds.get(r)
         if o is None:
             if len(self._rounds) >= 4096:
                 self._rounds.clear()
-            o = self._rounds[r] = [p for p in round_order(len(self.sizes), r, self.params)
-                                   if self.sizes[p] > r]
+            ahead = max(1, min(ahead, 4096 - len(self._rounds), self.sorted[-1] - r))
+            orders = ([round_order(len(self.sizes), r, self.params)] if ahead == 1 else
+                      round_orders(len(self.sizes), r, ahead, self.params).tolist())
+            for k, order in enumerate(orders):
+                self._rounds[r + k] = [p for p in order if self.sizes[p] > r + k]
+            o = self._rounds[r]
         return o
 
     def _before(self, r: int) -> int:
@@ -332,8 +364,14 @@ class GlobalPlan:
             return out
         r = self._round_of(lo)
         off = lo - self._before(r)
+        last = self._round_of(hi - 1)
+        sequential, self._last_hi = lo == self._last_hi, hi
         while len(out) < hi - lo:
-            active = self._active(r)
+            # A caller reading on from where it stopped (one trainer, T = 1)
+            # needs the following rounds next: compute 64 at a time at least.
+            # Otherwise (a slice of each global batch) only those needed.
+            ahead = max(last - r + 1, 64) if sequential else last - r + 1
+            active = self._active(r, ahead=ahead)
             for p in active[off:off + (hi - lo - len(out))]:
                 out.append((self.start[p] + self._stream_at(p, r), p))
             r, off = r + 1, 0
