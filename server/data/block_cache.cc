@@ -28,31 +28,54 @@ absl::StatusOr<Block> BlockCache::GetOrLoad(const Key& key, const Loader& load,
       it->second.touched = now;
       result = it->second.result;
     } else {
-      result = promise.get_future().share();
       lru_.push_front(key);
-      gen = ++generation_;
       Entry& e = entries_[key];
-      e.result = result;
-      e.bytes = key.size;
       e.lru = lru_.begin();
       e.touched = now;
-      e.gen = gen;
-      resident_ += key.size;
+      result = BeginLoadLocked(key, &e, &promise, &gen);
       *loaded = true;
     }
   }
-  if (*loaded) {
-    absl::StatusOr<Block> block = load();
-    const bool ok = block.ok();
-    promise.set_value(std::move(block));
-    absl::MutexLock lock(&mu_);
-    auto it = entries_.find(key);
-    if (!ok && it != entries_.end() && it->second.gen == gen) {
-      EraseLocked(it);  // Do not cache failures.
-    }
-    EvictLocked();
-  }
+  if (*loaded) FinishLoad(key, gen, load, &promise, /*evict=*/true);
   return result.get();
+}
+
+BlockCache::Result BlockCache::BeginLoadLocked(const Key& key, Entry* e,
+                                               std::promise<absl::StatusOr<Block>>* promise,
+                                               uint64_t* gen) {
+  e->result = promise->get_future().share();
+  e->bytes = key.size;
+  e->gen = *gen = ++generation_;
+  resident_ += key.size;
+  return e->result;
+}
+
+void BlockCache::FinishLoad(const Key& key, uint64_t gen, const Loader& load,
+                            std::promise<absl::StatusOr<Block>>* promise, bool evict) {
+  absl::StatusOr<Block> block = load();
+  const bool ok = block.ok();
+  promise->set_value(std::move(block));
+  if (ok && !evict) return;
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (!ok && it != entries_.end() && it->second.gen == gen) {
+    EraseLocked(it);  // Do not cache failures.
+  }
+  if (evict) EvictLocked();
+}
+
+size_t BlockCache::DropOldestLocked(const std::function<bool(const Entry&)>& drop,
+                                    const std::function<bool()>& more) {
+  size_t dropped = 0;
+  for (auto lit = lru_.end(); more() && lit != lru_.begin();) {
+    --lit;
+    auto it = entries_.find(*lit);
+    if (!drop(it->second)) continue;
+    lit = std::next(lit);  // stays valid: only *it's node is erased
+    EraseLocked(it);
+    ++dropped;
+  }
+  return dropped;
 }
 
 absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
@@ -105,25 +128,14 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
     }
     // Make room from the least recently used end: blocks idle too long
     // (their remaining samples went elsewhere, or their epoch ended).
-    auto lit = lru_.end();
-    while (resident_ + key.size > capacity_ && lit != lru_.begin()) {
-      --lit;
-      auto eit = entries_.find(*lit);
-      if (eit->second.record || now - eit->second.touched < idle) continue;
-      ++*idle_drops;
-      lit = std::next(lit);
-      EraseLocked(eit);
-    }
-    if (resident_ + key.size > capacity_ && resident_ > 0) {
+    const auto no_room = [&] { return resident_ + key.size > capacity_; };
+    *idle_drops += DropOldestLocked(
+        [&](const Entry& e) { return !e.record && now - e.touched >= idle; }, no_room);
+    if (no_room() && resident_ > 0) {
       // Drop the oldest records beyond the bound (never this one: it is
       // the most recent).
-      for (auto r = lru_.end(); records_ > kMaxRecords && r != lru_.begin();) {
-        --r;
-        auto eit = entries_.find(*r);
-        if (!eit->second.record) continue;
-        r = std::next(r);
-        EraseLocked(eit);
-      }
+      DropOldestLocked([](const Entry& e) { return e.record; },
+                       [&] { return records_ > kMaxRecords; });
       *outcome = Once::kNoRoom;
       return Block{};
     }
@@ -131,21 +143,10 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
     Entry& e = it->second;
     e.record = false;
     --records_;
-    result = promise.get_future().share();
-    e.result = result;
-    e.bytes = key.size;
-    e.gen = gen = ++generation_;
-    resident_ += key.size;
+    result = BeginLoadLocked(key, &e, &promise, &gen);
     *outcome = Once::kLoaded;
   }
-  absl::StatusOr<Block> block = load();
-  const bool ok = block.ok();
-  promise.set_value(std::move(block));
-  if (!ok) {
-    absl::MutexLock lock(&mu_);
-    auto it = entries_.find(key);
-    if (it != entries_.end() && it->second.gen == gen) EraseLocked(it);
-  }
+  FinishLoad(key, gen, load, &promise, /*evict=*/false);
   return result.get();
 }
 

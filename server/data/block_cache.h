@@ -135,6 +135,22 @@ class BlockCache {
     uint64_t gen = 0;  // tells a reloaded entry of the same key apart
   };
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes *e the entry of `key`'s block, loaded now by the caller through
+  // FinishLoad: its result is *promise's future (returned); *gen tells it
+  // apart from a later entry of the same key.
+  Result BeginLoadLocked(const Key& key, Entry* e,
+                         std::promise<absl::StatusOr<Block>>* promise, uint64_t* gen)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `load` (without the lock), fulfils *promise, drops the entry again
+  // if the load failed, and with `evict` trims the LRU to the capacity.
+  void FinishLoad(const Key& key, uint64_t gen, const Loader& load,
+                  std::promise<absl::StatusOr<Block>>* promise, bool evict)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Erases, from the least recently used end, the entries `drop` picks,
+  // while `more()` holds. Returns how many.
+  size_t DropOldestLocked(const std::function<bool(const Entry&)>& drop,
+                          const std::function<bool()>& more)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<Key, Entry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
