@@ -8,6 +8,13 @@
 // same prefetch depth). Each figure is the best epoch (the machine is shared;
 // the best epoch is the least disturbed one); the ratio is e2e / in-process.
 //
+// With --first-batch it measures time to first batch instead: for prefetch
+// depths 1, 2, 4 and 8 (all cores), the median over --streams fresh streams
+// of the time from opening a stream over loopback gRPC to receiving its first
+// float32 batch, against one batch's decode time in the same run (the
+// in-process pipeline's first batch at depth 1, same workers). Target: at most
+// 1.5x at every depth.
+//
 // Thread-safety: a single-threaded program (the pipeline has its own pool).
 #include <fcntl.h>
 #include <signal.h>
@@ -53,6 +60,8 @@ struct Config {
   int prefetch = 4;
   bool shuffle = true;
   int all_workers = 0;  // 0: hardware_concurrency.
+  bool first_batch = false;
+  int streams = 7;
 };
 
 struct Measure {
@@ -223,6 +232,101 @@ absl::StatusOr<Measure> RunInProcess(const Config& c, const Dataset& dataset,
   return best;
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds from StreamBatches to the first float32 batch over
+// loopback, over c.streams streams (each a fresh epoch).
+absl::StatusOr<double> EndToEndFirstBatch(const Config& c, int port) {
+  ClientOptions o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  Client client(o);
+  std::vector<double> t;
+  for (int e = 0; e <= c.streams; ++e) {  // Stream 0 warms up.
+    const Clock::time_point t0 = Clock::now();
+    std::unique_ptr<BatchReader> reader =
+        client.StreamBatches(WireRequest(c, v1::DTYPE_FLOAT32, e));
+    v1::Batch batch;
+    if (!reader->Next(&batch)) return reader->status();
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    reader->Cancel();
+    while (reader->Next(&batch)) {
+    }
+    if (e > 0) t.push_back(secs);
+  }
+  return Median(t);
+}
+
+// Median seconds to the first float32 batch in-process at depth 1: one
+// batch's decode time with `workers` workers.
+absl::StatusOr<double> InProcessFirstBatch(const Config& c, const Dataset& dataset,
+                                           int workers) {
+  PipelineOptions po;
+  po.workers = workers;
+  po.prefetch_depth = 1;
+  Pipeline pipeline(po, std::make_shared<CpuBackend>());
+  std::vector<double> t;
+  for (int e = 0; e <= c.streams; ++e) {
+    StreamRequest r;
+    r.context.dataset = &dataset;
+    r.batch_size = static_cast<uint32_t>(c.batch_size);
+    r.context.seed = 1234;
+    r.context.epoch = static_cast<uint64_t>(e);
+    r.shuffle = c.shuffle;
+    r.context.spec.height = c.height;
+    r.context.spec.width = c.width;
+    r.context.output.dtype = DType::kFloat32;
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<std::unique_ptr<BatchStream>> stream = pipeline.OpenStream(r);
+    if (!stream.ok()) return stream.status();
+    absl::StatusOr<std::shared_ptr<const BatchData>> b = (*stream)->NextBlocking();
+    if (!b.ok()) return b.status();
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (e > 0) t.push_back(secs);
+  }
+  return Median(t);
+}
+
+int RunFirstBatch(const Config& base, const Dataset& dataset, int workers) {
+  absl::StatusOr<double> one = InProcessFirstBatch(base, dataset, workers);
+  if (!one.ok()) {
+    std::fprintf(stderr, "nearprep_bench_e2e: in-process: %s\n",
+                 one.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("time to first batch, float32, %d workers, median of %d streams; "
+              "one batch's decode time (in-process, depth 1): %.1f ms\n",
+              workers, base.streams, *one * 1e3);
+  std::printf("%-6s | %14s | %8s\n", "depth", "e2e first ms", "ratio");
+  int worst = 0;
+  for (int depth : {1, 2, 4, 8}) {
+    Config c = base;
+    c.prefetch = depth;
+    absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(c, workers);
+    if (!daemon.ok()) {
+      std::fprintf(stderr, "nearprep_bench_e2e: %s\n",
+                   daemon.status().ToString().c_str());
+      return 1;
+    }
+    absl::StatusOr<double> e2e = EndToEndFirstBatch(c, (*daemon)->port());
+    if (!e2e.ok()) {
+      std::fprintf(stderr, "nearprep_bench_e2e: e2e: %s\n",
+                   e2e.status().ToString().c_str());
+      return 1;
+    }
+    const double ratio = *one > 0 ? *e2e / *one : 0;
+    if (ratio > 1.5) ++worst;
+    std::printf("%-6d | %14.1f | %7.2fx\n", depth, *e2e * 1e3, ratio);
+    std::fflush(stdout);
+  }
+  std::printf("ratio = end-to-end time to first batch / one batch's decode "
+              "time (target: <= 1.5x at every depth; %d over)\n", worst);
+  return 0;
+}
+
 int Run(const Config& c) {
   if (c.nearprepd.empty() || !std::filesystem::exists(c.nearprepd)) {
     std::fprintf(stderr, "nearprep_bench_e2e: nearprepd not found ('%s'); "
@@ -241,6 +345,7 @@ int Run(const Config& c) {
   const int all = c.all_workers > 0
                       ? c.all_workers
                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (c.first_batch) return RunFirstBatch(c, **dataset, all);
   std::vector<int> worker_counts = {1};
   if (all > 1) worker_counts.push_back(all);
   std::printf("nearprep_bench_e2e: %s (%zu images), batch %d, %dx%d, "
@@ -311,6 +416,12 @@ int main(int argc, char** argv) {
                  "worker count of the 'all' runs (0: all cores)");
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "manifest order");
+  app.add_flag("--first-batch", c.first_batch,
+               "measure time to first batch per prefetch depth instead");
+  app.add_option("--streams", c.streams,
+                 "--first-batch: measured streams per depth (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   c.shuffle = !no_shuffle;
   return nearprep::Run(c);

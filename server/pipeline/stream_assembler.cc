@@ -117,8 +117,7 @@ bool StreamAssembler::CanDispatch() {
   if (validator_) return validator_->CanDispatch();
   if (next_pos_ >= end_pos_) return false;
   if (results_.empty() && next_prov_ > write_slot_) next_prov_ = write_slot_;
-  const uint64_t window_end = (depth_ + Consumed()) * batch_;
-  return next_prov_ < std::min(window_end, limit_slots_);
+  return next_prov_ < WindowEnd(Consumed());
 }
 
 bool StreamAssembler::HasDispatchableWork() const {
@@ -127,7 +126,17 @@ bool StreamAssembler::HasDispatchableWork() const {
   if (next_pos_ >= end_pos_) return false;
   const uint64_t prov =
       results_.empty() && next_prov_ > write_slot_ ? write_slot_ : next_prov_;
-  return prov < std::min((depth_ + taken_) * batch_, limit_slots_);
+  return prov < WindowEnd(Consumed());
+}
+
+uint64_t StreamAssembler::WindowEnd(uint64_t consumed) const {
+  // First batch first: until the stream's first batch has been consumed
+  // (with account_until_released: sent), the window is that batch alone, so
+  // the workers do not decode the rest of the window while the first batch
+  // is serialised and sent on the same cores (time to first batch grew with
+  // the depth: 0.23-0.27 s at depth 1, 0.58-1.19 s at 4 on 2 cores).
+  const uint64_t depth = consumed == 0 ? 1 : depth_;
+  return std::min((depth + consumed) * batch_, limit_slots_);
 }
 
 bool StreamAssembler::TakeValidationChunk(size_t max_n, Chunk* chunk) {
@@ -148,8 +157,7 @@ bool StreamAssembler::TakeChunk(size_t max_n, Chunk* chunk) {
   chunk->works.clear();
   if (validator_) return TakeValidationChunk(max_n, chunk);
   chunk->validation = false;
-  const uint64_t window_end =
-      std::min((depth_ + Consumed()) * batch_, limit_slots_);
+  const uint64_t window_end = WindowEnd(Consumed());
   const uint64_t n = std::min<uint64_t>(
       {max_n, end_pos_ - next_pos_, window_end - next_prov_});
   chunk->first_pos = next_pos_;

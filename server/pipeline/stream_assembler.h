@@ -22,7 +22,9 @@
 // both are equal and nothing moves; after a failure the later samples are
 // moved back (memmove) as they are assembled. Provisional slots never run
 // ahead of the prefetch window ((depth + batches consumed) * B, consumed =
-// taken, or released with StreamRequest::account_until_released) nor past
+// taken, or released with StreamRequest::account_until_released; the first
+// batch alone until it has been consumed, so it is not slowed down by the
+// rest of the window being decoded on the same cores) nor past
 // max_batches * B; when failures leave the window short and nothing is in
 // flight, provisional numbering restarts at the first free final slot. The
 // bytes of each sample are the backend's, so the output does not depend on
@@ -144,6 +146,9 @@ class StreamAssembler {
   // Batches that no longer count against the window: released ones with
   // account_until_released, else taken ones.
   uint64_t Consumed() const;
+  // End of the dispatch window in slots, given Consumed(): the prefetch
+  // window, or the first batch alone until it has been consumed.
+  uint64_t WindowEnd(uint64_t consumed) const;
 
   void StartRun(uint64_t start_pos);
   void AdvanceValidation();

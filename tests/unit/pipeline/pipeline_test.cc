@@ -541,20 +541,25 @@ TEST_F(PipelineTest, MemoryLimitBoundsPrefetch) {
   uint64_t before = backend_->processed();
   auto s = pipeline.OpenStream(req);
   ASSERT_TRUE(s.ok());
-  // The consumer takes nothing: only two batches are produced.
-  for (int i = 0; i < 2500 && backend_->processed() - before < 16; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(backend_->processed() - before, 16u);
-  // Taking one batch lets exactly one more be produced.
+  // Waits until `n` samples are processed, then 30 ms more, so that one
+  // too many is seen.
+  auto wait_for = [&](uint64_t n) {
+    for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return backend_->processed() - before;
+  };
+  // The first batch alone is produced until the consumer takes it...
+  EXPECT_EQ(wait_for(8), 8u);
   auto b = (*s)->NextBlocking();
   ASSERT_TRUE(b.ok());
-  for (int i = 0; i < 2500 && backend_->processed() - before < 24; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(backend_->processed() - before, 24u);
+  // ...then the window of two batches beyond it, and no more.
+  EXPECT_EQ(wait_for(24), 24u);
+  // Taking one batch lets exactly one more be produced.
+  b = (*s)->NextBlocking();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(wait_for(32), 32u);
 }
 
 // With account_until_released (the daemon's setting) a taken batch keeps
@@ -572,6 +577,8 @@ TEST_F(PipelineTest, TakenBatchesCountUntilReleased) {
   const uint64_t before = backend_->processed();
   auto s = pipeline.OpenStream(req);
   ASSERT_TRUE(s.ok());
+  // Waits until `n` samples are processed, then 30 ms more, so that one
+  // too many is seen.
   auto wait_for = [&](uint64_t n) {
     for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -579,24 +586,30 @@ TEST_F(PipelineTest, TakenBatchesCountUntilReleased) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     return backend_->processed() - before;
   };
-  EXPECT_EQ(wait_for(16), 16u);
-  // Taking both batches and holding them: nothing more is produced.
+  // The first batch alone until it is released.
+  EXPECT_EQ(wait_for(8), 8u);
   auto b0 = (*s)->NextBlocking();
-  auto b1 = (*s)->NextBlocking();
   ASSERT_TRUE(b0.ok() && *b0 != nullptr);
-  ASSERT_TRUE(b1.ok() && *b1 != nullptr);
-  EXPECT_EQ(wait_for(17), 16u);
+  EXPECT_EQ(wait_for(8), 8u);  // taken and held: nothing more is produced
   // A copy (as the compressed copy of a batch is) shares the token: the
   // original alone going does not release the batch.
   auto copy = std::make_shared<BatchData>(**b0);
   b0->reset();
-  EXPECT_EQ(wait_for(17), 16u);
+  EXPECT_EQ(wait_for(8), 8u);
   copy.reset();
+  EXPECT_EQ(wait_for(24), 24u);  // released: two batches beyond it
+  // Taking both and holding them: nothing more is produced.
+  auto b1 = (*s)->NextBlocking();
+  auto b2 = (*s)->NextBlocking();
+  ASSERT_TRUE(b1.ok() && *b1 != nullptr);
+  ASSERT_TRUE(b2.ok() && *b2 != nullptr);
   EXPECT_EQ(wait_for(24), 24u);
   b1->reset();
   EXPECT_EQ(wait_for(32), 32u);
+  b2->reset();
+  EXPECT_EQ(wait_for(40), 40u);
   // The stream still delivers everything, in order.
-  uint64_t index = 2;
+  uint64_t index = 3;
   while (true) {
     auto b = (*s)->NextBlocking();
     ASSERT_TRUE(b.ok());
@@ -659,13 +672,21 @@ TEST_F(PipelineTest, StreamsShareWorkersRoundRobin) {
   auto sa = pipeline.OpenStream(a);
   auto sb = pipeline.OpenStream(b);
   ASSERT_TRUE(sa.ok() && sb.ok());
+  // Each stream's first batch is made alone; taking both opens both
+  // windows.
+  auto a0 = (*sa)->NextBlocking();
+  auto b0 = (*sb)->NextBlocking();
+  ASSERT_TRUE(a0.ok() && *a0 != nullptr && b0.ok() && *b0 != nullptr);
+  const size_t opened = backend_->call_seeds().size();
   absl::Status st;
   auto ba = Drain(**sa, &st);
   auto bb = Drain(**sb, &st);
-  EXPECT_EQ(ba.size(), 7u);
-  EXPECT_EQ(bb.size(), 7u);
+  EXPECT_EQ(ba.size(), 6u);
+  EXPECT_EQ(bb.size(), 6u);
   std::vector<uint64_t> seeds = backend_->call_seeds();
-  auto first_b = std::find(seeds.begin(), seeds.end(), 2u);
+  // From the first chunk of b after both windows opened.
+  auto first_b = std::find(seeds.begin() + static_cast<std::ptrdiff_t>(opened),
+                           seeds.end(), 2u);
   ASSERT_NE(first_b, seeds.end());
   // Once both streams have work, no stream gets more than 2 chunks in a row
   // until the other runs out of its window.

@@ -4,6 +4,7 @@
 // are written out by hand from the batch-formation rules in pipeline.h.
 #include "server/pipeline/stream_assembler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -84,6 +85,19 @@ class StreamAssemblerTest : public ::testing::Test {
     return out;
   }
 
+  // Pumps and takes until the stream ends or is stuck; `last` as in
+  // TakeBatches.
+  std::vector<std::shared_ptr<const BatchData>> Drain(
+      StreamAssembler& a, std::optional<absl::Status>* last) {
+    std::vector<std::shared_ptr<const BatchData>> out;
+    while (true) {
+      Pump(a);
+      auto got = TakeBatches(a, last);
+      out.insert(out.end(), got.begin(), got.end());
+      if (last->has_value() || !a.CanDispatch()) return out;
+    }
+  }
+
   // All of one stream, expecting a clean end.
   std::vector<std::shared_ptr<const BatchData>> RunAll(StreamAssembler& a) {
     a.Start(nullptr);
@@ -151,8 +165,14 @@ TEST_F(StreamAssemblerTest, RecordsStageTimeHistogramsAndReadyBatches) {
   StreamAssembler a(r, 8, &counters_);
   a.Start(nullptr);
   Pump(a);
-  // Everything is produced, nothing taken: 18 good samples = 5 batches.
-  EXPECT_EQ(counters_.ready_batches.load(), 5);
+  // The first batch alone is produced until it is taken...
+  EXPECT_EQ(counters_.ready_batches.load(), 1);
+  ASSERT_TRUE(a.HasResult());
+  ASSERT_TRUE(a.Take(StreamAssembler::Clock::now()).ok());
+  EXPECT_EQ(counters_.ready_batches.load(), 0);
+  Pump(a);
+  // ...then everything: 18 good samples = 5 batches, 4 of them not taken.
+  EXPECT_EQ(counters_.ready_batches.load(), 4);
   // The fake backend reports 1, 2, 3 us per sample, failed ones included.
   const metrics::HistogramValue read = counters_.read_seconds.Value();
   EXPECT_EQ(read.count, 20u);
@@ -162,8 +182,8 @@ TEST_F(StreamAssemblerTest, RecordsStageTimeHistogramsAndReadyBatches) {
   EXPECT_NEAR(counters_.transform_seconds.Value().sum, 20 * 3e-6, 1e-12);
   EXPECT_EQ(counters_.read_size_bytes.Value().count, 0u);  // fake: unknown
   std::optional<absl::Status> last;
-  auto two = TakeBatches(a, &last);
-  EXPECT_EQ(two.size(), 5u);
+  auto rest = TakeBatches(a, &last);
+  EXPECT_EQ(rest.size(), 4u);
   EXPECT_EQ(counters_.ready_batches.load(), 0);
   EXPECT_EQ(counters_.queue_wait_seconds.Value().count, 5u);
 
@@ -246,23 +266,53 @@ TEST_F(StreamAssemblerTest, NextPositionResumesWhereTheBatchEnded) {
   }
 }
 
+// Samples offered now, over all chunks TakeAll takes.
+size_t Dispatched(const std::vector<std::unique_ptr<Chunk>>& chunks) {
+  size_t n = 0;
+  for (const auto& c : chunks) n += c->works.size();
+  return n;
+}
+
+TEST_F(StreamAssemblerTest, FirstBatchIsDispatchedAloneUntilConsumed) {
+  // Time to first batch must not grow with the depth: until the first batch
+  // is consumed, only its samples are handed out, whatever the depth.
+  for (int depth : {1, 2, 4}) {
+    const StreamRequest r = Request();
+    StreamAssembler a(r, depth, &counters_);
+    a.Start(nullptr);
+    auto chunks = TakeAll(a);
+    EXPECT_EQ(Dispatched(chunks), 4u) << "depth " << depth;  // batch 4
+    CompleteReversed(a, std::move(chunks));
+    EXPECT_FALSE(a.CanDispatch()) << "depth " << depth;
+    EXPECT_FALSE(a.HasDispatchableWork()) << "depth " << depth;
+    ASSERT_TRUE(a.HasResult());
+    auto batch = a.Take(StreamAssembler::Clock::now());
+    ASSERT_TRUE(batch.ok() && *batch != nullptr);
+    // Then the whole window opens: depth batches beyond the one taken.
+    EXPECT_TRUE(a.HasDispatchableWork()) << "depth " << depth;
+    EXPECT_EQ(Dispatched(TakeAll(a)), std::min<size_t>(4u * depth, 16u))
+        << "depth " << depth;  // 20 samples, 4 already dispatched
+  }
+}
+
 TEST_F(StreamAssemblerTest, PrefetchWindowMovesWhenTheConsumerTakes) {
   const StreamRequest r = Request();
   StreamAssembler a(r, /*prefetch_depth=*/2, &counters_);
   a.Start(nullptr);
   auto chunks = TakeAll(a);
-  size_t n = 0;
-  for (const auto& c : chunks) n += c->works.size();
-  EXPECT_EQ(n, 8u);  // depth 2 x batch 4
+  EXPECT_EQ(Dispatched(chunks), 4u);  // the first batch alone
   CompleteReversed(a, std::move(chunks));
-  EXPECT_FALSE(a.CanDispatch());
   ASSERT_TRUE(a.HasResult());
   auto batch = a.Take(StreamAssembler::Clock::now());
   ASSERT_TRUE(batch.ok() && *batch != nullptr);
   chunks = TakeAll(a);
-  n = 0;
-  for (const auto& c : chunks) n += c->works.size();
-  EXPECT_EQ(n, 4u);
+  EXPECT_EQ(Dispatched(chunks), 8u);  // depth 2 x batch 4 after the taken one
+  CompleteReversed(a, std::move(chunks));
+  EXPECT_FALSE(a.CanDispatch());
+  ASSERT_TRUE(a.HasResult());
+  batch = a.Take(StreamAssembler::Clock::now());
+  ASSERT_TRUE(batch.ok() && *batch != nullptr);
+  EXPECT_EQ(Dispatched(TakeAll(a)), 4u);  // one batch more
 }
 
 TEST_F(StreamAssemblerTest, MemoryLimitLowersTheDepth) {
@@ -282,9 +332,8 @@ TEST_F(StreamAssemblerTest, FailPolicyDeliversEarlierBatchesThenDataLoss) {
   r.error_policy = ErrorPolicy::kFailStream;
   StreamAssembler a(r, 8, &counters_);
   a.Start(nullptr);
-  Pump(a);
   std::optional<absl::Status> last;
-  auto got = TakeBatches(a, &last);
+  auto got = Drain(a, &last);
   ASSERT_EQ(got.size(), 2u);
   ExpectBatch(*got[1], {4, 5, 6, 7}, {}, 8, r);
   ASSERT_TRUE(last.has_value());
@@ -320,9 +369,8 @@ TEST_F(StreamAssemblerTest, ResumeWithoutTokenValidatesThenReusesTheCache) {
   ASSERT_FALSE(chunks.empty());
   EXPECT_TRUE(chunks[0]->validation);
   CompleteReversed(a, std::move(chunks));
-  Pump(a);
   std::optional<absl::Status> last;
-  auto got = TakeBatches(a, &last);
+  auto got = Drain(a, &last);
   ASSERT_EQ(got.size(), 4u);  // positions 7..19: 4 + 4 + 4 + 1
   EXPECT_EQ(got[0]->batch_index, 1u);
   // Batch 0 is 0 2 3 6; batch 1 starts after position 6.
@@ -339,7 +387,7 @@ TEST_F(StreamAssemblerTest, ResumeWithoutTokenValidatesThenReusesTheCache) {
   EXPECT_FALSE(chunks[0]->validation);
   EXPECT_EQ(chunks[0]->first_pos, 7u);
   CompleteReversed(b, std::move(chunks));
-  Pump(b);
+  Drain(b, &last);
   EXPECT_EQ(backend_.processed() - before, 13u);  // positions 7..19
 }
 
