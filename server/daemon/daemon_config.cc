@@ -129,7 +129,8 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
       n, source, prefix,
       {"name", "format", "root", "list_file", "extensions", "max_file_bytes",
        "shard_pattern", "image_key", "label_key", "label_offset",
-       "index_cache", "manifest", "manifest_check", "placement", "node"}));
+       "index_cache", "block_cache_bytes", "manifest", "manifest_check",
+       "placement", "node", "allow_empty"}));
   NP_RETURN_IF_ERROR(Get(n, "name", source, prefix, &d->name));
   NP_RETURN_IF_ERROR(Get(n, "format", source, prefix, &d->format));
   NP_RETURN_IF_ERROR(Get(n, "root", source, prefix, &d->root));
@@ -150,6 +151,9 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
     d->label_offset = v;
   }
   NP_RETURN_IF_ERROR(Get(n, "index_cache", source, prefix, &d->index_cache));
+  NP_RETURN_IF_ERROR(GetInt(n, "block_cache_bytes", source, prefix,
+                            &d->block_cache_bytes, 0, /*bytes=*/true));
+  NP_RETURN_IF_ERROR(Get(n, "allow_empty", source, prefix, &d->allow_empty));
   NP_RETURN_IF_ERROR(Get(n, "manifest", source, prefix, &d->manifest));
   NP_RETURN_IF_ERROR(Get(n, "manifest_check", source, prefix, &d->manifest_check));
   if (d->manifest_check != "size" && d->manifest_check != "crc32c") {
@@ -219,43 +223,78 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
 }
 
 absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
+  const char kUsage[] =
+      "--dataset: expected NAME=ROOT[,list=FILE | ,format=tfrecord|tar]"
+      "[,allow_empty=true]";
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
     return absl::InvalidArgumentError(
-        "--dataset: expected NAME=ROOT, NAME=ROOT,list=FILE or "
-        "NAME=ROOT,format=tfrecord|tar, got '" +
-        text + "'");
+        absl::StrCat(kUsage, ", got '", text, "'"));
   }
   DatasetConfig d;
   d.name = text.substr(0, eq);
-  std::string rest = text.substr(eq + 1);
-  const size_t fmt = rest.find(",format=");
-  if (fmt != std::string::npos) {
-    d.format = rest.substr(fmt + 8);
-    d.root = rest.substr(0, fmt);
-    if (d.format != "tfrecord" && d.format != "tar") {
-      return absl::InvalidArgumentError(
-          "--dataset: format= must be tfrecord or tar, got '" + text + "'");
+  const std::string rest = text.substr(eq + 1);
+  // ROOT, then ",KEY=VALUE" options. ROOT ends at the first ",KEY=" of a
+  // known key; a piece that does not start with a known key belongs to the
+  // value before it (a list file's name may hold commas).
+  static const char* const kKeys[] = {"list", "format", "allow_empty"};
+  auto key_at = [&rest](size_t comma) -> std::string {
+    for (const char* k : kKeys) {
+      const std::string prefix = absl::StrCat(",", k, "=");
+      if (rest.compare(comma, prefix.size(), prefix) == 0) return k;
     }
-    if (d.root.empty()) {
-      return absl::InvalidArgumentError("--dataset: empty ROOT in '" + text +
-                                        "'");
-    }
-    return d;
+    return "";
+  };
+  std::vector<size_t> starts;  // commas that start an option
+  for (size_t i = rest.find(','); i != std::string::npos;
+       i = rest.find(',', i + 1)) {
+    if (!key_at(i).empty()) starts.push_back(i);
   }
-  const size_t list = rest.find(",list=");
-  if (list != std::string::npos) {
-    d.format = "file_list";
-    d.list_file = rest.substr(list + 6);
-    rest = rest.substr(0, list);
-    if (d.list_file.empty() || rest.empty()) {
-      return absl::InvalidArgumentError(
-          "--dataset: expected NAME=ROOT,list=FILE, got '" + text + "'");
-    }
-  } else {
-    d.format = "image_folder";
+  d.root = rest.substr(0, starts.empty() ? rest.size() : starts[0]);
+  if (d.root.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset: empty ROOT in '", text, "'"));
   }
-  d.root = rest;
+  d.format = "image_folder";
+  std::set<std::string> seen;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const std::string key = key_at(starts[k]);
+    const size_t begin = starts[k] + key.size() + 2;
+    const size_t end = k + 1 < starts.size() ? starts[k + 1] : rest.size();
+    const std::string value = rest.substr(begin, end - begin);
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dataset: ", key, "= given twice in '", text, "'"));
+    }
+    if (key == "list") {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--dataset: expected NAME=ROOT,list=FILE, got '", text, "'"));
+      }
+      d.format = "file_list";
+      d.list_file = value;
+    } else if (key == "format") {
+      if (value != "tfrecord" && value != "tar") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--dataset: format= must be tfrecord or tar, got '", text, "'"));
+      }
+      d.format = value;
+    } else if (key == "allow_empty") {
+      if (value == "true" || value == "1" || value == "yes") {
+        d.allow_empty = true;
+      } else if (value == "false" || value == "0" || value == "no") {
+        d.allow_empty = false;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--dataset: allow_empty= must be true or false, got '", value,
+            "' in '", text, "'"));
+      }
+    }
+  }
+  if (seen.count("list") && seen.count("format")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset: list= and format= do not go together in '", text, "'"));
+  }
   return d;
 }
 
@@ -477,8 +516,10 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "--port-file", port_file, "Write the bound port to this file");
   auto* o_dataset = app.add_option(
       "--dataset", datasets,
-      "Dataset NAME=ROOT (image folder) or NAME=ROOT,list=FILE (file list); "
-      "repeatable; added to the config file's datasets");
+      "Dataset NAME=ROOT (image folder), NAME=ROOT,list=FILE (file list) or "
+      "NAME=ROOT,format=tfrecord|tar (record shards); append "
+      ",allow_empty=true to serve a dataset with no samples (else an error "
+      "at start); repeatable; added to the config file's datasets");
   auto* o_workers = app.add_option("--workers", workers,
                                    "Worker threads (0: all cores)");
   auto* o_prefetch = app.add_option("--prefetch-depth", prefetch,

@@ -58,6 +58,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   }
   absl::StatusOr<SampleListing> listing = ListSamples(*storage, options);
   if (!listing.ok()) return listing.status();
+  // Nothing to read is a configuration error (a fleet node may hold no
+  // shard of its manifest yet: that is reported as missing partitions).
+  if (listing->samples.empty() && c.manifest.empty() && !c.allow_empty) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", c.name, "' (", c.format, ", root ", c.root,
+        "): no samples: ", ExplainEmptyListing(*storage, options, *listing),
+        ". To serve it empty on purpose set allow_empty: true "
+        "(--dataset NAME=ROOT,allow_empty=true)"));
+  }
 
   std::unique_ptr<Dataset> ds(new Dataset(c));
   ds->storage_ = std::move(storage);

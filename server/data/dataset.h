@@ -74,6 +74,10 @@ struct DatasetConfig {
   // served is still what the files hold.
   std::string placement;
   std::string node;
+  // A dataset from which nothing can be read (no sample listed, no
+  // manifest) is a configuration error when the daemon opens it, naming
+  // the layout expected and what was found; true serves it empty.
+  bool allow_empty = false;
 };
 
 // How a reader is going to read (a hint; the bytes are the same either way).

@@ -122,6 +122,9 @@ struct StreamRequest {
   // prefetch_depth of them, so in-process consumers that collect batches
   // leave it false.
   bool account_until_released = false;
+  // Who asked (the daemon: the gRPC peer), named in the stream's log lines
+  // (per-sample errors: stream_assembler.h). Empty: not named.
+  std::string origin;
 };
 
 // The geometry of an n-image tensor of the request's output.

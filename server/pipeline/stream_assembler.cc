@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/epoch_plan.h"
+#include "spdlog/spdlog.h"
 
 namespace nearprep {
 namespace {
@@ -80,6 +81,7 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
 }
 
 StreamAssembler::~StreamAssembler() {
+  LogUnloggedSampleErrors();
   counters_->ready_batches.fetch_sub(static_cast<int64_t>(ready_.size()),
                                      std::memory_order_relaxed);
   for (auto& [b, p] : buffers_) pool_->Release(p);
@@ -338,6 +340,41 @@ void StreamAssembler::Emit(uint32_t n) {
   counters_->ready_batches.fetch_add(1, std::memory_order_relaxed);
 }
 
+void StreamAssembler::LogSampleError(uint64_t id, const std::string& path,
+                                     const absl::Status& status) {
+  const std::string& dataset = req_.context.dataset->name();
+  const std::string from =
+      req_.origin.empty() ? std::string() : " (stream from " + req_.origin + ")";
+  const Clock::time_point now = Clock::now();
+  if (errors_logged_ < kLoggedSampleErrors) {
+    ++errors_logged_;
+    spdlog::warn("dataset '{}': sample {} '{}' skipped: {}{}", dataset, id,
+                 path, status.ToString(), from);
+    if (errors_logged_ == kLoggedSampleErrors) {
+      spdlog::warn("dataset '{}': {} per-sample errors logged{}; the "
+                   "stream's next ones are counted, once a minute",
+                   dataset, kLoggedSampleErrors, from);
+      errors_summary_at_ = now;
+    }
+    return;
+  }
+  ++errors_unlogged_;
+  if (now - errors_summary_at_ >= std::chrono::minutes(1)) {
+    LogUnloggedSampleErrors();
+    errors_summary_at_ = now;
+  }
+}
+
+void StreamAssembler::LogUnloggedSampleErrors() {
+  if (errors_unlogged_ == 0) return;
+  spdlog::warn("dataset '{}': {} more per-sample errors{} (not logged one "
+               "by one; Batch.errors lists each)",
+               req_.context.dataset->name(), errors_unlogged_,
+               req_.origin.empty() ? std::string()
+                                   : " (stream from " + req_.origin + ")");
+  errors_unlogged_ = 0;
+}
+
 void StreamAssembler::Assemble() {
   const auto& samples = req_.context.dataset->samples();
   while (!Terminal() && !results_.empty() && results_.front().done) {
@@ -360,6 +397,7 @@ void StreamAssembler::Assemble() {
     if (!r.status.ok()) {
       CountFailure(*counters_, r.status);
       const std::string& path = id < samples.size() ? samples[id].path : "";
+      LogSampleError(id, path, r.status);
       if (req_.error_policy == ErrorPolicy::kFailStream) {
         Fail(absl::DataLossError(absl::StrCat(
             "sample ", id, " '", path, "' failed (error_policy=FAIL): ",

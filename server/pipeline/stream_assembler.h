@@ -48,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,6 +70,8 @@ struct Chunk {
 class StreamAssembler {
  public:
   using Clock = std::chrono::steady_clock;
+  // Per-sample errors logged one by one per stream (then counted).
+  static constexpr uint64_t kLoggedSampleErrors = 10;
 
   // `request` meets the preconditions of Pipeline::OpenStream. The depth is
   // prefetch_depth lowered to fit request.memory_limit_bytes (at least 1).
@@ -157,6 +160,12 @@ class StreamAssembler {
   void Emit(uint32_t n);
   void Fail(absl::Status status);
   void Finish();
+  // Logs a per-sample error at warning level: the first
+  // kLoggedSampleErrors of the stream each, then a count of the others at
+  // most once a minute and once when the stream ends.
+  void LogSampleError(uint64_t id, const std::string& path,
+                      const absl::Status& status);
+  void LogUnloggedSampleErrors();
   void MaybeReleaseBuffers();
   uint8_t* SlotPtr(uint64_t slot);
   std::shared_ptr<BatchData> NewBatchMeta() const;
@@ -188,6 +197,11 @@ class StreamAssembler {
   const std::shared_ptr<Released> released_ = std::make_shared<Released>();
   std::deque<ReadyBatch> ready_;
   std::shared_ptr<BatchData> cur_;
+
+  // Per-sample error log (LogSampleError).
+  uint64_t errors_logged_ = 0;
+  uint64_t errors_unlogged_ = 0;
+  Clock::time_point errors_summary_at_;
 
   bool finished_ = false;  // every batch was produced
   bool cancelled_ = false;

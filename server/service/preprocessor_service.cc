@@ -161,6 +161,7 @@ PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
       streams_(pipeline, limits.max_concurrent_streams) {
   for (const Dataset* d : datasets) {
     datasets_[d->name()] = d;
+    dataset_names_.push_back(d->name());
     dataset_counters_[d->name()] = std::make_unique<DatasetCounters>();
   }
 }
@@ -288,8 +289,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
   }
   absl::StatusOr<StreamRequest> validated = ValidateStreamRequest(
       request, [this](const std::string& n) { return FindDataset(n); },
-      limits_);
+      limits_, dataset_names_);
   if (!validated.ok()) return reject(validated.status(), /*invalid=*/true);
+  validated->origin = context->peer();
 
   absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> entry =
       streams_.Open(*validated);

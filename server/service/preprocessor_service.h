@@ -104,6 +104,7 @@ class PreprocessorService final
   const Dataset* FindDataset(const std::string& name) const;
 
   std::map<std::string, const Dataset*> datasets_;
+  std::vector<std::string> dataset_names_;  // as configured, for messages
   Pipeline* pipeline_;
   ServiceLimits limits_;
   // Why the factory chose the backend; appended to the backend's live

@@ -1,13 +1,16 @@
 #include "server/service/request_validation.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
 #include "server/data/block_shuffle.h"
 #include "server/service/fleet_request.h"
@@ -257,9 +260,49 @@ absl::Status CheckCompression(const v1::OutputFormat& o) {
 
 }  // namespace
 
+std::string ClosestName(const std::string& name,
+                        const std::vector<std::string>& candidates) {
+  // Optimal string alignment distance (Damerau-Levenshtein without
+  // repeated edits of one substring), case-insensitive.
+  auto distance = [](const std::string& a, const std::string& b) {
+    const size_t n = a.size(), m = b.size();
+    std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+    for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+    for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+    auto lower = [](char c) {
+      return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    };
+    for (size_t i = 1; i <= n; ++i) {
+      for (size_t j = 1; j <= m; ++j) {
+        const size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                            d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) &&
+            lower(a[i - 2]) == lower(b[j - 1])) {
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+      }
+    }
+    return d[n][m];
+  };
+  if (name.empty() || name.size() > 256) return "";
+  std::string best;
+  size_t best_d = 0;
+  for (const std::string& c : candidates) {
+    if (c.size() > 256) continue;
+    const size_t dist = distance(name, c);
+    const size_t allowed = std::max<size_t>(1, std::max(name.size(), c.size()) / 3);
+    if (dist <= allowed && (best.empty() || dist < best_d)) {
+      best = c;
+      best_d = dist;
+    }
+  }
+  return best;
+}
+
 absl::StatusOr<StreamRequest> ValidateStreamRequest(
     const v1::StreamBatchesRequest& request, const DatasetLookup& lookup,
-    const ServiceLimits& limits) {
+    const ServiceLimits& limits, const std::vector<std::string>& served) {
   StreamRequest r;
   if (request.dataset().empty()) {
     return Invalid("dataset", "required (see ListDatasets)");
@@ -325,6 +368,13 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   // Well-formed so far; now the daemon's own state and limits.
   const Dataset* dataset = lookup ? lookup(request.dataset()) : nullptr;
   if (dataset == nullptr) {
+    const std::string close = ClosestName(request.dataset(), served);
+    if (!close.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "dataset: no dataset '", request.dataset(), "'; did you mean '",
+          close, "'? (this daemon serves: ", absl::StrJoin(served, ", "),
+          ")"));
+    }
     return absl::NotFoundError(absl::StrCat(
         "dataset: '", request.dataset(),
         "' is not served by this daemon (see ListDatasets)"));

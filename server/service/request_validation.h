@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nearprep/v1/nearprep.pb.h"
@@ -48,9 +49,18 @@ using DatasetLookup = std::function<const Dataset*(const std::string&)>;
 
 // Validates `request`. On success the StreamRequest is complete (dataset set,
 // defaults resolved, limits copied in).
+// `served` (the daemon's dataset names) only improves the NOT_FOUND message
+// of an unknown name: it suggests the closest one (ClosestName).
 absl::StatusOr<StreamRequest> ValidateStreamRequest(
     const v1::StreamBatchesRequest& request, const DatasetLookup& lookup,
-    const ServiceLimits& limits);
+    const ServiceLimits& limits, const std::vector<std::string>& served = {});
+
+// The name of `candidates` nearest to `name` by edit distance (insertions,
+// deletions, substitutions, swaps of neighbours; case-insensitive), when it
+// is close enough to be a typo (at most 1 edit per 3 characters, at least
+// 1); empty otherwise.
+std::string ClosestName(const std::string& name,
+                        const std::vector<std::string>& candidates);
 
 // Validates only the transform (prefix "transform." in messages).
 absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t);

@@ -136,6 +136,10 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  // One port, one daemon: gRPC sets SO_REUSEPORT by default, which lets a
+  // second daemon bind the same port and take half of the connections.
+  // Without it a port in use fails here (BuildAndStart returns null).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // gRPC's own buffers (not the batches: those count against each stream's
   // per_stream_memory until gRPC releases them) stay under this quota.
   if (grpc_memory_bytes_ > 0) {
@@ -153,9 +157,10 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
           "' / tls.key '", tls_.key_file, "' not a valid certificate and "
           "matching private key?)"));
     }
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", target,
-                     " (address in use or not available?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", target, " (port ", port,
+        " in use by another process, or the address is not available; "
+        "to run a second daemon give it another --port)"));
   }
   bound_port_ = selected;
   if (auto* health = server_->GetHealthCheckService()) {

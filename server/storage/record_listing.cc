@@ -105,10 +105,7 @@ absl::Status ListRecordShards(const Storage& storage,
   }
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
-    if (name.empty() || name[0] == '.' || absl::EndsWith(name, kIndexSuffix) ||
-        absl::EndsWith(name, ".idx") ||
-        absl::EndsWith(name, ".nearprep-manifest") ||
-        absl::StrContains(name, ".nearprep-index.tmp") ||
+    if (name.empty() || name[0] == '.' || IsNearprepOwnFile(name) ||
         ::fnmatch(options.shard_pattern.c_str(), name.c_str(), 0) != 0) {
       continue;
     }

@@ -10,8 +10,8 @@
 //  - file_list (file_list_listing.cc): a text file, one "relative/path
 //    label" per line ('#' starts a comment).
 //  - tfrecord, tar (record_listing.cc): record shards (the regular files of
-//    the root matching `shard_pattern`, sorted by name; index files
-//    *.nearprep-index and DALI's *.idx are not shards). Sample ids run over
+//    the root matching `shard_pattern`, sorted by name; nearprep's own
+//    files are not shards: IsNearprepOwnFile below). Sample ids run over
 //    the shards in that order, then records in file order; a sample's key
 //    is "SHARD#RECORD" (RECORD zero-padded to 10 digits). Each shard is
 //    scanned once into an index (server/records/shard_index.h), cached as
@@ -126,6 +126,23 @@ absl::Status CheckListingFormat(const std::string& name,
 // "dataset 'NAME': ".
 absl::StatusOr<SampleListing> ListSamples(const Storage& storage,
                                           const ListingOptions& options);
+
+// Why `listing` (of `options`, from `storage`) holds no sample, for the
+// error a daemon gives at start: the layout the format expects and what
+// the root holds, e.g. "12 .jpg files directly under the root and no class
+// sub-folder: an image folder needs ROOT/CLASS/IMAGE files (move them into
+// class folders, or list them with list=FILE)". Reads only the root's
+// names and types.
+std::string ExplainEmptyListing(const Storage& storage,
+                                const ListingOptions& options,
+                                const SampleListing& listing);
+
+// Files of a record dataset's root that nearprep itself writes and that are
+// never shards: shard indexes (*.nearprep-index and their temporaries),
+// DALI indexes (*.idx), fleet manifests (*.nearprep-manifest, and MANIFEST,
+// what `nearprep manifest --root DIR` writes by default, with its
+// temporary MANIFEST.tmp) and placements (*.nearprep-placement).
+bool IsNearprepOwnFile(const std::string& name);
 
 }  // namespace nearprep
 

@@ -35,8 +35,9 @@ using testing_util::TempDir;
 constexpr int kGoodSamples = 3 * 8;
 constexpr int kBadDatasetGood = 2 * 6;
 const std::vector<std::string> kBadFiles = {
-    "bad/corrupt.jpg", "bad/truncated.jpg", "bad/empty.jpg",
-    "bad/not_a_jpeg.jpg", "bad/huge_header.jpg"};
+    "class_000/bad_corrupt.jpg", "class_000/bad_truncated.jpg",
+    "class_000/bad_empty.jpg", "class_000/bad_not_a_jpeg.jpg",
+    "class_000/bad_huge_header.jpg"};
 
 std::unique_ptr<NearprepServer> StartServer(const std::string& good,
                                             const std::string& bad, int workers,
@@ -392,8 +393,8 @@ TEST_F(ServiceIntegrationTest, BadFilesAreSkippedReportedAndCounted) {
   ASSERT_EQ(ids.size(), total);
   for (uint64_t id = 0; id < total; ++id) EXPECT_EQ(ids.count(id), 1u);
   for (const std::string must_fail :
-       {"bad/truncated.jpg", "bad/empty.jpg", "bad/not_a_jpeg.jpg",
-        "bad/huge_header.jpg"}) {
+       {"class_000/bad_truncated.jpg", "class_000/bad_empty.jpg",
+        "class_000/bad_not_a_jpeg.jpg", "class_000/bad_huge_header.jpg"}) {
     ASSERT_EQ(errors.count(must_fail), 1u) << must_fail << " was not refused";
     EXPECT_FALSE(errors[must_fail].code().empty());
     EXPECT_FALSE(errors[must_fail].message().empty());
@@ -403,7 +404,7 @@ TEST_F(ServiceIntegrationTest, BadFilesAreSkippedReportedAndCounted) {
               kBadFiles.end())
         << "a good file failed: " << path << " " << e.message();
   }
-  EXPECT_EQ(errors["bad/huge_header.jpg"].code(), "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(errors["class_000/bad_huge_header.jpg"].code(), "RESOURCE_EXHAUSTED");
 
   const v1::ServerInfo after = Info();
   EXPECT_EQ(after.counters().samples_failed() -
@@ -423,12 +424,12 @@ TEST_F(ServiceIntegrationTest, BadFilesAreSkippedReportedAndCounted) {
 
 TEST_F(ServiceIntegrationTest, FailPolicyEndsStreamWithDataLoss) {
   v1::StreamBatchesRequest req = BasicRequest("bad", 4);
-  req.set_shuffle(false);  // "bad/" sorts first: fails on the first batch.
+  req.set_shuffle(false);  // "class_000/bad_*" sorts first: the first batch fails.
   req.set_error_policy(v1::ERROR_POLICY_FAIL_STREAM);
   StreamResult r = ReadAll(stub_.get(), req);
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DATA_LOSS)
       << r.status.error_message();
-  EXPECT_NE(r.status.error_message().find("bad/"), std::string::npos)
+  EXPECT_NE(r.status.error_message().find("class_000/bad_"), std::string::npos)
       << r.status.error_message();
   // The good dataset under the same policy streams normally.
   req.set_dataset("good");

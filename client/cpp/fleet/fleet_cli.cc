@@ -74,6 +74,15 @@ int RunManifest(const FleetCommands& c) {
   if (std::rename((out + ".tmp").c_str(), out.c_str()) != 0) {
     return Fail(out + ": cannot rename into place");
   }
+  if (m->num_partitions < o.partitions) {
+    // A partition is whole shards: say so rather than cap quietly.
+    std::fprintf(stderr,
+                 "note: --partitions %u capped to %u: a partition holds at least "
+                 "one whole shard and %s has %zu shard%s (pack into more shards "
+                 "for more partitions: nearprep pack --shard-size)\n",
+                 o.partitions, m->num_partitions, o.root.c_str(), m->shards.size(),
+                 m->shards.size() == 1 ? "" : "s");
+  }
   std::printf("manifest %s: %llu samples, %zu shards, %u partitions%s\nhash %s\n",
               out.c_str(), static_cast<unsigned long long>(m->num_samples),
               m->shards.size(), m->num_partitions,

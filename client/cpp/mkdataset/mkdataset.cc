@@ -306,8 +306,13 @@ size_t FindNextScan(const std::vector<uint8_t>& b, size_t from) {
   return 0;
 }
 
-absl::Status WriteBadFiles(const std::filesystem::path& dir, uint64_t seed,
+// Bad files are named bad_*.jpg; they sort before the class's img_* files.
+constexpr char kBadPrefix[] = "bad_";
+
+absl::Status WriteBadFiles(const std::filesystem::path& root,
+                           const std::string& cls, uint64_t seed,
                            MkDatasetSummary* summary) {
+  const std::filesystem::path dir = root / cls;
   Rng rng(SplitMix64(seed ^ 0xBADF11E5ull));
   Canvas cv = Render(96, 80, 0.6, kCircle, &rng);
   std::vector<uint8_t> good;
@@ -359,9 +364,9 @@ absl::Status WriteBadFiles(const std::filesystem::path& dir, uint64_t seed,
       {"huge_header.jpg", huge},
   };
   for (const auto& [name, bytes] : files) {
-    s = WriteFile(dir / name, bytes);
+    s = WriteFile(dir / (kBadPrefix + name), bytes);
     if (!s.ok()) return s;
-    summary->bad_files.push_back("bad/" + name);
+    summary->bad_files.push_back(cls + "/" + kBadPrefix + name);
     summary->total_bytes += bytes.size();
   }
   return absl::OkStatus();
@@ -434,12 +439,9 @@ absl::Status MakeSyntheticDataset(const MkDatasetOptions& o,
     }
   }
   if (o.with_bad_files) {
-    std::filesystem::create_directories(root / "bad", ec);
-    if (ec) {
-      return absl::InternalError(absl::StrCat(
-          "cannot create ", (root / "bad").string(), ": ", ec.message()));
-    }
-    absl::Status s = WriteBadFiles(root / "bad", o.seed, summary);
+    // Inside the first class (not a folder of their own, which an image
+    // folder scan would take for one more class).
+    absl::Status s = WriteBadFiles(root, "class_000", o.seed, summary);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -6,9 +6,10 @@
 // chroma subsamplings (4:2:0, 4:2:2, 4:4:4, grayscale), some progressive,
 // some with an upper-case ".JPEG" extension.
 //
-// Layout: OUT/class_000/img_00000.jpg ... and, with with_bad_files, OUT/bad/
-// holding files a decoder must reject without crashing (note that an image
-// folder scan sees bad/ as one more class, sorted first):
+// Layout: OUT/class_000/img_00000.jpg ... and, with with_bad_files, files
+// a decoder must reject without crashing, in the first class (so the
+// classes stay class_000 ... and a bad file has that class's label) as
+// OUT/class_000/bad_NAME, sorted before the class's images:
 //   corrupt.jpg      progressive; headers up to the first scan intact, the
 //                    first scan's data overwritten by noise and the second
 //                    scan's header invalid (Ss=64): a fatal libjpeg error

@@ -371,6 +371,16 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
   if (!sheet.empty() && batches > 0) {
     std::printf("contact sheet of the first batch: %s\n", sheet.c_str());
   }
+  if (images == 0) {
+    // A stream that delivers nothing is a failure, not a result: an empty
+    // dataset, a shard past the end, every sample failing.
+    std::fprintf(stderr,
+                 "nearprep: the stream ended with 0 images (%" PRIu64
+                 " skipped samples; dataset '%s' has %" PRIu64
+                 " samples): nothing was streamed\n",
+                 errors, flags.dataset.c_str(), num_samples);
+    return 1;
+  }
   return 0;
 }
 
@@ -505,7 +515,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mk->add_option("--seed", mk_seed, "seed")->capture_default_str();
   mk->add_flag("--with-bad-files", mk_bad,
-               "add corrupt/truncated/empty/non-JPEG/huge-header files in bad/");
+               "add corrupt/truncated/empty/non-JPEG/huge-header files "
+               "(class_000/bad_*.jpg)");
 
   CLI::App* pack = app.add_subcommand(
       "pack", "write a dataset as TFRecord or tar shards with indexes");
@@ -577,7 +588,7 @@ int main(int argc, char** argv) {
                 summary.bad_files.empty()
                     ? ""
                     : absl::StrCat(" and ", summary.bad_files.size(),
-                                   " bad files in bad/")
+                                   " bad files in class_000/ (bad_*)")
                           .c_str(),
                 mk_out.c_str());
     return 0;

@@ -270,5 +270,64 @@ TEST(DaemonConfigTest, ExampleConfigInDeployIsValid) {
   EXPECT_EQ(c.metrics_listen, "0.0.0.0:9464");  // on in deploy/ configs
 }
 
+// Issue 20: block_cache_bytes is documented (example YAML, operations.md,
+// architecture.md, protocol.md); allow_empty serves an empty dataset.
+TEST(DaemonConfigTest, DatasetBlockCacheBytesAndAllowEmpty) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYamlConfig(R"(
+datasets:
+  - name: t
+    format: tfrecord
+    root: /data/t
+    block_cache_bytes: 64M
+    allow_empty: true
+  - name: u
+    root: /data/u
+    block_cache_bytes: 0
+)", "cfg.yaml", &c).ok());
+  ASSERT_EQ(c.server.datasets.size(), 2u);
+  EXPECT_EQ(c.server.datasets[0].block_cache_bytes, uint64_t{64} << 20);
+  EXPECT_TRUE(c.server.datasets[0].allow_empty);
+  EXPECT_EQ(c.server.datasets[1].block_cache_bytes, 0u);
+  EXPECT_FALSE(c.server.datasets[1].allow_empty);
+  DaemonConfig d;
+  absl::Status st = ApplyYamlConfig(
+      "datasets:\n  - name: t\n    root: /x\n    block_cache_bytes: lots\n",
+      "cfg.yaml", &d);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("datasets[0].block_cache_bytes"), std::string::npos)
+      << st;
+  st = ApplyYamlConfig(
+      "datasets:\n  - name: t\n    root: /x\n    allow_empty: maybe\n",
+      "cfg.yaml", &d);
+  EXPECT_NE(st.message().find("datasets[0].allow_empty"), std::string::npos)
+      << st;
+}
+
+TEST(DaemonConfigTest, DatasetFlagOptions) {
+  auto a = ParseDatasetFlag("e=/data/e,allow_empty=true");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->root, "/data/e");
+  EXPECT_EQ(a->format, "image_folder");
+  EXPECT_TRUE(a->allow_empty);
+  auto b = ParseDatasetFlag("t=/data/t,format=tar,allow_empty=true");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->format, "tar");
+  EXPECT_EQ(b->root, "/data/t");
+  EXPECT_TRUE(b->allow_empty);
+  auto c = ParseDatasetFlag("l=/data/a,b,list=x,y.txt,allow_empty=false");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->root, "/data/a,b");
+  EXPECT_EQ(c->list_file, "x,y.txt");
+  EXPECT_FALSE(c->allow_empty);
+  EXPECT_FALSE(ParseDatasetFlag("e=/data/e,allow_empty=perhaps").ok());
+  EXPECT_FALSE(ParseDatasetFlag("e=/data/e,format=tar,format=tfrecord").ok());
+  EXPECT_FALSE(ParseDatasetFlag("e=/data/e,list=a.txt,format=tar").ok());
+  EXPECT_FALSE(ParseDatasetFlag("e=,allow_empty=true").ok());
+  CommandLine cl = Parse({"--dataset", "e=/data/e,allow_empty=true"});
+  ASSERT_FALSE(cl.exit_now) << cl.message;
+  EXPECT_TRUE(cl.config.server.datasets[0].allow_empty);
+}
+
 }  // namespace
 }  // namespace nearprep

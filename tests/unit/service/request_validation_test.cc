@@ -397,5 +397,39 @@ TEST_F(RequestValidationTest, MalformedFieldWinsOverUnknownDataset) {
   ExpectError(r, absl::StatusCode::kInvalidArgument, "batch_size");
 }
 
+// Issue 20: a dataset-name typo is answered with the closest served name.
+TEST(ClosestNameTest, SuggestsOnlyLikelyTypos) {
+  const std::vector<std::string> served = {"imagenet", "coco", "imagenet-val"};
+  EXPECT_EQ(ClosestName("imagnet", served), "imagenet");    // deletion
+  EXPECT_EQ(ClosestName("imagenett", served), "imagenet");  // insertion
+  EXPECT_EQ(ClosestName("imaegnet", served), "imagenet");   // swap
+  EXPECT_EQ(ClosestName("ImageNet", served), "imagenet");   // case
+  EXPECT_EQ(ClosestName("imagenet-vel", served), "imagenet-val");
+  EXPECT_EQ(ClosestName("cocoa", served), "coco");
+  EXPECT_EQ(ClosestName("mnist", served), "");
+  EXPECT_EQ(ClosestName("x", served), "");
+  EXPECT_EQ(ClosestName("", served), "");
+  EXPECT_EQ(ClosestName("imagnet", {}), "");
+}
+
+TEST_F(RequestValidationTest, UnknownDatasetSuggestsTheClosestServedName) {
+  v1::StreamBatchesRequest r = Good();
+  r.set_dataset("dz");
+  const auto lookup = [](const std::string& n) -> const Dataset* {
+    return n == "ds" ? dataset_ : nullptr;
+  };
+  absl::StatusOr<StreamRequest> v =
+      ValidateStreamRequest(r, lookup, limits_, {"ds", "other"});
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kNotFound) << v.status();
+  EXPECT_EQ(v.status().message(),
+            "dataset: no dataset 'dz'; did you mean 'ds'? (this daemon "
+            "serves: ds, other)");
+  r.set_dataset("zzzzzz");
+  v = ValidateStreamRequest(r, lookup, limits_, {"ds", "other"});
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(std::string(v.status().message()).find("did you mean"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace nearprep

@@ -119,5 +119,58 @@ TEST(SampleListingTest, FileListRefusesLineWithNulByte) {
             "dataset 'm': mem:/l.txt line 3: contains a NUL byte");
 }
 
+// Issue 20: why a listing is empty, in the words of the error at start.
+TEST(SampleListingTest, ExplainsAFlatFolderOfImages) {
+  MemStorage mem;
+  for (int i = 0; i < 12; ++i) {
+    mem.AddFile("img" + std::to_string(i) + ".jpg", std::string("x"));
+  }
+  auto l = ListSamples(mem, ImageFolder());
+  ASSERT_TRUE(l.ok());
+  ASSERT_TRUE(l->samples.empty());
+  const std::string why = ExplainEmptyListing(mem, ImageFolder(), *l);
+  EXPECT_NE(why.find("12 .jpg files directly under the root"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("no class sub-folder"), std::string::npos) << why;
+  EXPECT_NE(why.find("list=FILE"), std::string::npos) << why;
+}
+
+TEST(SampleListingTest, ExplainsShardsWithoutAFormatAndEmptyFolders) {
+  MemStorage mem;
+  mem.AddFile("train-00000-of-00002", std::string("records"));
+  mem.AddFile("train-00001-of-00002", std::string("records"));
+  auto l = ListSamples(mem, ImageFolder());
+  ASSERT_TRUE(l.ok());
+  std::string why = ExplainEmptyListing(mem, ImageFolder(), *l);
+  EXPECT_NE(why.find("2 other files directly under the root"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("format=tfrecord or format=tar"), std::string::npos) << why;
+  MemStorage empty_classes;
+  empty_classes.AddDir("a");
+  empty_classes.AddFile("a/notes.txt", std::string("x"));
+  l = ListSamples(empty_classes, ImageFolder());
+  ASSERT_TRUE(l.ok());
+  why = ExplainEmptyListing(empty_classes, ImageFolder(), *l);
+  EXPECT_NE(why.find("1 sub-folder with no file ending in .jpg"), std::string::npos)
+      << why;
+  MemStorage nothing;
+  l = ListSamples(nothing, ImageFolder());
+  ASSERT_TRUE(l.ok());
+  EXPECT_NE(ExplainEmptyListing(nothing, ImageFolder(), *l).find("the root is empty"),
+            std::string::npos);
+}
+
+TEST(SampleListingTest, NearprepsOwnFilesAreNotShards) {
+  for (const char* own : {"MANIFEST", "MANIFEST.tmp", "a.nearprep-index",
+                          "a.nearprep-index.tmp.12", "a.idx", "x.nearprep-manifest",
+                          "x.nearprep-placement"}) {
+    EXPECT_TRUE(IsNearprepOwnFile(own)) << own;
+  }
+  for (const char* shard : {"train-00000-of-00001", "data-00000-of-00001.tar",
+                            "MANIFESTO.tfrecord", "manifest"}) {
+    EXPECT_FALSE(IsNearprepOwnFile(shard)) << shard;
+  }
+}
+
 }  // namespace
 }  // namespace nearprep
