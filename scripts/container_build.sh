@@ -49,6 +49,14 @@ done
 # network (loopback only is used).
 smoke_test() {
   log "smoke test of $IMAGE"
+  # One version: the label, the project() VERSION and the binary agree.
+  local label
+  label=$($SUDO buildah inspect --type image \
+    --format '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}' "$IMAGE")
+  if [ "$label" != "$VERSION" ]; then
+    log "image label org.opencontainers.image.version is '$label', CMakeLists.txt says $VERSION"
+    exit 1
+  fi
   local ctr
   ctr=$($SUDO buildah from "$IMAGE")
   trap '$SUDO buildah rm "$ctr" > /dev/null 2>&1 || true' RETURN
@@ -116,6 +124,7 @@ if [ "$SMOKE_ONLY" = 0 ]; then
   fi
   log "building $IMAGE (deploy/container/Dockerfile on $BASE)"
   $SUDO buildah bud --isolation chroot --build-arg "BASE=$BASE" \
+    --build-arg "NEARPREP_VERSION=$VERSION" \
     -f deploy/container/Dockerfile -t "$IMAGE" .
   log "built in $(( $(date +%s) - start )) s"
 fi

@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
 #include "server/metrics/http_endpoint.h"
 
 namespace nearprep {
@@ -506,6 +507,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   uint32_t max_batch = 0, max_streams = 0;
   uint64_t max_output_pixels = 0, max_decoded_pixels = 0;
   double drain = 0;
+  app.set_version_flag("--version", std::string("nearprepd ") + kVersion,
+                       "Print the version (the same as `nearprep info` shows) and exit");
   auto* o_config = app.add_option("--config", config_path,
                                   "YAML config file (flags override it)");
   auto* o_listen = app.add_option("--listen", listen,
@@ -583,6 +586,11 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
     result.exit_now = true;
     result.exit_code = 0;
     result.message = app.help();
+    return result;
+  } catch (const CLI::CallForVersion& v) {
+    result.exit_now = true;
+    result.exit_code = 0;
+    result.message = v.what();
     return result;
   } catch (const CLI::ParseError& e) {
     result.exit_now = true;

@@ -11,9 +11,7 @@
 #include "server/service/display_string.h"
 #include "server/service/fleet_request.h"
 
-#ifndef NEARPREP_VERSION
-#define NEARPREP_VERSION "0.0.0"
-#endif
+#include "common/version.h"
 
 namespace nearprep {
 namespace {

@@ -7,9 +7,7 @@
 #include "server/service/preprocessor_service.h"
 #include "server/service/stream_registry.h"
 
-#ifndef NEARPREP_VERSION
-#define NEARPREP_VERSION "0.0.0"
-#endif
+#include "common/version.h"
 
 namespace nearprep {
 namespace {

@@ -98,7 +98,7 @@ def oracle_for(oracle_d, manifest_path, m, epoch):
     lines = run("fleet-plan", "--manifest", manifest_path, "--seed", str(SEED), "--epoch",
                 str(epoch), "--block", str(BLOCK), "--window", str(WINDOW),
                 "--global-batch", str(G)).split("\n")[:-1]
-    plan = [int(line.split()[1]) for line in lines]
+    plan = [int(line.split()[1]) for line in lines if not line.startswith("#")]
     assert sorted(plan) == list(range(m.num_samples))
     return [(sid, by_id[sid]) for sid in plan]
 

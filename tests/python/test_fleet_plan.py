@@ -121,6 +121,8 @@ def test_manifest_and_plan_match_cpp(tmp_path):
                  "--epoch", str(epoch), "--block", str(b), "--window", str(w),
                  "--global-batch", str(g), "--trainers", str(t), "--trainer", str(k)],
                 check=True, capture_output=True, text=True).stdout.split("\n")[:-1]
+            assert cpp[0].startswith("# position sample_id partition"), cpp[0]
+            cpp = cpp[1:]
             py = []
             for batch in range(plan.num_batches):
                 lo, hi = plan.slice(batch, k, t)

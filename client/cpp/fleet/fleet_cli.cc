@@ -12,6 +12,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "client/cpp/fleet/fleet_client.h"
+#include "client/cpp/src/request_flags.h"
+#include "client/cpp/src/vocabulary.h"
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
 #include "server/fleet/manifest_scan.h"
@@ -212,7 +214,10 @@ int RunPlan(const FleetCommands& c) {
   auto plan = fleet::GlobalPlan::Create(m->partition_start, c.params);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
   uint64_t a = 0, b = (*plan)->size();
-  std::string out;
+  // A header naming the columns (a comment line: skip lines starting '#').
+  std::string out = "# position sample_id partition  (seed " + std::to_string(c.params.seed) +
+                    ", epoch " + std::to_string(c.params.epoch) + ", trainer " +
+                    std::to_string(c.trainer) + " of " + std::to_string(c.trainers) + ")\n";
   const auto emit = [&](uint64_t lo, uint64_t hi) {
     for (uint64_t p = lo; p < hi; ++p) {
       const fleet::GlobalPlan::Entry e = (*plan)->At(p);
@@ -253,18 +258,13 @@ int RunRead(const FleetCommands& c) {
   o.request.mutable_transform()->set_height(c.height);
   o.request.mutable_transform()->set_width(c.width);
   o.request.mutable_transform()->set_flip_probability(c.flip);
-  if (c.crop == "random_resized") {
-    o.request.mutable_transform()->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
-  } else if (c.crop == "center") {
-    o.request.mutable_transform()->set_crop(v1::CROP_MODE_CENTER);
-  } else if (c.crop != "none") {
-    return Fail("--crop: none, center or random_resized");
-  }
-  if (c.dtype == "uint8") {
-    o.request.mutable_output()->set_dtype(v1::DTYPE_UINT8);
-  } else if (c.dtype != "float32") {
-    return Fail("--dtype: float32 or uint8");
-  }
+  // The same names as `nearprep stream` and the Python client (vocabulary.h).
+  absl::StatusOr<int> crop = ParseEnumValue(v1::CropMode_descriptor(), "--crop", c.crop);
+  if (!crop.ok()) return Fail(std::string(crop.status().message()));
+  o.request.mutable_transform()->set_crop(static_cast<v1::CropMode>(*crop));
+  absl::StatusOr<int> dtype = ParseEnumValue(v1::DType_descriptor(), "--dtype", c.dtype);
+  if (!dtype.ok()) return Fail(std::string(dtype.status().message()));
+  o.request.mutable_output()->set_dtype(static_cast<v1::DType>(*dtype));
   o.on_event = [](const std::string& e) { std::fprintf(stderr, "event: %s\n", e.c_str()); };
   absl::StatusOr<std::unique_ptr<FleetClient>> fc = FleetClient::Create(o);
   if (!fc.ok()) return Fail(std::string(fc.status().message()));
@@ -319,11 +319,17 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
       ->capture_default_str();
   c->manifest->add_option("--out", c->manifest_out, "manifest file (default ROOT/MANIFEST)");
 
-  c->plan = app->add_subcommand("fleet-plan",
-                                "print positions of the fleet's global epoch plan");
+  c->plan = app->add_subcommand(
+      "fleet-plan",
+      "print positions of the fleet's global epoch plan: a '#' header line, then "
+      "POSITION SAMPLE_ID PARTITION per line");
   c->plan->add_option("--manifest", c->plan_manifest, "manifest file")->required();
-  c->plan->add_option("--seed", c->params.seed)->capture_default_str();
-  c->plan->add_option("--epoch", c->params.epoch)->capture_default_str();
+  c->plan->add_option("--seed", c->params.seed,
+                      "seed of the epoch order (the trainers' and the daemons' common seed)")
+      ->capture_default_str();
+  c->plan->add_option("--epoch", c->params.epoch,
+                      "epoch number: each epoch has its own order under one seed")
+      ->capture_default_str();
   c->plan->add_option("--block", c->params.block_samples, "block B in samples")
       ->capture_default_str();
   c->plan->add_option("--window", c->params.window, "window W")->capture_default_str();
@@ -352,16 +358,21 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read = app->add_subcommand(
       "fleet-read", "read a trainer's slices of a fleet epoch (C++ fleet client); prints "
                     "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE");
-  c->read->add_option("--targets", c->read_targets, "host:port,host:port,...")->required();
+  c->read->add_option("--targets", c->read_targets, "host:port,host:port,...")
+      ->check(TargetValidator(/*list=*/true))
+      ->required();
   c->read->add_option("--dataset", c->read_dataset)->capture_default_str();
   c->read->add_option("--manifest", c->read_manifest, "manifest file")->required();
-  c->read->add_option("--seed", c->read_params.seed)->capture_default_str();
+  c->read->add_option("--seed", c->read_params.seed,
+                      "seed of the epoch order and the random draws")
+      ->capture_default_str();
   c->read->add_option("--block", c->read_params.block_samples)->capture_default_str();
   c->read->add_option("--window", c->read_params.window)->capture_default_str();
   c->read->add_option("--global-batch", c->read_params.global_batch)->capture_default_str();
   c->read->add_option("--trainers", c->read_trainers)->capture_default_str();
   c->read->add_option("--trainer", c->read_trainer)->capture_default_str();
-  c->read->add_option("--epoch", c->read_epoch)->capture_default_str();
+  c->read->add_option("--epoch", c->read_epoch, "epoch number (its own order and draws)")
+      ->capture_default_str();
   c->read->add_option("--start-batch", c->read_start)->capture_default_str();
   c->read->add_option("--stop-batch", c->read_stop, "default: the end of the epoch");
   c->read->add_option("--step-ms", c->read_step_ms,
@@ -382,9 +393,16 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
       ->capture_default_str();
   c->read->add_option("--height", c->height)->capture_default_str();
   c->read->add_option("--width", c->width)->capture_default_str();
-  c->read->add_option("--crop", c->crop, "none, center, random_resized")->capture_default_str();
-  c->read->add_option("--flip", c->flip, "flip probability")->capture_default_str();
-  c->read->add_option("--dtype", c->dtype, "float32 or uint8")->capture_default_str();
+  c->read->add_option("--crop", c->crop, EnumHelp(v1::CropMode_descriptor()))
+      ->check(EnumValidator(v1::CropMode_descriptor()))
+      ->capture_default_str();
+  c->read->add_option("--flip-probability,--flip", c->flip,
+                      "left-right flip probability (--flip: older spelling, deprecated, "
+                      "still accepted)")
+      ->capture_default_str();
+  c->read->add_option("--dtype", c->dtype, EnumHelp(v1::DType_descriptor()))
+      ->check(EnumValidator(v1::DType_descriptor()))
+      ->capture_default_str();
   return c;
 }
 

@@ -1,5 +1,6 @@
 // A tiny built-in 5x7 bitmap font for labels on contact sheets: digits,
-// letters (lower case is drawn as upper case) and common punctuation.
+// upper- and lower-case letters (class names such as "n01440764 tench"
+// keep their case) and common punctuation.
 // Characters it lacks are drawn as a hollow box.
 //
 // Thread-safety: the glyph table is constant; drawing touches only the

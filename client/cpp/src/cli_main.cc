@@ -43,6 +43,7 @@
 #include "client/cpp/src/tensor_image.h"
 #include "nearprep/client.h"
 #include "client/cpp/mkdataset/mkdataset.h"
+#include "common/version.h"
 #ifdef NEARPREP_HAVE_PIPELINE_BENCH
 #include "bench/pipeline/pipeline_bench.h"
 #endif
@@ -151,6 +152,15 @@ absl::Status RenderSheet(const v1::Batch& batch,
   return WritePng(path, *sheet);
 }
 
+// --dry-run: prints the request (protobuf JSON) and returns 0; -1 without it.
+int DryRun(const RequestFlags& flags, const v1::StreamBatchesRequest& req) {
+  if (!flags.dry_run) return -1;
+  absl::StatusOr<std::string> json = RequestJson(req);
+  if (!json.ok()) return Fail(json.status());
+  std::printf("%s\n", json->c_str());
+  return 0;
+}
+
 // ---------------------------------------------------------------------------
 
 int RunInfo(const std::string& target, const TlsFlags& tls) {
@@ -159,7 +169,8 @@ int RunInfo(const std::string& target, const TlsFlags& tls) {
   if (!info.ok()) return Fail(info.status());
   const v1::Limits& l = info->limits();
   const v1::Counters& c = info->counters();
-  std::printf("nearprepd %s at %s\n", info->version().c_str(), target.c_str());
+  std::printf("nearprepd %s at %s (this client: nearprep %s)\n",
+              info->version().c_str(), target.c_str(), kVersion);
   std::printf("  backend      %s%s%s\n", info->backend().c_str(),
               info->backend_detail().empty() ? "" : "  (",
               info->backend_detail().empty()
@@ -228,6 +239,7 @@ int RunInfo(const std::string& target, const TlsFlags& tls) {
 int RunFetch(const RequestFlags& flags, const std::string& out_dir) {
   absl::StatusOr<v1::StreamBatchesRequest> req = flags.ToRequest();
   if (!req.ok()) return Fail(req.status());
+  if (int rc = DryRun(flags, *req); rc >= 0) return rc;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) {
@@ -267,6 +279,7 @@ int RunSheet(RequestFlags flags, const std::string& out, int columns) {
   flags.batches = 1;
   absl::StatusOr<v1::StreamBatchesRequest> req = flags.ToRequest();
   if (!req.ok()) return Fail(req.status());
+  if (int rc = DryRun(flags, *req); rc >= 0) return rc;
   Client client(OptionsFor(flags.target, flags.tls));
   std::vector<std::string> names = ClassNames(&client, flags.dataset, nullptr);
   std::unique_ptr<BatchReader> reader = client.StreamBatches(*req);
@@ -286,6 +299,7 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
               int columns) {
   absl::StatusOr<v1::StreamBatchesRequest> req = flags.ToRequest();
   if (!req.ok()) return Fail(req.status());
+  if (int rc = DryRun(flags, *req); rc >= 0) return rc;
   KeepFreedMemory(256u << 20);  // no page faults per received message
   Client client(OptionsFor(flags.target, flags.tls));
   uint64_t num_samples = 0;
@@ -445,10 +459,13 @@ int main(int argc, char** argv) {
   using namespace nearprep;  // NOLINT: main only.
   CLI::App app{"nearprep: client of the nearprepd preprocessing daemon"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("nearprep ") + kVersion,
+                       "print the version and exit");
 
   std::string info_target = "localhost:7070";
   CLI::App* info = app.add_subcommand("info", "server info and datasets");
   info->add_option("--target", info_target, "daemon address host:port")
+      ->check(TargetValidator(/*list=*/false))
       ->capture_default_str();
   TlsFlags info_tls;
   info_tls.Register(info);

@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <string_view>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -135,7 +137,113 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   return grpc::CreateCustomChannel(o.target, std::move(creds), args);
 }
 
+absl::Status BadTarget(const std::string& target, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "target: '", target, "' ", why,
+      "; expected HOST:PORT, e.g. localhost:7070 or [::1]:7070"));
+}
+
+// "host:port" or "[v6]:port".
+absl::Status CheckHostPort(const std::string& target, std::string_view hp) {
+  std::string_view host, port;
+  if (!hp.empty() && hp.front() == '[') {
+    const size_t close = hp.find(']');
+    if (close == std::string_view::npos) {
+      return BadTarget(target, "has a '[' without ']'");
+    }
+    host = hp.substr(1, close - 1);
+    if (close + 1 >= hp.size() || hp[close + 1] != ':') {
+      return BadTarget(target, "has no port");
+    }
+    port = hp.substr(close + 2);
+  } else {
+    const size_t colon = hp.rfind(':');
+    if (colon == std::string_view::npos) return BadTarget(target, "has no port");
+    if (hp.find(':') != colon) {
+      return BadTarget(target,
+                       "is an IPv6 address without brackets (write [ADDRESS]:PORT)");
+    }
+    host = hp.substr(0, colon);
+    port = hp.substr(colon + 1);
+  }
+  if (host.empty()) return BadTarget(target, "has no host");
+  if (port.empty()) return BadTarget(target, "has no port");
+  if (port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string_view::npos) {
+    return BadTarget(target, absl::StrCat("has a port that is not a number: '",
+                                          std::string(port), "'"));
+  }
+  const int p = std::stoi(std::string(port));
+  if (p < 1 || p > 65535) {
+    return BadTarget(target, "has a port outside 1..65535");
+  }
+  return absl::OkStatus();
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 }  // namespace
+
+absl::Status ValidateTarget(const std::string& target) {
+  if (target.empty()) return BadTarget(target, "is empty");
+  std::string_view t = target;
+  for (std::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
+    if (StartsWith(t, scheme)) {
+      if (t.size() == scheme.size()) return BadTarget(target, "has no path");
+      return absl::OkStatus();
+    }
+  }
+  if (StartsWith(t, "ipv4:") || StartsWith(t, "ipv6:")) {
+    t.remove_prefix(5);
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = t.find(',', start);
+      absl::Status st = CheckHostPort(target, t.substr(start, comma - start));
+      if (!st.ok()) return st;
+      if (comma == std::string_view::npos) return absl::OkStatus();
+      start = comma + 1;
+    }
+  }
+  if (StartsWith(t, "dns:")) {
+    t.remove_prefix(4);
+    if (StartsWith(t, "//")) {  // dns://AUTHORITY/host:port
+      const size_t slash = t.find('/', 2);
+      if (slash == std::string_view::npos) return BadTarget(target, "has no host");
+      t.remove_prefix(slash + 1);
+    }
+  }
+  return CheckHostPort(target, t);
+}
+
+std::string ShortConnectReason(const std::string& grpc_message) {
+  std::string m = grpc_message;
+  for (char& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (Contains(m, "connection refused")) return "connection refused";
+  if (Contains(m, "dns resolution failed") || Contains(m, "domain name not found") ||
+      Contains(m, "name or service not known") || Contains(m, "could not resolve")) {
+    return "cannot resolve the host name";
+  }
+  if (Contains(m, "network is unreachable")) return "network unreachable";
+  if (Contains(m, "no route to host")) return "no route to host";
+  if (Contains(m, "handshake") || Contains(m, "ssl") || Contains(m, "certificate")) {
+    return "TLS handshake failed";
+  }
+  if (Contains(m, "timed out") || Contains(m, "timeout") || Contains(m, "deadline")) {
+    return "connection attempt timed out";
+  }
+  if (Contains(m, "socket closed") || Contains(m, "connection reset") ||
+      Contains(m, "broken pipe") || Contains(m, "end of file")) {
+    return "connection lost";
+  }
+  if (grpc_message.size() > 100) return grpc_message.substr(0, 97) + "...";
+  return grpc_message.empty() ? "not connected" : grpc_message;
+}
 
 bool KeepFreedMemory(size_t bytes) {
 #if defined(__GLIBC__)
@@ -316,9 +424,17 @@ class GrpcBatchReader : public BatchReader {
   // Sleeps the backoff and waits for the channel; false (and the final
   // status set) once reconnect_deadline has passed since the first failure.
   // The stream deadline, when set and earlier, cuts this short with
-  // DEADLINE_EXCEEDED.
+  // DEADLINE_EXCEEDED. A reconnect_deadline of zero: no retry, the failed
+  // stream's message is the reader's (UNAVAILABLE). Waits in slices of
+  // reconnect_wait_interval, so that on_reconnect_wait hears about it and
+  // Cancel() ends the wait.
   bool WaitBeforeRetry(const grpc::Status& st) {
     const Clock::time_point now = Clock::now();
+    if (options_.reconnect_deadline.count() <= 0) {
+      // UNAVAILABLE as when the retries run out: the caller (the Python
+      // client, the fleet client) retries or fails over by that code.
+      return Finish(absl::UnavailableError(st.error_message()));
+    }
     if (!failing_since_) failing_since_ = now;
     Clock::time_point deadline = *failing_since_ + options_.reconnect_deadline;
     const bool call_deadline_first = deadline_ && *deadline_ <= deadline;
@@ -330,7 +446,7 @@ class GrpcBatchReader : public BatchReader {
         return false;
       }
       Fail(absl::UnavailableError(absl::StrCat(
-          "gave up reconnecting after ",
+          "gave up reconnecting to ", options_.target, " after ",
           std::chrono::duration_cast<std::chrono::milliseconds>(
               Clock::now() - *failing_since_)
               .count(),
@@ -339,18 +455,52 @@ class GrpcBatchReader : public BatchReader {
       return false;
     };
     if (now >= deadline) return give_up();
-    std::this_thread::sleep_for(
-        std::min<Clock::duration>(backoff_, deadline - now));
+    const Clock::duration slice = std::max<Clock::duration>(
+        options_.reconnect_wait_interval, std::chrono::milliseconds(10));
+    Report(st, /*first=*/true);
+    // The backoff.
+    const Clock::time_point wake =
+        std::min<Clock::time_point>(now + backoff_, deadline);
+    while (Clock::now() < wake) {
+      if (cancelled_) return Fail(absl::CancelledError("stream cancelled"));
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(slice, wake - Clock::now()));
+      Report(st, false);
+    }
     backoff_ = std::min(backoff_ * 2, std::max(options_.max_backoff,
                                                options_.initial_backoff));
-    if (Clock::now() >= deadline) return give_up();
-    const auto wall_deadline =
-        std::chrono::system_clock::now() +
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            deadline - Clock::now());
-    if (!channel_->WaitForConnected(wall_deadline)) return give_up();
+    // The connection.
+    for (;;) {
+      if (cancelled_) return Fail(absl::CancelledError("stream cancelled"));
+      const Clock::time_point t = Clock::now();
+      if (t >= deadline) return give_up();
+      const Clock::time_point until = std::min<Clock::time_point>(t + slice, deadline);
+      const auto wall_until =
+          std::chrono::system_clock::now() +
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              until - t);
+      if (channel_->WaitForConnected(wall_until)) break;
+      Report(st, false);
+    }
     ++reconnects_;
     return true;
+  }
+
+  // Tells on_reconnect_wait what the reader waits for: at once when
+  // `first`, else when reconnect_wait_interval has passed since last time.
+  void Report(const grpc::Status& st, bool first) {
+    if (!options_.on_reconnect_wait) return;
+    const Clock::time_point now = Clock::now();
+    if (!first && now - last_report_ < options_.reconnect_wait_interval) return;
+    last_report_ = now;
+    ReconnectWait w;
+    w.target = options_.target;
+    w.reason = ShortConnectReason(st.error_message());
+    w.status = ToAbsl(st);
+    w.waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - *failing_since_);
+    w.deadline = options_.reconnect_deadline;
+    options_.on_reconnect_wait(w);
   }
 
   absl::Status DeadlinePassed(const std::string& detail) const {
@@ -387,6 +537,7 @@ class GrpcBatchReader : public BatchReader {
   uint64_t next_position_;
   std::chrono::milliseconds backoff_;
   std::optional<Clock::time_point> failing_since_;
+  Clock::time_point last_report_{};
   int reconnects_ = 0;
   bool done_ = false;
   absl::Status status_;
@@ -396,7 +547,7 @@ class GrpcBatchReader : public BatchReader {
 
 struct Client::Impl {
   ClientOptions options;
-  absl::Status setup_status;  // Not OK: a TLS file was unusable.
+  absl::Status setup_status;  // Not OK: a bad target or an unusable TLS file.
   std::shared_ptr<grpc::Channel> channel;
 
   // A unary call whose answer is received as bytes and parsed here: one that
@@ -432,6 +583,9 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       MakeCredentials(impl_->options);
+  if (absl::Status target = ValidateTarget(impl_->options.target); !target.ok()) {
+    creds = target;
+  }
   if (!creds.ok()) {
     // Keep a usable (never connected) channel; every call reports this.
     impl_->setup_status = creds.status();

@@ -23,6 +23,7 @@
 namespace nearprep {
 
 void LoadFlags::Register(CLI::App* app) {
+  request.target_list = true;
   request.Register(app);
   app->add_option("--streams", streams, "concurrent streams")
       ->check(CLI::Range(1, 4096))
@@ -205,6 +206,12 @@ int RunLoad(const LoadFlags& f) {
   if (!base.ok()) {
     std::fprintf(stderr, "nearprep load: %s\n", base.status().ToString().c_str());
     return 2;
+  }
+  if (f.request.dry_run) {  // the base request (each stream gets its shard)
+    absl::StatusOr<std::string> json = RequestJson(*base);
+    if (!json.ok()) return 1;
+    std::printf("%s\n", json->c_str());
+    return 0;
   }
   std::vector<std::string> targets =
       absl::StrSplit(f.request.target, ',', absl::SkipWhitespace());

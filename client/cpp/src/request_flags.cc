@@ -1,8 +1,17 @@
 #include "client/cpp/src/request_flags.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cpp/src/vocabulary.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace nearprep {
 
@@ -26,7 +35,31 @@ absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseShard(std::string_view s) {
   return std::make_pair(i, n);
 }
 
+CLI::Validator TargetValidator(bool list) {
+  return CLI::Validator(
+      [list](std::string& value) -> std::string {
+        std::vector<std::string> targets;
+        if (list) {
+          targets = absl::StrSplit(value, ',', absl::SkipWhitespace());
+        } else {
+          targets.push_back(value);
+        }
+        if (targets.empty()) return "no address given";
+        for (const std::string& t : targets) {
+          absl::Status st = ValidateTarget(t);
+          if (!st.ok()) return std::string(st.message());
+        }
+        return "";
+      },
+      list ? "HOST:PORT[,HOST:PORT...]" : "HOST:PORT", "target");
+}
+
 void TlsFlags::Register(CLI::App* app) {
+  app->add_option("--reconnect-deadline,--connect-timeout", reconnect_deadline_s,
+                  "seconds a stream keeps trying to reach the daemon (first "
+                  "connection or after a break) before it fails; 0: no retry")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
   app->add_option("--tls-ca", ca,
                   "connect with TLS, trusting the CA certificates in this "
                   "PEM file (default: plaintext)");
@@ -48,11 +81,49 @@ ClientOptions TlsFlags::ToClientOptions(const std::string& target) const {
   o.tls_client_cert_file = cert;
   o.tls_client_key_file = key;
   o.tls_target_name_override = server_name;
+  o.reconnect_deadline = std::chrono::milliseconds(
+      static_cast<int64_t>(reconnect_deadline_s * 1000));
+  // Say what the stream waits for: on a terminal one line rewritten every
+  // second, else a line when the wait starts and then every 10 s.
+  const bool tty = ::isatty(2) != 0;
+  auto printed = std::make_shared<std::chrono::milliseconds>(-1);
+  o.on_reconnect_wait = [tty, printed](const ReconnectWait& w) {
+    if (!tty && *printed >= std::chrono::milliseconds(0) &&
+        w.waited >= *printed &&
+        w.waited - *printed < std::chrono::seconds(10)) {
+      return;
+    }
+    *printed = w.waited;
+    std::fprintf(stderr, "%swaiting for %s: %s (%lld s of %g s)%s",
+                 tty ? "\r" : "", w.target.c_str(), w.reason.c_str(),
+                 static_cast<long long>(w.waited.count() / 1000),
+                 w.deadline.count() / 1000.0, tty ? "          " : "\n");
+    std::fflush(stderr);
+  };
   return o;
 }
 
+CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e) {
+  return CLI::Validator(
+      [e](std::string& value) -> std::string {
+        absl::StatusOr<int> v = ParseEnumValue(e, "", value);
+        return v.ok() ? "" : "one of " + absl::StrJoin(EnumValueNames(e), ", ");
+      },
+      "", e->name());
+}
+
+namespace {
+
+// The help note of a flag's older name.
+std::string Older(const std::string& flag) {
+  return " (" + flag + ": older spelling, deprecated, still accepted)";
+}
+
+}  // namespace
+
 void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--target", target, "daemon address host:port")
+      ->check(TargetValidator(target_list))
       ->capture_default_str();
   tls.Register(app);
   app->add_option("--dataset", dataset, "dataset name (see `nearprep info`)")
@@ -60,8 +131,8 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--batch-size", batch_size, "samples per batch")
       ->capture_default_str();
   if (with_batches) {
-    app->add_option("--batches", batches,
-                    "stop after this many batches (0: whole shard)")
+    app->add_option("--max-batches,--batches", batches,
+                    "stop after this many batches (0: whole shard)" + Older("--batches"))
         ->capture_default_str();
   }
   app->add_option("--start-batch", start_batch, "first batch (resume point)")
@@ -71,8 +142,9 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--epoch", epoch, "epoch number")->capture_default_str();
   app->add_flag("--shuffle", shuffle, "shuffle the epoch order");
   app->add_option("--shuffle-mode", shuffle_mode,
-                  "global | block (large sequential reads; docs/protocol.md)")
-      ->check(CLI::IsMember({"global", "block"}))
+                  EnumHelp(v1::ShuffleMode_descriptor()) +
+                      " (block: large sequential reads; docs/protocol.md)")
+      ->check(EnumValidator(v1::ShuffleMode_descriptor()))
       ->capture_default_str();
   app->add_option("--block-samples", block_samples,
                   "block shuffle: samples per block (0: the dataset's)");
@@ -85,46 +157,55 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
                 "drop a final partial batch");
   app->add_option("--height", height, "output height")->capture_default_str();
   app->add_option("--width", width, "output width")->capture_default_str();
-  app->add_option("--crop", crop, "none | center | rrc | resize-center")
-      ->check(CLI::IsMember({"none", "center", "rrc", "resize-center"}))
+  app->add_option("--crop", crop, EnumHelp(v1::CropMode_descriptor()))
+      ->check(EnumValidator(v1::CropMode_descriptor()))
       ->capture_default_str();
-  app->add_option("--resize-shorter", resize_shorter,
-                  "resize-center: new size of the shorter side (0: 256)");
+  app->add_option("--resize-shorter-side,--resize-shorter", resize_shorter,
+                  "resize_center: new size of the shorter side (0: 256)" +
+                      Older("--resize-shorter"));
   app->add_option("--center-fraction", center_fraction,
                   "center crop: fraction of each side (0: 0.875)");
-  app->add_option("--scale", scale, "rrc: area range MIN MAX")
+  app->add_option("--scale", scale, "random_resized: area range MIN MAX")
       ->expected(2);
-  app->add_option("--ratio", ratio, "rrc: aspect ratio range MIN MAX")
+  app->add_option("--ratio", ratio, "random_resized: aspect ratio range MIN MAX")
       ->expected(2);
-  app->add_option("--flip", flip, "left-right flip probability")
+  app->add_option("--flip-probability,--flip", flip,
+                  "left-right flip probability" + Older("--flip"))
       ->capture_default_str();
-  app->add_option("--brightness", brightness, "brightness max_delta")
+  app->add_option("--brightness-max-delta,--brightness", brightness,
+                  "brightness max_delta" + Older("--brightness"))
       ->capture_default_str();
   app->add_option("--saturation", saturation, "saturation factor range L U")
       ->expected(2);
   app->add_flag("--no-clip", no_clip, "do not clip to [0, 1]");
   app->add_option("--mean", mean, "per-channel mean (3 values)")->expected(3);
   app->add_option("--std", std, "per-channel std (3 values)")->expected(3);
-  app->add_option("--dtype", dtype, "float32 | float16 | bfloat16 | uint8")
-      ->check(CLI::IsMember({"float32", "float16", "bfloat16", "uint8"}))
+  app->add_option("--dtype", dtype, EnumHelp(v1::DType_descriptor()))
+      ->check(EnumValidator(v1::DType_descriptor()))
       ->capture_default_str();
-  app->add_option("--layout", layout, "nhwc | nchw")
-      ->check(CLI::IsMember({"nhwc", "nchw"}))
+  app->add_option("--layout", layout, EnumHelp(v1::Layout_descriptor()))
+      ->check(EnumValidator(v1::Layout_descriptor()))
       ->capture_default_str();
   app->add_option("--compression", compression,
-                  "uint8 wire compression: none | delta | gradient (zstd)")
-      ->check(CLI::IsMember({"none", "delta", "gradient"}))
+                  "uint8 wire compression: " + EnumHelp(v1::Compression_descriptor()))
+      ->check(EnumValidator(v1::Compression_descriptor()))
       ->capture_default_str();
   app->add_option("--compression-level", compression_level,
                   "zstd level, 0 = server default (1)")
       ->capture_default_str();
-  app->add_option("--fidelity", fidelity, "tf | fast | torchvision")
-      ->check(CLI::IsMember({"tf", "fast", "torchvision"}))
+  app->add_option("--fidelity", fidelity, EnumHelp(v1::Fidelity_descriptor()))
+      ->check(EnumValidator(v1::Fidelity_descriptor()))
       ->capture_default_str();
-  app->add_option("--policy", policy, "error policy: skip | fail")
-      ->check(CLI::IsMember({"skip", "fail"}))
+  app->add_option("--error-policy,--policy", policy,
+                  "error policy: " + EnumHelp(v1::ErrorPolicy_descriptor()) +
+                      Older("--policy"))
+      ->check(EnumValidator(v1::ErrorPolicy_descriptor()))
       ->capture_default_str();
-  app->add_flag("--params", params, "ask for per-sample random parameters");
+  app->add_flag("--include-params,--params", params,
+                "ask for per-sample random parameters" + Older("--params"));
+  app->add_flag("--dry-run", dry_run,
+                "print the request that would be sent (protobuf JSON, proto "
+                "field and enum names) and exit without connecting");
 }
 
 absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
@@ -140,7 +221,10 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   r.set_seed(seed);
   r.set_epoch(epoch);
   r.set_shuffle(shuffle);
-  if (shuffle_mode == "block") {
+  absl::StatusOr<int> mode =
+      ParseEnumValue(v1::ShuffleMode_descriptor(), "--shuffle-mode", shuffle_mode);
+  if (!mode.ok()) return mode.status();
+  if (*mode == v1::SHUFFLE_MODE_BLOCK) {
     r.set_shuffle_mode(v1::SHUFFLE_MODE_BLOCK);
     r.mutable_block_shuffle()->set_block_samples(block_samples);
     r.mutable_block_shuffle()->set_open_blocks(open_blocks);
@@ -159,18 +243,9 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   }
   t->set_height(height);
   t->set_width(width);
-  if (crop == "none") {
-    t->set_crop(v1::CROP_MODE_NONE);
-  } else if (crop == "center") {
-    t->set_crop(v1::CROP_MODE_CENTER);
-  } else if (crop == "rrc") {
-    t->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
-  } else if (crop == "resize-center") {
-    t->set_crop(v1::CROP_MODE_RESIZE_CENTER);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--crop: none, center, rrc or resize-center, got '", crop, "'"));
-  }
+  absl::StatusOr<int> crop_mode = ParseEnumValue(v1::CropMode_descriptor(), "--crop", crop);
+  if (!crop_mode.ok()) return crop_mode.status();
+  t->set_crop(static_cast<v1::CropMode>(*crop_mode));
   t->set_resize_shorter_side(resize_shorter);
   t->set_center_fraction(center_fraction);
   if (!scale.empty()) {
@@ -206,40 +281,41 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   }
   for (float m : mean) t->add_mean(m);
   for (float s : std) t->add_std(s);
-  t->set_fidelity(fidelity == "fast"          ? v1::FIDELITY_FAST
-                  : fidelity == "torchvision" ? v1::FIDELITY_TORCHVISION
-                                              : v1::FIDELITY_TF_COMPAT);
+  absl::StatusOr<int> fid = ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", fidelity);
+  if (!fid.ok()) return fid.status();
+  t->set_fidelity(static_cast<v1::Fidelity>(*fid));
 
   v1::OutputFormat* o = r.mutable_output();
-  if (dtype == "float32") {
-    o->set_dtype(v1::DTYPE_FLOAT32);
-  } else if (dtype == "float16") {
-    o->set_dtype(v1::DTYPE_FLOAT16);
-  } else if (dtype == "bfloat16") {
-    o->set_dtype(v1::DTYPE_BFLOAT16);
-  } else if (dtype == "uint8") {
-    o->set_dtype(v1::DTYPE_UINT8);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype, "'"));
-  }
-  o->set_layout(layout == "nchw" ? v1::LAYOUT_NCHW : v1::LAYOUT_NHWC);
-  o->set_compression(compression == "delta"      ? v1::COMPRESSION_DELTA_ZSTD
-                     : compression == "gradient" ? v1::COMPRESSION_GRADIENT_ZSTD
-                                                 : v1::COMPRESSION_NONE);
+  absl::StatusOr<int> dt = ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype);
+  if (!dt.ok()) return dt.status();
+  o->set_dtype(static_cast<v1::DType>(*dt));
+  absl::StatusOr<int> lay = ParseEnumValue(v1::Layout_descriptor(), "--layout", layout);
+  if (!lay.ok()) return lay.status();
+  o->set_layout(static_cast<v1::Layout>(*lay));
+  absl::StatusOr<int> comp =
+      ParseEnumValue(v1::Compression_descriptor(), "--compression", compression);
+  if (!comp.ok()) return comp.status();
+  o->set_compression(static_cast<v1::Compression>(*comp));
   o->set_compression_level(compression_level);
-  r.set_error_policy(policy == "fail" ? v1::ERROR_POLICY_FAIL_STREAM
-                                      : v1::ERROR_POLICY_SKIP);
+  absl::StatusOr<int> pol =
+      ParseEnumValue(v1::ErrorPolicy_descriptor(), "--error-policy", policy);
+  if (!pol.ok()) return pol.status();
+  r.set_error_policy(static_cast<v1::ErrorPolicy>(*pol));
   return r;
 }
 
 std::string DTypeName(v1::DType d) {
-  switch (d) {
-    case v1::DTYPE_FLOAT32: return "float32";
-    case v1::DTYPE_FLOAT16: return "float16";
-    case v1::DTYPE_BFLOAT16: return "bfloat16";
-    case v1::DTYPE_UINT8: return "uint8";
-    default: return "unknown";
-  }
+  return EnumValueName(v1::DType_descriptor(), d);
+}
+
+absl::StatusOr<std::string> RequestJson(const v1::StreamBatchesRequest& request) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.add_whitespace = true;
+  std::string out;
+  const auto st = google::protobuf::util::MessageToJsonString(request, &out, o);
+  if (!st.ok()) return absl::InternalError(std::string(st.message()));
+  return out;
 }
 
 std::string LayoutName(v1::Layout l) {

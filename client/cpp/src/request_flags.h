@@ -2,10 +2,14 @@
 // of the `nearprep` CLI, and their conversion to a StreamBatchesRequest.
 //
 //   --shard i/n         shard i of n (0 <= i < n)
-//   --crop none|center|rrc|resize-center [--resize-shorter R], --flip P, --brightness D, --saturation L U,
+//   --crop none|center|random_resized|resize_center [--resize-shorter-side R],
+//   --flip-probability P, --brightness-max-delta D, --saturation L U,
 //   --dtype float32|float16|bfloat16|uint8, --layout nhwc|nchw,
-//   --compression none|delta|gradient [--compression-level L] (uint8),
-//   --fidelity tf|fast|torchvision, --policy skip|fail, ...
+//   --compression none|delta_zstd|gradient_zstd [--compression-level L] (uint8),
+//   --fidelity tf_compat|fast|torchvision, --error-policy skip|fail_stream,
+//   --dry-run (print the request, do not connect), ...
+// Names follow the proto (vocabulary.h) and the Python client's keywords;
+// the older spellings (--flip, --crop rrc, --fidelity tf, ...) still work.
 //   --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
 //       (TlsFlags; also on `info`)
 //
@@ -31,20 +35,29 @@ namespace nearprep {
 // unless both are integers with n >= 1 and i < n.
 absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseShard(std::string_view s);
 
-// TLS options of every subcommand that connects to a daemon.
+// CLI11 check of --target: each address (comma-separated when `list`)
+// must name its port (nearprep::ValidateTarget); a bad one is a flag error.
+CLI::Validator TargetValidator(bool list);
+
+// Connection options of every subcommand that connects to a daemon: TLS,
+// and how long a stream waits for an unreachable daemon. While it waits,
+// stderr says for what and why (every second on a terminal, else every
+// 10 s), never a silent hang.
 struct TlsFlags {
   std::string ca;           // --tls-ca: root CA PEM; empty = plaintext.
   std::string cert;         // --tls-cert: client certificate (mTLS).
   std::string key;          // --tls-key: client private key (mTLS).
   std::string server_name;  // --tls-server-name: expected server name.
+  double reconnect_deadline_s = 60;  // --reconnect-deadline / --connect-timeout
 
   void Register(CLI::App* app);
-  // ClientOptions for `target` with these TLS settings.
+  // ClientOptions for `target` with these settings.
   ClientOptions ToClientOptions(const std::string& target) const;
 };
 
 struct RequestFlags {
   std::string target = "localhost:7070";
+  bool target_list = false;  // --target may list several (A,B,...): `load`
   TlsFlags tls;
   std::string dataset;
   uint32_t batch_size = 32;
@@ -61,7 +74,7 @@ struct RequestFlags {
   bool drop_remainder = false;
   uint32_t height = 224;
   uint32_t width = 224;
-  std::string crop = "none";
+  std::string crop = "none";  // a CropMode name (vocabulary.h)
   float center_fraction = 0.0f;
   uint32_t resize_shorter = 0;  // resize-center: shorter side (0: 256).
   std::vector<float> scale;  // 2 values or empty.
@@ -74,11 +87,12 @@ struct RequestFlags {
   std::vector<float> std;
   std::string dtype = "float32";
   std::string layout = "nhwc";
-  std::string compression = "none";  // none | delta | gradient
+  std::string compression = "none";  // none | delta_zstd | gradient_zstd
   int compression_level = 0;
-  std::string fidelity = "tf";
+  std::string fidelity = "tf_compat";
   std::string policy = "skip";
   bool params = false;
+  bool dry_run = false;  // --dry-run: print the request, do not connect
 
   // Adds the flags to `app` (a subcommand). `with_batches`: also --batches.
   void Register(CLI::App* app, bool with_batches = true);
@@ -86,6 +100,13 @@ struct RequestFlags {
   // INVALID_ARGUMENT naming the flag for a bad value.
   absl::StatusOr<v1::StreamBatchesRequest> ToRequest() const;
 };
+
+// CLI11 check of an enum flag: a name ParseEnumValue (vocabulary.h) takes.
+CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e);
+
+// `request` as protobuf JSON (proto field names, enum value names): what
+// --dry-run prints.
+absl::StatusOr<std::string> RequestJson(const v1::StreamBatchesRequest& request);
 
 // Short names for messages and file metadata.
 std::string DTypeName(v1::DType d);

@@ -89,7 +89,9 @@ class Timings:
 class Batch:
     """One batch. Attributes:
 
-    epoch, index        batch position in the epoch's shard stream
+    epoch, batch_index  batch position in the epoch's shard stream (the
+                        proto's and `nearprep fetch` JSON's name; `index`
+                        is the same value, the older name)
     images              numpy array (read-only view of the message bytes)
     dtype, layout       "float32"/"float16"/"bfloat16"/"uint8", "NHWC"/"NCHW"
     labels              int64 array, one per image
@@ -119,6 +121,11 @@ class Batch:
         self.target = target
         self._params = None
         self.nbytes = images.nbytes
+
+    @property
+    def batch_index(self):
+        """The batch's index in the epoch's shard stream (= index)."""
+        return self.index
 
     @property
     def header(self):
@@ -158,7 +165,7 @@ class Batch:
         return self.images.astype(np.float32)
 
     def __repr__(self):
-        return (f"Batch(epoch={self.epoch}, index={self.index}, "
+        return (f"Batch(epoch={self.epoch}, batch_index={self.index}, "
                 f"images={self.dtype}{list(self.images.shape)} {self.layout}, "
                 f"errors={len(self._header.errors)})")
 

@@ -43,6 +43,7 @@ from nearprep.errors import (DataLossError, InvalidArgumentError, NearprepError,
                              UnavailableError, from_rpc_error)
 from nearprep.request import build_request, validate_request
 from nearprep.stats import Stats
+from nearprep.target import check_target
 
 _END = object()
 
@@ -135,6 +136,8 @@ class Client:
             raise InvalidArgumentError(
                 f"target: must be a non-empty 'host:port' string or list of them, "
                 f"got {target!r}", field="target")
+        for t in targets:
+            check_target(t)
         for name, value in (("rpc_timeout", rpc_timeout),
                             ("reconnect_deadline", reconnect_deadline),
                             ("initial_backoff", initial_backoff),
@@ -412,7 +415,7 @@ class _ChunkRun:
             if idx is None:
                 left = client.reconnect_deadline - (time.monotonic() - last_progress)
                 if left <= 0:
-                    self._put(last_error or UnavailableError("no target is reachable"))
+                    self._put(_gave_up(client, last_error, last_progress))
                     return
                 self.cancelled.wait(min(max(wait, 0.01), left))
                 continue
@@ -462,9 +465,7 @@ class _ChunkRun:
                 backoff = min(backoff * 2, client.max_backoff)
                 previous = idx
                 if time.monotonic() - last_progress > client.reconnect_deadline:
-                    self._put(UnavailableError(
-                        f"gave up after {client.reconnect_deadline:.0f} s without "
-                        f"progress: {err.message}", target=target))
+                    self._put(_gave_up(client, err, last_progress))
                     return
             except NearprepError as e:
                 self._fail(e)
@@ -480,6 +481,19 @@ class _ChunkRun:
             finally:
                 self._call = None
                 targets.release(idx)
+
+
+def _gave_up(client, last_error, since):
+    """The UnavailableError that ends a stream whose retries ran out: the
+    real time spent (`since`: the last progress), the targets and why the
+    last attempt failed."""
+    waited = time.monotonic() - since
+    names = ", ".join(client.targets)
+    why = last_error.message if last_error is not None else "no target is reachable"
+    return UnavailableError(
+        f"gave up reconnecting to {names} after {waited:.1f} s without a batch "
+        f"(reconnect_deadline {client.reconnect_deadline:g} s): {why}",
+        target=getattr(last_error, "target", None))
 
 
 class BatchStream:

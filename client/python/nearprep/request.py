@@ -14,23 +14,44 @@ InvalidArgumentError with the field the daemon named. One source of truth,
 so the client can never refuse what the daemon accepts or word a rule
 differently.
 
+One vocabulary. An enum value is named as the proto names it, in lower case
+without the enum's prefix, read from the pb2 descriptors (CROP_MODE_RANDOM_RESIZED
+-> "random_resized", FIDELITY_TF_COMPAT -> "tf_compat"): the names the CLI
+(`nearprep stream --crop random_resized`, client/cpp/src/vocabulary.h) takes
+too. Case and '-' vs '_' do not matter; the CLI's older spellings
+(DEPRECATED_NAMES) are accepted as well.
+
 Thread-safety: pure functions.
 """
 
 import numbers
+import os
 
 from nearprep.errors import InvalidArgumentError
 
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
-CROPS = {"none": 0, "center": 1, "random_resized": 2, "resize_center": 3}
-FIDELITIES = {"tf_compat": 0, "fast": 1, "torchvision": 2}
-DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
-LAYOUTS = {"nhwc": 0, "nchw": 1}
-ERROR_POLICIES = {"skip": 0, "fail_stream": 1, "fail": 1}
-SHUFFLE_MODES = {"global": 0, "block": 1}
-COMPRESSIONS = {"none": 0, "delta_zstd": 1, "gradient_zstd": 2}
+# Older spellings (the CLI's before one vocabulary), still accepted; keyed by
+# the enum's proto name. The same table as client/cpp/src/vocabulary.cc.
+DEPRECATED_NAMES = {
+    "CropMode": {"rrc": "random_resized"},
+    "Fidelity": {"tf": "tf_compat"},
+    "Compression": {"delta": "delta_zstd", "gradient": "gradient_zstd"},
+    "ErrorPolicy": {"fail": "fail_stream"},
+}
+
+
+def enum_names(enum):
+    """{name: number} of a pb2 enum (e.g. pb2.CropMode) in number order:
+    each value's proto name in lower case without the prefix all its values
+    share ("CROP_MODE_")."""
+    d = getattr(enum, "DESCRIPTOR", enum)
+    names = [v.name for v in d.values]
+    prefix = os.path.commonprefix(names)
+    prefix = prefix[:prefix.rfind("_") + 1]
+    return {v.name[len(prefix):].lower(): v.number
+            for v in sorted(d.values, key=lambda v: v.number)}
 
 # Keyword arguments batches() accepts besides dataset (documented there).
 REQUEST_KEYS = (
@@ -70,14 +91,19 @@ def _bool(field, value):
     return bool(value)
 
 
-def _enum(field, value, table):
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
+def _enum(field, value, enum):
+    """The number of the value of pb2 enum `enum` that `value` names (a name
+    of enum_names(), a deprecated one, or the number itself)."""
+    table = enum_names(enum)
+    if isinstance(value, str):
+        key = value.lower().replace("-", "_")
+        key = DEPRECATED_NAMES.get(enum.DESCRIPTOR.name, {}).get(key, key)
+        if key in table:
+            return table[key]
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
             and int(value) in table.values():
         return int(value)
-    names = ", ".join(sorted({k for k in table}))
-    raise _bad(field, f"must be one of {names}", value)
+    raise _bad(field, f"must be one of {', '.join(table)}", value)
 
 
 def _pair(arg, lo_field, hi_field, value):
@@ -117,7 +143,7 @@ def build_request(pb2, dataset, **kw):
     req.epoch = _int("epoch", g("epoch", 0), _U64)
     req.shuffle = _bool("shuffle", g("shuffle", False))
     req.shuffle_mode = _enum("shuffle_mode", g("shuffle_mode", "global"),
-                             SHUFFLE_MODES)
+                             pb2.ShuffleMode)
     req.block_shuffle.block_samples = _int(
         "block_shuffle.block_samples", g("block_samples", 0), _U64)
     req.block_shuffle.open_blocks = _int(
@@ -134,7 +160,7 @@ def build_request(pb2, dataset, **kw):
     t = req.transform
     t.height = _int("transform.height", g("height", 224), _U32)
     t.width = _int("transform.width", g("width", 224), _U32)
-    t.crop = _enum("transform.crop", g("crop", "none"), CROPS)
+    t.crop = _enum("transform.crop", g("crop", "none"), pb2.CropMode)
     if g("center_fraction") is not None:
         t.center_fraction = _float("transform.center_fraction",
                                    g("center_fraction"))
@@ -160,25 +186,25 @@ def build_request(pb2, dataset, **kw):
         t.mean.extend(_floats("transform.mean", g("mean")))
     if g("std") is not None:
         t.std.extend(_floats("transform.std", g("std")))
-    t.fidelity = _enum("transform.fidelity", g("fidelity", "tf_compat"), FIDELITIES)
-    req.output.dtype = _enum("output.dtype", g("dtype", "float32"), DTYPES)
-    req.output.layout = _enum("output.layout", g("layout", "NHWC"), LAYOUTS)
+    t.fidelity = _enum("transform.fidelity", g("fidelity", "tf_compat"), pb2.Fidelity)
+    req.output.dtype = _enum("output.dtype", g("dtype", "float32"), pb2.DType)
+    req.output.layout = _enum("output.layout", g("layout", "nhwc"), pb2.Layout)
     req.output.compression = _enum("output.compression",
-                                   g("compression", "none"), COMPRESSIONS)
+                                   g("compression", "none"), pb2.Compression)
     level = g("compression_level", 0)
     if isinstance(level, bool) or not isinstance(level, numbers.Integral):
         raise _bad("output.compression_level", "must be an integer", level)
     if not -(1 << 31) <= int(level) < (1 << 31):
         raise _bad("output.compression_level", "must fit the field (int32)", level)
     req.output.compression_level = int(level)
-    _check_compression(req.output)
-    req.error_policy = _enum("error_policy", g("error_policy", "skip"), ERROR_POLICIES)
+    _check_compression(req.output, pb2)
+    req.error_policy = _enum("error_policy", g("error_policy", "skip"), pb2.ErrorPolicy)
     req.include_params = _bool("include_params", g("include_params", False))
     return req
 
 
-def _check_compression(output):
-    if output.compression and output.dtype != DTYPES["uint8"]:
+def _check_compression(output, pb2):
+    if output.compression and output.dtype != pb2.DTYPE_UINT8:
         raise _bad("output.compression", "requires dtype 'uint8'",
                    output.compression)
     if not output.compression and output.compression_level:

@@ -313,6 +313,117 @@ TEST(BatchReaderTest, DeadlineWhenNoServerListens) {
   EXPECT_LT(ms, 2000.0);
 }
 
+TEST(ValidateTargetTest, RefusesATargetWithoutAUsablePort) {
+  for (const char* bad : {"", "127.0.0.1", "localhost:", ":7070", "127.0.0.1:0",
+                          "127.0.0.1:65536", "127.0.0.1:http", "::1", "[::1]", "[::1",
+                          "dns:///localhost", "ipv4:127.0.0.1:1,127.0.0.2", "unix:"}) {
+    const absl::Status st = ValidateTarget(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_EQ(st.message().rfind("target: ", 0), 0u) << st;
+  }
+  for (const char* good : {"localhost:7070", "127.0.0.1:1", "[::1]:7070", "node-1.example:65535",
+                           "dns:///localhost:7070", "dns://8.8.8.8/host:7070",
+                           "ipv4:127.0.0.1:1,127.0.0.2:2", "ipv6:[::1]:7070",
+                           "unix:/tmp/sock", "unix-abstract:name"}) {
+    EXPECT_TRUE(ValidateTarget(good).ok()) << good << ": " << ValidateTarget(good);
+  }
+}
+
+TEST(ValidateTargetTest, ClientWithABadTargetFailsAtOnceNamingIt) {
+  ClientOptions o;
+  o.target = "127.0.0.1";  // gRPC would dial a default port and retry silently
+  Client client(o);
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_EQ(client.Info().status().code(), absl::StatusCode::kInvalidArgument);
+  auto reader = client.StreamBatches(Request());
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(reader->status().message().find("has no port"), std::string::npos)
+      << reader->status();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+}
+
+TEST(BatchReaderTest, ReportsWhatItWaitsForWhileReconnecting) {
+  int port = 0;
+  {
+    FakePreprocessor fake;
+    auto server = StartServer(&fake, &port);  // Find a free port, then close.
+    server->Shutdown();
+  }
+  ClientOptions o = FastOptions(port);
+  o.reconnect_deadline = milliseconds(1300);
+  o.reconnect_wait_interval = milliseconds(200);
+  std::vector<ReconnectWait> waits;
+  o.on_reconnect_wait = [&waits](const ReconnectWait& w) { waits.push_back(w); };
+  Client client(o);
+  auto reader = client.StreamBatches(Request());
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kUnavailable);
+  // The final message states the time really spent (not "after 0 ms").
+  EXPECT_NE(reader->status().message().find("gave up reconnecting to " + o.target + " after 1"),
+            std::string::npos)
+      << reader->status();
+  // Once at the start, then about every 200 ms of the 1.3 s.
+  ASSERT_GE(waits.size(), 4u);
+  EXPECT_LE(waits.size(), 12u);
+  for (size_t i = 0; i < waits.size(); ++i) {
+    EXPECT_EQ(waits[i].target, o.target);
+    EXPECT_EQ(waits[i].reason, "connection refused") << waits[i].status;
+    EXPECT_EQ(waits[i].deadline, milliseconds(1300));
+    if (i > 0) {
+      EXPECT_GE(waits[i].waited, waits[i - 1].waited);
+    }
+  }
+  EXPECT_GE(waits.back().waited, milliseconds(800));
+}
+
+TEST(BatchReaderTest, ZeroReconnectDeadlineEndsWithTheFailure) {
+  int port = 0;
+  {
+    FakePreprocessor fake;
+    auto server = StartServer(&fake, &port);
+    server->Shutdown();
+  }
+  ClientOptions o = FastOptions(port);
+  o.reconnect_deadline = milliseconds(0);
+  bool waited = false;
+  o.on_reconnect_wait = [&waited](const ReconnectWait&) { waited = true; };
+  Client client(o);
+  auto reader = client.StreamBatches(Request());
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kUnavailable);
+  // gRPC's own reason, not "gave up reconnecting after 0 ms".
+  EXPECT_EQ(reader->status().message().find("gave up"), std::string::npos) << reader->status();
+  EXPECT_FALSE(waited);
+}
+
+TEST(BatchReaderTest, CancelEndsAWaitForTheConnection) {
+  int port = 0;
+  {
+    FakePreprocessor fake;
+    auto server = StartServer(&fake, &port);
+    server->Shutdown();
+  }
+  ClientOptions o = FastOptions(port);
+  o.reconnect_deadline = milliseconds(30000);
+  o.reconnect_wait_interval = milliseconds(100);
+  Client client(o);
+  auto reader = client.StreamBatches(Request());
+  std::thread canceller([&reader] {
+    std::this_thread::sleep_for(milliseconds(300));
+    reader->Cancel();
+  });
+  const Clock::time_point t0 = Clock::now();
+  v1::Batch b;
+  EXPECT_FALSE(reader->Next(&b));
+  canceller.join();
+  EXPECT_EQ(reader->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
 TEST(BatchReaderTest, DetectsServerThatRepeatsABatch) {
   FakePreprocessor fake;
   fake.repeat_on_resume = true;

@@ -147,7 +147,7 @@ TEST(BitmapFontTest, GlyphsAndWidths) {
   ASSERT_TRUE(GlyphRows('1', &one));
   ASSERT_TRUE(GlyphRows('L', &el));
   ASSERT_TRUE(GlyphRows('l', &lower));
-  EXPECT_EQ(el, lower);  // Lower case drawn as upper case.
+  EXPECT_NE(el, lower);  // Lower case has its own glyphs.
   EXPECT_NE(one, el);
   EXPECT_EQ(el[6], 0x1F);  // L's foot is a full row.
   EXPECT_FALSE(GlyphRows('\x01', &one));
@@ -160,6 +160,27 @@ TEST(BitmapFontTest, GlyphsAndWidths) {
   DrawText(&small, -3, -3, "W\x01", 3, white);
   DrawText(&small, 4, 4, "8", 1, white);
   EXPECT_EQ(small.at(4, 4)[0], 0);   // '8' starts with a blank column.
+}
+
+TEST(BitmapFontTest, DrawsLowerCaseDistinctFromUpperCase) {
+  // Class names ("n01440764 tench") keep their case on a contact sheet:
+  // every lower-case letter has a glyph of its own, unlike its capital and
+  // unlike every other lower-case letter.
+  std::vector<std::array<uint8_t, kGlyphHeight>> seen;
+  for (char c = 'a'; c <= 'z'; ++c) {
+    std::array<uint8_t, kGlyphHeight> low{}, up{};
+    ASSERT_TRUE(GlyphRows(c, &low)) << c;
+    ASSERT_TRUE(GlyphRows(static_cast<char>(c - 'a' + 'A'), &up)) << c;
+    EXPECT_NE(low, up) << c;
+    for (const auto& other : seen) EXPECT_NE(low, other) << c;
+    seen.push_back(low);
+  }
+  // Drawn text differs by case too.
+  RgbImage a(12, 7), b(12, 7);
+  const uint8_t white[3] = {255, 255, 255};
+  DrawText(&a, 0, 0, "ab", 1, white);
+  DrawText(&b, 0, 0, "AB", 1, white);
+  EXPECT_NE(a.pixels, b.pixels);
 }
 
 TEST(TensorImageTest, Uint8LayoutsAgree) {

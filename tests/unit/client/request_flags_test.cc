@@ -1,5 +1,6 @@
 // CLI flag parsing: --shard i/n and the request built from the flags.
 #include "client/cpp/src/request_flags.h"
+#include "client/cpp/src/vocabulary.h"
 
 #include <string>
 #include <vector>
@@ -112,6 +113,53 @@ TEST(RequestFlagsTest, RejectsBadValues) {
   auto shard = Parse({"--dataset", "d", "--shard", "2/1"});
   ASSERT_FALSE(shard.ok());
   EXPECT_NE(shard.status().message().find("--shard"), std::string::npos);
+}
+
+TEST(VocabularyTest, NamesComeFromTheProtoEnums) {
+  EXPECT_EQ(EnumValueNames(v1::CropMode_descriptor()),
+            (std::vector<std::string>{"none", "center", "random_resized", "resize_center"}));
+  EXPECT_EQ(EnumValueNames(v1::Fidelity_descriptor()),
+            (std::vector<std::string>{"tf_compat", "fast", "torchvision"}));
+  EXPECT_EQ(EnumValueNames(v1::Compression_descriptor()),
+            (std::vector<std::string>{"none", "delta_zstd", "gradient_zstd"}));
+  EXPECT_EQ(EnumValueNames(v1::ErrorPolicy_descriptor()),
+            (std::vector<std::string>{"skip", "fail_stream"}));
+  EXPECT_EQ(EnumValueName(v1::DType_descriptor(), v1::DTYPE_BFLOAT16), "bfloat16");
+  EXPECT_EQ(*ParseEnumValue(v1::CropMode_descriptor(), "--crop", "RANDOM-RESIZED"),
+            v1::CROP_MODE_RANDOM_RESIZED);
+  EXPECT_EQ(*ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", "tf"),
+            v1::FIDELITY_TF_COMPAT);
+  auto bad = ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", "pil");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--fidelity: one of tf_compat, fast, torchvision; got 'pil'");
+}
+
+TEST(RequestFlagsTest, TakesTheProtoNamesAndTheOlderSpellings) {
+  auto r = Parse({"--dataset", "d", "--crop", "random_resized", "--fidelity", "tf_compat",
+                  "--dtype", "uint8", "--compression", "gradient_zstd", "--error-policy",
+                  "fail_stream", "--flip-probability", "0.25", "--brightness-max-delta", "0.5",
+                  "--max-batches", "4", "--include-params"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transform().crop(), v1::CROP_MODE_RANDOM_RESIZED);
+  EXPECT_EQ(r->transform().fidelity(), v1::FIDELITY_TF_COMPAT);
+  EXPECT_EQ(r->output().compression(), v1::COMPRESSION_GRADIENT_ZSTD);
+  EXPECT_EQ(r->error_policy(), v1::ERROR_POLICY_FAIL_STREAM);
+  EXPECT_EQ(r->transform().flip_probability(), 0.25f);
+  EXPECT_EQ(r->transform().brightness_max_delta(), 0.5f);
+  EXPECT_EQ(r->max_batches(), 4u);
+  EXPECT_TRUE(r->include_params());
+  auto old = Parse({"--dataset", "d", "--crop", "rrc", "--fidelity", "tf", "--dtype", "uint8",
+                    "--compression", "gradient", "--policy", "fail", "--flip", "0.25",
+                    "--brightness", "0.5", "--batches", "4", "--params"});
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->SerializeAsString(), r->SerializeAsString());
+}
+
+TEST(TargetFlagTest, RefusesATargetWithoutAPortAtParseTime) {
+  auto r = Parse({"--dataset", "d", "--target", "127.0.0.1"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has no port"), std::string::npos) << r.status();
+  EXPECT_TRUE(Parse({"--dataset", "d", "--target", "127.0.0.1:7079"}).ok());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // nearprep C++ client: talks to nearprepd over gRPC.
 //
-//   nearprep::Client client({.target = "storage-node:7070"});
+//   nearprep::ClientOptions options;  // C++17 (the header needs no more)
+//   options.target = "storage-node:7070";
+//   nearprep::Client client(options);
 //   nearprep::v1::StreamBatchesRequest req;  // dataset, batch_size, ...
 //   auto reader = client.StreamBatches(req);
 //   nearprep::v1::Batch batch;
@@ -31,6 +33,15 @@
 // passes). A fleet client uses it to notice a node that stopped answering
 // and fail over to a replica.
 //
+// A target must name its port ("host:port", "[v6]:port", "dns:///host:port",
+// "ipv4:a:p,b:p", or a "unix:" path): Client refuses "127.0.0.1" alone (gRPC
+// would dial port 0 or 443 and retry silently) with INVALID_ARGUMENT naming
+// `target`, from every call and reader (ValidateTarget below).
+//
+// While a reader waits to reconnect it calls ClientOptions::on_reconnect_wait
+// about once per reconnect_wait_interval with what it waits for and why, so a
+// command-line tool can say so instead of hanging silently.
+//
 // Thread-safety: Client is thread-safe; a BatchReader is used by one thread,
 // except Cancel(), which any thread may call at any time.
 #ifndef NEARPREP_CLIENT_CPP_INCLUDE_NEARPREP_CLIENT_H_
@@ -49,10 +60,36 @@
 
 namespace nearprep {
 
+// What a reader is waiting for while it reconnects (on_reconnect_wait).
+struct ReconnectWait {
+  std::string target;
+  // Why the last attempt failed, short: "connection refused", "cannot
+  // resolve the host name", ... (the full gRPC text is in `status`).
+  std::string reason;
+  absl::Status status;
+  std::chrono::milliseconds waited{0};    // since the stream first failed
+  std::chrono::milliseconds deadline{0};  // reconnect_deadline
+};
+
+// OK for a target gRPC can dial; INVALID_ARGUMENT naming `target` and the
+// form expected otherwise (no port, port 0 or above 65535, empty host, an
+// IPv6 address without brackets).
+absl::Status ValidateTarget(const std::string& target);
+
+// The short reason ReconnectWait::reason gives for a gRPC status message.
+std::string ShortConnectReason(const std::string& grpc_message);
+
 struct ClientOptions {
   std::string target = "localhost:7070";
-  // Total time a reader keeps retrying after the server went away.
+  // Total time a reader keeps retrying after the server went away (or
+  // before it was ever reached). Zero: no retry at all; the first failure
+  // ends the reader with UNAVAILABLE and gRPC's message.
   std::chrono::milliseconds reconnect_deadline{60000};
+  // Called on the reading thread while a reader waits to reconnect: once
+  // when it starts waiting, then about every reconnect_wait_interval. Must
+  // not block; empty: nothing is called.
+  std::function<void(const ReconnectWait&)> on_reconnect_wait{};
+  std::chrono::milliseconds reconnect_wait_interval{1000};
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{5000};
   // Per-RPC deadline for unary calls.
