@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build, generate a synthetic dataset, start nearprepd on it,
-# stream one epoch with the C++ client (prints images/s and MB/s), and write
-# a contact sheet of augmented samples to out/sheet.png.
+# stream several epochs with the C++ client (prints the steady-state images/s
+# and MB/s of epochs 2..N apart from the first epoch and the time to first
+# batch), and write a contact sheet of augmented samples to out/sheet.png.
 # If ../shared/datasets/imagenet-sample-200 exists it is served too and
 # streamed as well.
 set -euo pipefail
@@ -38,13 +39,15 @@ for _ in $(seq 1 100); do [ -s "$OUT/port" ] && break; sleep 0.1; done
 TARGET="127.0.0.1:$(cat "$OUT/port")"
 
 "$NEARPREP" info --target "$TARGET"
-AUG=(--shuffle --seed 1 --flip 0.5 --brightness 0.1254902 --saturation 0.5 1.5 --height 224 --width 224)
-echo "== one epoch of 'synthetic' (float32, TF_COMPAT)"
+AUG=(--shuffle --seed 1 --flip-probability 0.5 --brightness-max-delta 0.1254902
+     --saturation 0.5 1.5 --height 224 --width 224)
+EPOCHS="${NEARPREP_DEMO_EPOCHS:-4}"
+echo "== $EPOCHS epochs of 'synthetic' (float32, tf_compat)"
 "$NEARPREP" stream --target "$TARGET" --dataset synthetic --batch-size 32 "${AUG[@]}" \
-  --sheet "$OUT/sheet.png"
+  --epochs "$EPOCHS" --sheet "$OUT/sheet.png"
 if [ -d ../shared/datasets/imagenet-sample-200 ]; then
-  echo "== one epoch of 'imagenet-sample-200' (float32, TF_COMPAT)"
+  echo "== $EPOCHS epochs of 'imagenet-sample-200' (float32, tf_compat)"
   "$NEARPREP" stream --target "$TARGET" --dataset imagenet-sample-200 --batch-size 32 "${AUG[@]}" \
-    --sheet "$OUT/sheet-imagenet.png"
+    --epochs "$EPOCHS" --sheet "$OUT/sheet-imagenet.png"
 fi
 echo "demo: contact sheet written to $OUT/sheet.png"

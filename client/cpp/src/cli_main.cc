@@ -78,11 +78,11 @@ class Progress {
     const Clock::time_point now = Clock::now();
     const double since = Seconds(last_, now);
     if (!force && since < (tty_ ? 0.25 : 5.0)) return;
-    // Live rate over the window since the previous update.
+    // Live rates, both over the window since the previous update.
     const double window_ips =
         since > 0 ? (images - last_images_) / since : 0.0;
     const double el = Seconds(start_, now);
-    const double mbps = el > 0 ? bytes / el / 1e6 : 0.0;
+    const double mbps = since > 0 ? (bytes - last_bytes_) / since / 1e6 : 0.0;
     std::string pct;
     if (total_ > 0) {
       pct = absl::StrFormat(" %5.1f%%",
@@ -96,6 +96,7 @@ class Progress {
     std::fflush(stderr);
     last_ = now;
     last_images_ = images;
+    last_bytes_ = bytes;
   }
   void Done() {
     if (tty_) std::fprintf(stderr, "\n");
@@ -106,6 +107,7 @@ class Progress {
   bool tty_;
   Clock::time_point start_, last_;
   uint64_t last_images_ = 0;
+  uint64_t last_bytes_ = 0;
 };
 
 ClientOptions OptionsFor(const std::string& target, const TlsFlags& tls) {
@@ -323,7 +325,16 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
   std::vector<uint8_t> tensor;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_batch_at = start;
+  // Epochs after the first: the steady state, without the stream set-up and
+  // the first batch's latency.
+  Clock::time_point steady_start = start;
+  uint64_t steady_images = 0, steady_bytes = 0;
   for (int e = 0; e < epochs; ++e) {
+    if (e == 1) {
+      steady_start = Clock::now();
+      steady_images = images;
+      steady_bytes = bytes;
+    }
     v1::StreamBatchesRequest r = *req;
     r.set_epoch(req->epoch() + e);
     std::unique_ptr<BatchReader> reader = client.StreamBatches(r);
@@ -373,6 +384,17 @@ int RunStream(const RequestFlags& flags, int epochs, const std::string& sheet,
               images, batches, secs, secs > 0 ? images / secs : 0.0,
               secs > 0 ? bytes / secs / 1e6 : 0.0, bytes / 1e6,
               Seconds(start, first_batch_at) * 1e3);
+  if (epochs > 1) {
+    const double steady_s = Seconds(steady_start, end);
+    const double first_s = Seconds(start, steady_start);
+    std::printf("steady state (epochs 2-%d): %.1f images/s, %.1f MB/s; "
+                "first epoch: %.1f images/s; time to first batch: %.0f ms\n",
+                epochs,
+                steady_s > 0 ? (images - steady_images) / steady_s : 0.0,
+                steady_s > 0 ? (bytes - steady_bytes) / steady_s / 1e6 : 0.0,
+                first_s > 0 ? steady_images / first_s : 0.0,
+                Seconds(start, first_batch_at) * 1e3);
+  }
   const double work_s = (read_us + decode_us + transform_us) / 1e6;
   if (work_s > 0) {
     std::printf("server worker time: read %.0f%%, decode %.0f%%, "
