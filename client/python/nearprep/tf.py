@@ -361,7 +361,10 @@ def fleet_dataset(fleet_factory, *, epochs=1, start_epoch=0, prefetch=None,
     def open_fn(epoch, start_batch, start_position):
         def items():
             for fb in fleet.epoch(epoch, start_batch=start_batch):
-                yield fb.images, fb.labels, fb.batch, 0
+                images = fb.images
+                if images.size == 0:   # every sample of this slice failed
+                    images = images.reshape((0,) + tuple(spec[0][0][1:]))
+                yield images, fb.labels, fb.batch, 0
         return items()
 
     spec = signature_spec(1, height, width, dtype, layout, drop_remainder=False)
