@@ -54,6 +54,11 @@ Copies: the received tensor bytes become the TF tensor with one copy (or
 none where TensorFlow can adopt the numpy buffer); bfloat16 is received as
 uint16 bits and bitcast, never converted.
 
+Receive path: the adapter's clients use grpcio (native=False): nearprep's
+native module, built against Debian's gRPC C++, crashes in a process that
+has loaded TensorFlow (which bundles its own gRPC and protobuf). Make the
+FleetClient of fleet_dataset() with native=False too.
+
 Only dataset(), fleet_dataset() and output_signature() import TensorFlow.
 Thread-safety: the datasets follow tf.data's rules; iterators may run in
 parallel (each reads its own stream).
@@ -322,7 +327,12 @@ def dataset(target, dataset, batch_size=32, *, epochs=1, start_epoch=0,
     batch_kwargs = dict(batch_kwargs)
     _shard_from_context(input_context, batch_kwargs)
     if client is None:
-        client = Client(target, **dict(client_options or {}))
+        options = dict(client_options or {})
+        # grpcio, not nearprep._native: the native module (Debian's gRPC C++)
+        # and TensorFlow's own bundled gRPC/protobuf in one process crash
+        # (segfault opening a stream, seen with tensorflow-cpu 2.21).
+        options.setdefault("native", False)
+        client = Client(target, **options)
     # Client-side checks (types, names) before anything else.
     client.request(dataset, batch_size=batch_size, **batch_kwargs)
     spec = signature_spec(

@@ -19,6 +19,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# nearprep._native (Debian's gRPC C++) segfaults opening a stream in a process
+# that has loaded TensorFlow (its own gRPC/protobuf): the adapter defaults to
+# grpcio (tested here with $NEARPREP_NATIVE unset); direct Clients say so.
+os.environ.pop("NEARPREP_NATIVE", None)
 tf = pytest.importorskip("tensorflow")
 
 import nearprep  # noqa: E402
@@ -50,7 +54,7 @@ def daemon(daemon_factory, synth_root):
 
 def client_batches(daemon, epoch=0, batch_size=64, **kw):
     """[(images bytes, labels)] of one epoch through nearprep.Client."""
-    with nearprep.Client(daemon.target) as c:
+    with nearprep.Client(daemon.target, native=False) as c:
         return [(b.images.tobytes(), b.labels.copy())
                 for b in c.batches("sample", batch_size=batch_size, epoch=epoch, **kw)]
 
@@ -198,7 +202,7 @@ def test_checkpoint_position_token_with_skipped_samples(bad_files_daemon, tmp_pa
     kw = dict(batch_size=7, epochs=2, height=16, width=16, seed=3, shuffle=True,
               dtype="uint8")
     straight = [digest(x, y) for x, y in ntf.dataset(bad_files_daemon.target, "sample", **kw)]
-    with nearprep.Client(bad_files_daemon.target) as c:
+    with nearprep.Client(bad_files_daemon.target, native=False) as c:
         errors = sum(len(b.errors) for b in c.batches("sample", batch_size=7, seed=3,
                                                        shuffle=True, height=16, width=16))
     assert errors > 0, "the dataset must have bad files"
@@ -267,7 +271,7 @@ def test_distribute_every_sample_once_per_epoch(daemon, mode):
     seen = res["seen"]
     assert seen[0] and seen[1], "both replicas got data"
     # The expected images of each epoch, by hash (200 distinct images).
-    with nearprep.Client(daemon.target) as c:
+    with nearprep.Client(daemon.target, native=False) as c:
         for epoch in (0, 1):
             want = [hashlib.sha256(img.tobytes()).hexdigest()
                     for b in c.batches("sample", batch_size=50, epoch=epoch, height=16,
@@ -395,6 +399,7 @@ def test_fleet_client_as_a_tf_data_source(tmp_path):
     try:
         kw = dict(manifest=manifest, seed=9, global_batch=8, trainers=2, rank=1,
                   height=20, width=20, dtype="uint8", crop="random_resized")
+        kw["native"] = False
         with FleetClient([d.target], "ds", **kw) as fc:
             want = [(fb.images.tobytes(), fb.labels.tolist()) for e in (0, 1)
                     for fb in fc.epoch(e)]

@@ -31,6 +31,9 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# nearprep._native (Debian's gRPC C++) segfaults opening a stream in a process
+# that has loaded TensorFlow (its own gRPC/protobuf): grpcio for every client.
+os.environ["NEARPREP_NATIVE"] = "0"
 tf = pytest.importorskip("tensorflow")
 
 import nearprep  # noqa: E402
