@@ -306,6 +306,7 @@ def test_fast_within_documented_error(tf_daemon, sample, crop, limit):
         worst = max(worst, float(diff.max()))
         identical += want.tobytes() == image.tobytes()
     mean = total / n
+    print(f"FAST {crop}: mean |err| {mean:.5f} max {worst:.3f} identical {identical}/200")
     assert mean < limit, f"FAST mean |err| {mean:.5f} (max {worst:.3f})"
     assert 0 < mean, "FAST is expected to differ somewhere"
     assert worst <= 1.0
