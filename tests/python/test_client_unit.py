@@ -397,18 +397,23 @@ def test_tf_signature_and_dtypes():
         ("spec", (None, 2, 2, 3), "tf.float32"), ("spec", (None,), "tf.int64"))
 
 
-def test_tf_generator_covers_epochs():
+def test_tf_reader_streams_in_order_and_reopens_elsewhere():
+    # nearprep.tf's fetch side without TensorFlow: batch k of an epoch comes
+    # from the stream standing at k; any other k opens a stream there.
     srv = FakeServer(FakePreprocessor(10))
     try:
-        gen = nptf.make_generator(lambda: nearprep.Client(srv.target), "fake",
-                                  epochs=2, start_epoch=3, batch_size=4)
-        out = list(gen())
-        assert len(out) == 6
-        assert all(isinstance(i, np.ndarray) and l.dtype == np.int64 for i, l in out)
-        epochs = sorted({r.epoch for r in srv.servicer.requests})
-        assert epochs == [3, 4]
-        with pytest.raises(ValueError, match="epoch"):
-            nptf.make_generator(lambda: None, "fake", epoch=1)
+        c = nearprep.Client(srv.target)
+        reader = nptf._Reader(nptf._client_stream(c, "fake", dict(batch_size=4)))
+        got = [reader.fetch(3, k, 0) for k in range(4)]
+        assert [len(g[1]) for g in got[:3]] == [4, 4, 2] and got[3] is None
+        assert [g[2] for g in got[:3]] == [0, 1, 2]
+        assert all(isinstance(g[0], np.ndarray) and g[1].dtype == np.int64 for g in got[:3])
+        assert reader.opened == 1
+        again = reader.fetch(4, 1, got[0][3])   # epoch 4 from batch 1 (a restore)
+        assert again[2] == 1 and reader.opened == 2
+        req = srv.servicer.requests[-1]
+        assert (req.epoch, req.start_batch, req.start_position) == (4, 1, got[0][3])
+        reader.close()
     finally:
         srv.stop()
 
