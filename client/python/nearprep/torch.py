@@ -12,6 +12,18 @@
         for images, labels in loader: ...
 
 The dataset yields whole batches, so give the DataLoader batch_size=None.
+set_epoch reaches the workers, persistent_workers=True included (shared
+memory read when a worker's iteration begins).
+
+Checkpoints: nearprep.torch.DataLoader(ds, num_workers=W, ...) (a DataLoader
+whose main process records each batch it hands over) makes ds.state_dict()
+exact; ds.load_state_dict(state) in a new process yields the batches that
+were left, same order, same bytes (with the same W):
+
+    loader = nearprep.torch.DataLoader(ds, num_workers=4, persistent_workers=True)
+    ds.load_state_dict(ckpt)               # or ds.set_epoch(epoch)
+    for images, labels in loader: ...
+    ckpt = ds.state_dict()
 
 uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
 
@@ -454,12 +466,20 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if info is not None:
             shard, shards = worker_shard(shard, shards, stream_id, workers)
         start_batch, start_position = (0, 0) if starts is None else starts[stream_id]
+        kwargs = dict(self.batch_kwargs)
+        if kwargs.get("max_batches") and start_batch > 0:
+            # max_batches counts from start_batch: what this stream had left.
+            kwargs["max_batches"] -= start_batch
+            if kwargs["max_batches"] <= 0:
+                if info is None:
+                    self._finished(epoch)
+                return
         client = Client(self.target, **self.client_options)
         pin = self.pin_memory and torch.cuda.is_available()
         stream = client.batches(self.dataset, batch_size=self.batch_size, epoch=epoch,
                                 shard_index=shard, num_shards=shards,
                                 start_batch=start_batch, start_position=start_position,
-                                **self.batch_kwargs)
+                                **kwargs)
         try:
             first = True
             while True:
