@@ -460,6 +460,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 f"this iteration has {workers}; each worker serves its own sub-shard, so "
                 "resume with the same num_workers", field="num_workers")
         stream_id = 0 if info is None else (info.id + rotation) % workers
+        if info is not None:
+            _in_worker_exit_hook()
         if info is not None and not self._tagged and self._shared is not None:
             self._shared[_S_UNTRACKED] = 1
         shard, shards = self._rank_shard()
@@ -516,6 +518,37 @@ class IterableDataset(torch.utils.data.IterableDataset):
         finally:
             stream.close()
             client.close()
+
+
+_FEEDER_JOIN_S = 5.0
+_feeder_hook = False
+
+
+def _join_queue_feeders():
+    """At a DataLoader worker's exit (threading's exit hooks run after the
+    worker loop closed its data queue): waits, at most _FEEDER_JOIN_S in
+    all, for multiprocessing's queue feeder threads to finish sending the
+    batches they hold. torch cancels the join of that daemon thread, so a
+    worker stopped mid-epoch could finalise while the feeder was inside
+    torch's tensor sharing with the GIL released; taking it back then killed
+    the thread through a C++ frame: "terminate called without an active
+    exception", the worker killed by SIGABRT, and in the main process
+    "DataLoader worker (pid N) is killed by signal: Aborted" from the
+    iterator's __del__ (the pytest warning)."""
+    import threading
+    import time
+    deadline = time.monotonic() + _FEEDER_JOIN_S
+    for t in threading.enumerate():
+        if t.name == "QueueFeederThread" and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _in_worker_exit_hook():
+    global _feeder_hook
+    if not _feeder_hook:
+        _feeder_hook = True
+        from nearprep.client import _at_exit
+        _at_exit(_join_queue_feeders)
 
 
 class _WorkerInit:
