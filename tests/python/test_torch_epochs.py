@@ -113,3 +113,25 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
         next(iter(nt.DataLoader(ds, num_workers=other)))
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         nt.IterableDataset(daemon.target, "sample", **dict(KW, batch_size=8)).load_state_dict(state)
+
+
+def test_persistent_workers_resume_mid_epoch(daemon):
+    """nearprep.torch.DataLoader with persistent workers: stopped after 3
+    batches, load_state_dict(state_dict()) sends the same two workers on
+    from there (the start reaches them through shared memory)."""
+    ds = nt.IterableDataset(daemon.target, "sample", **KW)
+    loader = nt.DataLoader(ds, num_workers=2, persistent_workers=True)
+    ds.set_epoch(1)
+    clean = [_key(i) for i in loader]
+    pids = [w.pid for w in loader._loader._iterator._workers]
+    ds.set_epoch(1)
+    first = []
+    for item in loader:
+        first.append(_key(item))
+        if len(first) == 3:
+            break
+    ds.load_state_dict(ds.state_dict())
+    rest = [_key(i) for i in loader]
+    assert first + rest == clean
+    assert [w.pid for w in loader._loader._iterator._workers] == pids
+    assert ds.state_dict()["epoch"] == 2
