@@ -31,6 +31,7 @@ thread-safe); a BatchStream is consumed by one thread.
 
 import atexit
 import collections
+import os
 import queue
 import threading
 import time
@@ -87,7 +88,9 @@ def _stop_all_readers():
     (pthread_exit), which aborts a C++ frame ("terminate called without an
     active exception")."""
     with _live_lock:
-        runs = list(_live_runs)
+        # Not those a forked child inherited: their threads and calls belong
+        # to the parent (gRPC objects must not be used across fork()).
+        runs = [r for r in _live_runs if r._pid == os.getpid()]
     for r in runs:
         r.cancel()
     _join_runs(runs)
@@ -434,6 +437,7 @@ class _ChunkRun:
         self.q = queue.Queue(maxsize=bound)
         self.cancelled = threading.Event()
         self._call = None
+        self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"nearprep-chunk-{start}")
         with _live_lock:
@@ -447,6 +451,8 @@ class _ChunkRun:
 
     def cancel(self):
         self.cancelled.set()
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the call is the parent's
         call = self._call
         if call is not None:
             call.cancel()

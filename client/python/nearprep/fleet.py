@@ -60,6 +60,7 @@ import concurrent.futures as _futures
 import concurrent.futures.thread  # noqa: F401
 import functools
 import hashlib
+import os
 import socket
 import threading
 import time
@@ -82,6 +83,8 @@ _live_clients = weakref.WeakSet()
 
 def _close_all_fleet_clients():
     for fc in list(_live_clients):
+        if fc._pid != os.getpid():
+            continue  # inherited by a forked child: the parent's to close
         try:
             fc.close()
         except Exception:  # noqa: BLE001 - exiting: close the others
@@ -243,6 +246,7 @@ class FleetClient:
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
                       "kept_partial": 0, "waits": 0, "samples": 0}
+        self._pid = os.getpid()
         _live_clients.add(self)
         for n in self._nodes.values():
             self._probe(n, check_mix=False)
