@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -45,6 +46,14 @@ namespace py = pybind11;
 
 namespace nearprep {
 namespace {
+
+bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;  // public from Python 3.13
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
 
 class PyBuffer {
  public:
@@ -64,19 +73,33 @@ class PyStream {
 
   // (header bytes, Buffer or None) for the next batch; None at the end of
   // the stream or on error (status() says which).
+  //
+  // The GIL is released by hand rather than with py::gil_scoped_release:
+  // when the interpreter finalises while a (daemon) thread waits here,
+  // taking the GIL back ends the thread with pthread_exit, whose unwinding
+  // through gil_scoped_release's noexcept destructor is std::terminate
+  // ("terminate called without an active exception", exit 134). So a thread
+  // that finishes its receive after finalisation began never takes the GIL
+  // back: it parks (the process is ending; the thread touches nothing
+  // more). nearprep.client joins its readers before finalisation; this is
+  // the guard for a thread it could not stop in time.
   py::object Next() {
     std::string header_bytes;
     std::unique_ptr<BufferPool::Block> block;
     bool ok;
-    {
-      py::gil_scoped_release release;
+    PyThreadState* const saved = PyEval_SaveThread();
+    try {
       v1::Batch header;
       ok = reader_->NextInto(&header, [&](size_t bytes) -> uint8_t* {
         block = pool_->Acquire(bytes);
         return block ? block->data() : nullptr;
       });
       if (ok) header.SerializeToString(&header_bytes);
+    } catch (...) {
+      ReacquireGil(saved);
+      throw;
     }
+    ReacquireGil(saved);
     if (!ok) return py::none();
     py::object buffer = py::none();
     if (block) buffer = py::cast(PyBuffer(std::move(block)));
@@ -84,6 +107,17 @@ class PyStream {
   }
 
   void Cancel() { reader_->Cancel(); }
+
+  // PyEval_RestoreThread(saved), unless the interpreter is finalising: then
+  // the thread parks for good instead (see Next). Not noexcept, so the
+  // remaining race (finalisation beginning between the check and the
+  // restore) unwinds this thread the way CPython intends.
+  static void ReacquireGil(PyThreadState* saved) {
+    while (Finalizing()) {
+      std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    PyEval_RestoreThread(saved);
+  }
 
   // (canonical code name, message); ("OK", "") while streaming or after a
   // clean end.

@@ -44,11 +44,12 @@ from nearprep.errors import (  # noqa: E402
 from nearprep.batch import Batch, SampleParams, CropBox, bfloat16_to_float32  # noqa: E402
 from nearprep.stats import Stats  # noqa: E402
 from nearprep.client import Client, BatchStream  # noqa: E402
+from nearprep.dataset_info import DatasetInfo  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "BatchStream", "Batch", "SampleParams", "CropBox", "Stats",
+    "Client", "BatchStream", "DatasetInfo", "Batch", "SampleParams", "CropBox", "Stats",
     "bfloat16_to_float32", "NearprepError", "InvalidArgumentError",
     "DatasetNotFoundError", "ResourceExhaustedError", "DataLossError",
     "UnavailableError", "StubsMissingError",

@@ -29,16 +29,20 @@ Thread-safety: a Client may be shared by threads (gRPC channels are
 thread-safe); a BatchStream is consumed by one thread.
 """
 
+import atexit
 import collections
+import os
 import queue
 import threading
 import time
+import weakref
 
 import grpc
 
 from nearprep import _stubs
 from nearprep import transport as _transport
 from nearprep.batch import WireError
+from nearprep.dataset_info import DatasetInfo, DatasetList
 from nearprep.errors import (DataLossError, InvalidArgumentError, NearprepError,
                              UnavailableError, from_rpc_error)
 from nearprep.request import build_request, validate_request
@@ -49,6 +53,61 @@ _END = object()
 
 # gRPC's default minimum connect timeout (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS).
 _MIN_CONNECT_TIMEOUT_MS = 20000
+
+# Seconds close() (and interpreter exit) waits for cancelled reader threads.
+# A cancelled reader leaves within milliseconds (the call's cancel wakes a
+# blocked receive; the queue and backoff waits watch the cancel flag): the
+# bound only keeps a wedged thread from hanging the caller.
+_JOIN_TIMEOUT_S = 10.0
+
+# Every reader thread still running, process-wide (see _stop_all_readers).
+_live_runs = set()
+_live_lock = threading.Lock()
+
+
+def _join_runs(runs, timeout=_JOIN_TIMEOUT_S):
+    """Joins the threads of `runs` (already cancelled) within `timeout`
+    seconds in all, never the calling thread (a BatchStream collected by the
+    garbage collector inside one of its own readers). True when all ended."""
+    me = threading.current_thread()
+    deadline = time.monotonic() + timeout
+    ok = True
+    for r in runs:
+        t = r._thread
+        if t is me or not t.is_alive():
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        ok = ok and not t.is_alive()
+    return ok
+
+
+def _stop_all_readers():
+    """At interpreter exit: cancels and joins every reader thread still
+    running (a loop left without close(), or left by exiting). A reader is a
+    daemon thread; left inside the native module's receive when the
+    interpreter finalises, it would be killed as it takes the GIL back
+    (pthread_exit), which aborts a C++ frame ("terminate called without an
+    active exception")."""
+    with _live_lock:
+        # Not those a forked child inherited: their threads and calls belong
+        # to the parent (gRPC objects must not be used across fork()).
+        runs = [r for r in _live_runs if r._pid == os.getpid()]
+    for r in runs:
+        r.cancel()
+    _join_runs(runs)
+
+
+def _at_exit(fn):
+    """Runs `fn` when the interpreter exits: before threading joins its
+    non-daemon threads (and concurrent.futures its pools) when possible, so a
+    pool thread inside a call is cancelled rather than waited for."""
+    try:
+        threading._register_atexit(fn)   # Python >= 3.9; runs first
+    except (AttributeError, RuntimeError):
+        atexit.register(fn)
+
+
+_at_exit(_stop_all_readers)
 
 
 def _retryable(err):
@@ -201,6 +260,7 @@ class Client:
         self._channels = {}
         self._stats = Stats()
         self._closed = False
+        self._streams = weakref.WeakSet()   # live BatchStreams, closed by close()
         if _transport.want_native(native, self._creds is not None, channel_options):
             self._transport = _transport.NativeTransport(self, lock_memory=lock_memory)
         else:
@@ -234,9 +294,14 @@ class Client:
                 del self._channels[target]
 
     def close(self):
+        """Closes the streams still open (cancelled, their reader threads
+        joined) and the channels."""
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels.values()), {}
+            streams = list(self._streams)
+        for s in streams:
+            s.close()
         self._transport.close()
         for ch in channels:
             ch.close()
@@ -277,14 +342,16 @@ class Client:
         raise last
 
     def datasets(self, target=None):
-        """List of nearprep.v1.DatasetInfo (name, format, num_samples,
-        num_classes, class_names, num_refused)."""
+        """The served datasets: a list of nearprep.DatasetInfo (name, format,
+        num_samples, num_classes, class_names, num_refused, ... : every
+        field of nearprep.v1.DatasetInfo as an attribute, the message itself
+        as `.proto`), printed one line per dataset."""
         resp = self._unary("ListDatasets", self._pb2.ListDatasetsRequest(),
                            self._pb2.ListDatasetsResponse, target)
-        return list(resp.datasets)
+        return DatasetList(DatasetInfo(d) for d in resp.datasets)
 
     def dataset(self, name, target=None):
-        """The DatasetInfo called `name`; DatasetNotFoundError if none."""
+        """The nearprep.DatasetInfo called `name`; DatasetNotFoundError if none."""
         from nearprep.errors import DatasetNotFoundError
         for d in self.datasets(target):
             if d.name == name:
@@ -338,7 +405,10 @@ class Client:
             validate_request(req)
         else:
             req = build_request(self._pb2, dataset, **kwargs)
-        return BatchStream(self, req)
+        stream = BatchStream(self, req)
+        with self._lock:
+            self._streams.add(stream)
+        return stream
 
     def stats(self):
         """Stats over every stream of this client that has ended or been
@@ -348,27 +418,44 @@ class Client:
 
 class _ChunkRun:
     """Reads batches [start, start+count) (count None: to the end) of the
-    request into a queue, failing over between targets. One thread."""
+    request into a queue, failing over between targets. One thread.
+
+    The thread holds no reference to its BatchStream (only the client,
+    request, targets and stats), so a stream the caller drops is collected
+    and its __del__ stops the thread."""
 
     def __init__(self, stream, start, position, count, predicted):
-        self.stream = stream
+        self.client = stream.client
+        self.request = stream.request
+        self.targets = stream.targets
+        self.stats = stream.stats
         self.start = start
         self.position = position
         self.count = count
         self.predicted = predicted
         self.delivered = 0   # batches the consumer took
-        bound = stream.client.prefetch + 1
-        if count is not None and count + 1 <= stream.client.chunk_batches + 1:
+        bound = self.client.prefetch + 1
+        if count is not None and count + 1 <= self.client.chunk_batches + 1:
             bound = count + 1
         self.q = queue.Queue(maxsize=bound)
         self.cancelled = threading.Event()
         self._call = None
+        self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"nearprep-chunk-{start}")
-        self._thread.start()
+        with _live_lock:
+            _live_runs.add(self)
+        try:
+            self._thread.start()
+        except BaseException:
+            with _live_lock:
+                _live_runs.discard(self)
+            raise
 
     def cancel(self):
         self.cancelled.set()
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the call is the parent's
         call = self._call
         if call is not None:
             call.cancel()
@@ -396,9 +483,12 @@ class _ChunkRun:
             self._put(e if isinstance(e, NearprepError) else
                       NearprepError(f"reader thread failed: {type(e).__name__}: {e}",
                                     code="INTERNAL"))
+        finally:
+            with _live_lock:
+                _live_runs.discard(self)
 
     def _read(self):
-        s = self.stream
+        s = self
         client = s.client
         targets = s.targets
         next_b, pos = self.start, self.position
@@ -520,6 +610,7 @@ class BatchStream:
         self._done = False
         self._last_return = None
         self._merged = False
+        self._cancelled = []   # chunks cancelled early: close() joins them
 
     def __iter__(self):
         return self
@@ -531,16 +622,24 @@ class BatchStream:
         self.close()
 
     def __del__(self):
+        # Garbage collection (a loop left without close()): the same as
+        # close(); never raises, never joins the thread it runs in.
         try:
             self.close()
         except Exception:
             pass
 
     def close(self):
-        for c in self._chunks:
-            c.cancel()
+        """Cancels the server streams and waits (at most _JOIN_TIMEOUT_S) for
+        the reader threads to end, so none is left inside a receive call.
+        Safe to call again, from __del__, and from any thread."""
+        chunks = list(self._chunks) + self._cancelled
         self._chunks.clear()
+        self._cancelled = []
         self._done = True
+        for c in chunks:
+            c.cancel()
+        _join_runs(chunks)
         if not self._merged:
             self._merged = True
             self.client._stats.merge(self.stats)
@@ -568,10 +667,16 @@ class BatchStream:
             if count is None:
                 break
 
-    def _discard_from_head(self):
+    def _drop_chunks(self):
+        """Cancels every chunk in flight (joined by close())."""
+        self._cancelled = [c for c in self._cancelled if c._thread.is_alive()]
         for c in self._chunks:
             c.cancel()
+            self._cancelled.append(c)
         self._chunks.clear()
+
+    def _discard_from_head(self):
+        self._drop_chunks()
         self._next_assign = self._next_b
 
     def __next__(self):
@@ -611,9 +716,7 @@ class BatchStream:
                 self._chunks.popleft()
                 if ch.count is None or ch.delivered < ch.count:
                     self._done = True   # the shard ended inside this chunk
-                    for c in self._chunks:
-                        c.cancel()
-                    self._chunks.clear()
+                    self._drop_chunks()
                 continue
             if isinstance(item, BaseException):
                 if (self._chunked and ch.delivered == 0 and

@@ -54,11 +54,17 @@ Thread-safety: one FleetClient per trainer; iterate from one thread.
 """
 
 import concurrent.futures as _futures
+# Imported before this module registers its exit hook (below): threading
+# runs exit hooks last-registered first, so close_all_fleet_clients cancels
+# the requests in flight before concurrent.futures joins the pool threads.
+import concurrent.futures.thread  # noqa: F401
 import functools
 import hashlib
+import os
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -67,9 +73,26 @@ import numpy as np
 
 from nearprep import fleet_plan as fp
 from nearprep import transport as _transport
-from nearprep.client import Client
+from nearprep.client import Client, _at_exit
 from nearprep.errors import NearprepError, from_rpc_error
 from nearprep.request import build_request
+
+# FleetClients not yet closed, closed at interpreter exit.
+_live_clients = weakref.WeakSet()
+
+
+def _close_all_fleet_clients():
+    for fc in list(_live_clients):
+        if fc._pid != os.getpid():
+            continue  # inherited by a forked child: the parent's to close
+        try:
+            fc.close()
+        except Exception:  # noqa: BLE001 - exiting: close the others
+            pass
+
+
+_at_exit(_close_all_fleet_clients)
+
 _FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                    grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION,
                    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INTERNAL,
@@ -223,6 +246,8 @@ class FleetClient:
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
                       "kept_partial": 0, "waits": 0, "samples": 0}
+        self._pid = os.getpid()
+        _live_clients.add(self)
         for n in self._nodes.values():
             self._probe(n, check_mix=False)
         self._check_version_mix()
@@ -509,18 +534,29 @@ class FleetClient:
     def close(self):
         # Requests still in flight (prefetch) are cancelled and their
         # threads joined, so that none is inside a gRPC call when the
-        # process exits (a DataLoader worker's end).
+        # process exits (a DataLoader worker's end). Also run by __del__ and
+        # at interpreter exit; from a pool thread (garbage collection there)
+        # it cancels without joining itself.
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             calls = list(self._calls)
+        _live_clients.discard(self)
         for call in calls:
             call.cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        in_pool = threading.current_thread() in getattr(self._pool, "_threads", ())
+        self._pool.shutdown(wait=not in_pool, cancel_futures=True)
         self._transport.close()
         if self._own_client:
             self._client.close()
+
+    def __del__(self):
+        try:
+            if hasattr(self, "_pool"):
+                self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
 
     def __enter__(self):
         return self

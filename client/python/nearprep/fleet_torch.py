@@ -150,6 +150,8 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
                 self._received(item.epoch, item.batch, item.errors)
                 yield item.images, item.labels
             return
+        from nearprep.torch import _in_worker_exit_hook
+        _in_worker_exit_hook()  # the worker's exit waits for its queue feeders
         if not self._in_fleet_loader:
             raise RuntimeError(
                 "FleetIterableDataset with num_workers > 0: use "

@@ -12,6 +12,18 @@
         for images, labels in loader: ...
 
 The dataset yields whole batches, so give the DataLoader batch_size=None.
+set_epoch reaches the workers, persistent_workers=True included (shared
+memory read when a worker's iteration begins).
+
+Checkpoints: nearprep.torch.DataLoader(ds, num_workers=W, ...) (a DataLoader
+whose main process records each batch it hands over) makes ds.state_dict()
+exact; ds.load_state_dict(state) in a new process yields the batches that
+were left, same order, same bytes (with the same W):
+
+    loader = nearprep.torch.DataLoader(ds, num_workers=4, persistent_workers=True)
+    ds.load_state_dict(ckpt)               # or ds.set_epoch(epoch)
+    for images, labels in loader: ...
+    ckpt = ds.state_dict()
 
 uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
 
@@ -47,6 +59,7 @@ Thread-safety: each DataLoader worker owns its own Client and stream.
 """
 
 import warnings
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -236,9 +249,41 @@ def imagenet_eval(target, dataset, batch_size=32, *, size=224, resize_size=256,
                            **kw, **kwargs)
 
 
+# Shared-memory layout of IterableDataset._shared (int64 slots): the start
+# that set_epoch / load_state_dict set in the main process, read by every
+# worker when its iteration begins (persistent workers included).
+_S_EPOCH, _S_STATE_WORKERS, _S_ROTATION, _S_UNTRACKED, _S_STARTS = 0, 1, 2, 3, 4
+_MAX_STREAMS = 256          # (start_batch, start_position) pairs it holds
+_FRESH = -1                 # _S_STATE_WORKERS: every stream from its start
+
+
+class _Tagged(NamedTuple):
+    """What a worker of nearprep.torch.DataLoader hands the main process:
+    the item and where its stream stands after it."""
+    item: Any
+    stream: int
+    epoch: int
+    next_batch: int
+    next_position: int
+
+
 class IterableDataset(torch.utils.data.IterableDataset):
     """Yields (images, labels) torch tensors, or dicts with sample_ids,
-    batch_index and epoch too when return_batch=True."""
+    batch_index and epoch too when return_batch=True.
+
+    Epochs: set_epoch(e) before each epoch; it reaches DataLoader workers,
+    persistent ones included (through shared memory, read when a worker's
+    next iteration begins).
+
+    Checkpoints: state_dict() names the epoch and, per stream, the batch
+    after the last one the training loop received; load_state_dict(state)
+    makes the next iteration yield exactly the batches that were left, in
+    the same order and with the same bytes, in this or a new process.
+    Counting what was received needs the main process to see each batch:
+    iterate the dataset directly, through a DataLoader with num_workers=0,
+    or through nearprep.torch.DataLoader (any num_workers). A resumed state
+    needs the num_workers it was taken with (each worker serves its own
+    sub-shard; docs/python.md)."""
 
     def __init__(self, target, dataset, batch_size=32, *, epoch=0,
                  shard_index=None, num_shards=None, pin_memory=False,
@@ -248,13 +293,17 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if banned in batch_kwargs:
                 raise InvalidArgumentError(f"{banned}: pass it as a keyword of "
                                            "IterableDataset", field=banned)
+        for banned in ("start_batch", "start_position"):
+            if banned in batch_kwargs:
+                raise InvalidArgumentError(
+                    f"{banned}: not a keyword of IterableDataset (each worker has its own "
+                    "stream): resume with load_state_dict()", field=banned)
         if (shard_index is None) != (num_shards is None):
             raise InvalidArgumentError("shard_index: give shard_index and num_shards "
                                        "together", field="shard_index")
         self.target = target
         self.dataset = dataset
         self.batch_size = batch_size
-        self.epoch = epoch
         self.shard_index = shard_index
         self.num_shards = num_shards
         self.pin_memory = pin_memory
@@ -263,12 +312,123 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.batch_kwargs = batch_kwargs
         # Fail now on bad arguments, not inside a worker.
         from nearprep.client import Client
-        Client(target, **self.client_options).request(
-            dataset, batch_size=batch_size, epoch=epoch,
-            shard_index=shard_index or 0, num_shards=num_shards or 1, **batch_kwargs)
+        c = Client(target, **self.client_options)
+        try:
+            c.request(dataset, batch_size=batch_size, epoch=epoch,
+                      shard_index=shard_index or 0, num_shards=num_shards or 1,
+                      **batch_kwargs)
+        finally:
+            c.close()
+        # Shared with the workers: MAP_SHARED memory, inherited by forked
+        # workers and passed to spawned ones while they start.
+        import multiprocessing
+        self._shared = multiprocessing.RawArray("q", _S_STARTS + 2 * _MAX_STREAMS)
+        self._tagged = False      # set in nearprep.torch.DataLoader's workers
+        self._consumed = None     # what the main process received (a state)
+        self._set_start(epoch, None, 0, None)
+
+    # -- the start: epoch, per-stream positions ---------------------------------
+
+    def _set_start(self, epoch, workers, rotation, starts):
+        """workers None: every stream from the start of `epoch`; else the
+        num_workers (0: the main process) `starts` [(batch, position)] per
+        stream were taken with, stream `rotation` coming next."""
+        self.epoch = epoch
+        self._start = (epoch, workers, rotation, starts)
+        self._consumed = None
+        sh = self._shared
+        if sh is not None:
+            sh[_S_EPOCH] = epoch
+            sh[_S_ROTATION] = rotation
+            sh[_S_UNTRACKED] = 0
+            if starts is not None:
+                for k, (b, p) in enumerate(starts):
+                    sh[_S_STARTS + 2 * k], sh[_S_STARTS + 2 * k + 1] = b, p
+            sh[_S_STATE_WORKERS] = _FRESH if workers is None else workers
+
+    def _read_start(self):
+        """The start as the process iterating sees it (a worker: the shared
+        memory, which the main process may have changed since it started)."""
+        sh = self._shared
+        if sh is None or torch.utils.data.get_worker_info() is None:
+            return self._start
+        workers = int(sh[_S_STATE_WORKERS])
+        starts = None
+        if workers != _FRESH:
+            starts = [(int(sh[_S_STARTS + 2 * k]), int(sh[_S_STARTS + 2 * k + 1]))
+                      for k in range(max(1, workers))]
+        return (int(sh[_S_EPOCH]), None if workers == _FRESH else workers,
+                int(sh[_S_ROTATION]), starts)
 
     def set_epoch(self, epoch):
-        self.epoch = epoch
+        """The next iteration serves `epoch` from its start (every worker,
+        persistent ones included)."""
+        self._set_start(int(epoch), None, 0, None)
+
+    def state_dict(self):
+        """{"epoch", "num_workers", "rotation", "positions", "dataset",
+        "batch_size", "shard"}: where the training loop stands (see the
+        class docstring); JSON-serialisable."""
+        if self._shared is not None and self._shared[_S_UNTRACKED]:
+            raise RuntimeError(
+                "state_dict: this dataset was iterated by the workers of a plain "
+                "torch DataLoader, whose main process cannot tell which batches the "
+                "loop received; use nearprep.torch.DataLoader(ds, num_workers=...) or "
+                "num_workers=0")
+        epoch, workers, rotation, starts = self._consumed or self._start
+        return {"epoch": epoch, "num_workers": workers, "rotation": rotation,
+                "positions": None if starts is None else [list(s) for s in starts],
+                "dataset": self.dataset, "batch_size": self.batch_size,
+                "shard": list(self._rank_shard())}
+
+    def load_state_dict(self, state):
+        """Resumes at `state` (from state_dict(), possibly of another
+        process): the next iteration yields the batches that were left."""
+        want = {"dataset": self.dataset, "batch_size": self.batch_size,
+                "shard": list(self._rank_shard())}
+        for k, v in want.items():
+            if k in state and state[k] != v:
+                raise InvalidArgumentError(
+                    f"state: {k} {state[k]!r} differs from this dataset's {v!r}", field=k)
+        workers, positions = state.get("num_workers"), state.get("positions")
+        if workers is None or positions is None:
+            self._set_start(int(state["epoch"]), None, 0, None)
+            return
+        workers = int(workers)
+        if workers < 0 or len(positions) != max(1, workers) or workers > _MAX_STREAMS:
+            raise InvalidArgumentError(
+                f"state: {len(positions)} positions for num_workers={workers}",
+                field="positions")
+        self._set_start(int(state["epoch"]), workers, int(state.get("rotation", 0)),
+                        [(int(b), int(p)) for b, p in positions])
+
+    def __getstate__(self):
+        import multiprocessing.context
+        state = dict(self.__dict__)
+        if multiprocessing.context.get_spawning_popen() is None:
+            state["_shared"] = None  # shareable only with a process being started
+        return state
+
+    # -- recording (main process) -------------------------------------------------
+
+    def _received(self, epoch, workers, stream, next_batch, next_position):
+        """The main process got a batch of `stream`; the stream goes on at
+        (next_batch, next_position), the next stream in turn after it."""
+        c = self._consumed
+        if c is None or c[0] != epoch or c[1] != workers:
+            s_epoch, s_workers, s_rot, s_starts = self._start
+            starts = (list(s_starts) if s_starts is not None and s_workers == workers
+                      else [(0, 0)] * max(1, workers))
+            c = (epoch, workers, 0, starts)
+        starts = c[3]
+        starts[stream] = (next_batch, next_position)
+        self._consumed = (epoch, workers, (stream + 1) % max(1, workers), starts)
+
+    def _finished(self, epoch):
+        """The loop received the whole epoch: a state taken now starts the next."""
+        self._consumed = (epoch + 1, None, 0, None)
+
+    # -- iteration ------------------------------------------------------------------
 
     def _rank_shard(self):
         if self.shard_index is not None:
@@ -284,26 +444,184 @@ class IterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             return shard, shards
-        return worker_shard(shard, shards, info.id, info.num_workers)
+        _, _, rotation, _ = self._read_start()
+        return worker_shard(shard, shards, (info.id + rotation) % info.num_workers,
+                            info.num_workers)
 
     def __iter__(self):
         from nearprep.client import Client
-        shard, shards = self.shard_for_worker()
+        from nearprep.errors import NearprepError
+        info = torch.utils.data.get_worker_info()
+        workers = 0 if info is None else info.num_workers
+        epoch, state_workers, rotation, starts = self._read_start()
+        if state_workers is not None and state_workers != workers:
+            raise InvalidArgumentError(
+                f"num_workers: the loaded state was taken with num_workers={state_workers}, "
+                f"this iteration has {workers}; each worker serves its own sub-shard, so "
+                "resume with the same num_workers", field="num_workers")
+        stream_id = 0 if info is None else (info.id + rotation) % workers
+        if info is not None:
+            _in_worker_exit_hook()
+        if info is not None and not self._tagged and self._shared is not None:
+            self._shared[_S_UNTRACKED] = 1
+        shard, shards = self._rank_shard()
+        if info is not None:
+            shard, shards = worker_shard(shard, shards, stream_id, workers)
+        start_batch, start_position = (0, 0) if starts is None else starts[stream_id]
+        kwargs = dict(self.batch_kwargs)
+        if kwargs.get("max_batches") and start_batch > 0:
+            # max_batches counts from start_batch: what this stream had left.
+            kwargs["max_batches"] -= start_batch
+            if kwargs["max_batches"] <= 0:
+                if info is None:
+                    self._finished(epoch)
+                return
         client = Client(self.target, **self.client_options)
         pin = self.pin_memory and torch.cuda.is_available()
+        stream = client.batches(self.dataset, batch_size=self.batch_size, epoch=epoch,
+                                shard_index=shard, num_shards=shards,
+                                start_batch=start_batch, start_position=start_position,
+                                **kwargs)
         try:
-            for batch in client.batches(self.dataset, batch_size=self.batch_size,
-                                        epoch=self.epoch, shard_index=shard,
-                                        num_shards=shards, **self.batch_kwargs):
+            first = True
+            while True:
+                try:
+                    batch = next(stream)
+                except StopIteration:
+                    break
+                except NearprepError as e:
+                    if (first and start_batch > 0 and
+                            getattr(e, "code", "") in ("OUT_OF_RANGE", "INVALID_ARGUMENT") and
+                            getattr(e, "field", None) in ("start_batch", "start_position")):
+                        break  # resumed exactly at the end of this stream
+                    raise
+                first = False
                 images = to_torch(batch.images)
                 labels = to_torch(batch.labels)
                 if pin:
                     images, labels = images.pin_memory(), labels.pin_memory()
                 if self.return_batch:
-                    yield {"images": images, "labels": labels,
-                           "sample_ids": to_torch(batch.sample_ids.astype(np.int64)),
-                           "batch_index": batch.index, "epoch": batch.epoch}
+                    item = {"images": images, "labels": labels,
+                            "sample_ids": to_torch(batch.sample_ids.astype(np.int64)),
+                            "batch_index": batch.index, "epoch": batch.epoch}
                 else:
-                    yield images, labels
+                    item = (images, labels)
+                if info is None:
+                    self._received(epoch, 0, 0, batch.index + 1, batch.next_position)
+                    yield item
+                elif self._tagged:
+                    yield _Tagged(item, stream_id, epoch, batch.index + 1, batch.next_position)
+                else:
+                    yield item
+            if info is None:
+                self._finished(epoch)
         finally:
+            stream.close()
             client.close()
+
+
+_FEEDER_JOIN_S = 5.0
+_feeder_hook = False
+
+
+def _join_queue_feeders():
+    """At a DataLoader worker's exit (threading's exit hooks run after the
+    worker loop closed its data queue): waits, at most _FEEDER_JOIN_S in
+    all, for multiprocessing's queue feeder threads to finish sending the
+    batches they hold. torch cancels the join of that daemon thread, so a
+    worker stopped mid-epoch could finalise while the feeder was inside
+    torch's tensor sharing with the GIL released; taking it back then killed
+    the thread through a C++ frame: "terminate called without an active
+    exception", the worker killed by SIGABRT, and in the main process
+    "DataLoader worker (pid N) is killed by signal: Aborted" from the
+    iterator's __del__ (the pytest warning)."""
+    import threading
+    import time
+    deadline = time.monotonic() + _FEEDER_JOIN_S
+    for t in threading.enumerate():
+        if t.name == "QueueFeederThread" and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _in_worker_exit_hook():
+    global _feeder_hook
+    if not _feeder_hook:
+        _feeder_hook = True
+        from nearprep.client import _at_exit
+        _at_exit(_join_queue_feeders)
+
+
+class _WorkerInit:
+    """DataLoader's worker_init_fn (picklable: spawned workers unpickle it):
+    marks the worker's copy of the dataset, then runs the caller's."""
+
+    def __init__(self, user_init):
+        self.user_init = user_init
+
+    def __call__(self, worker_id):
+        torch.utils.data.get_worker_info().dataset._tagged = True
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+class DataLoader:
+    """torch.utils.data.DataLoader(dataset, batch_size=None, ...) over a
+    nearprep.torch.IterableDataset that records, in the main process, each
+    batch it hands over, so dataset.state_dict() names the batches after the
+    last one the loop received, never one a worker merely prefetched.
+    Workers start with multiprocessing_context="spawn" unless told
+    otherwise (gRPC does not survive fork() in a process that used it).
+    Other keywords go to the DataLoader (pin_memory, persistent_workers,
+    prefetch_factor, timeout, ...)."""
+
+    def __init__(self, dataset, num_workers=0, multiprocessing_context=None,
+                 worker_init_fn=None, **kw):
+        if not isinstance(dataset, IterableDataset):
+            raise InvalidArgumentError("dataset: must be a nearprep.torch.IterableDataset",
+                                       field="dataset")
+        for k in ("batch_size", "sampler", "batch_sampler", "collate_fn"):
+            if kw.get(k) is not None:
+                raise InvalidArgumentError(f"{k}: not supported: each item already is a batch",
+                                           field=k)
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise InvalidArgumentError(f"num_workers: must be an integer >= 0, got "
+                                       f"{num_workers!r}", field="num_workers")
+        if num_workers > _MAX_STREAMS:
+            raise InvalidArgumentError(f"num_workers: at most {_MAX_STREAMS}",
+                                       field="num_workers")
+        if num_workers > 0 and multiprocessing_context is None:
+            multiprocessing_context = "spawn"
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self._loader = torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=num_workers,
+            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+            worker_init_fn=_WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
+            **kw)
+
+    def __iter__(self):
+        ds = self.dataset
+        _, state_workers, _, _ = ds._start
+        if state_workers is not None and state_workers != self.num_workers:
+            raise InvalidArgumentError(
+                f"num_workers: the loaded state was taken with num_workers={state_workers}, "
+                f"this loader has {self.num_workers}; resume with the same num_workers",
+                field="num_workers")
+        if self.num_workers == 0:
+            yield from self._loader  # the dataset records as it yields
+            return
+        epoch = None
+        for t in self._loader:
+            epoch = t.epoch
+            ds._received(t.epoch, self.num_workers, t.stream, t.next_batch, t.next_position)
+            yield t.item
+        ds._finished(ds._start[0] if epoch is None else epoch)
+
+    def set_epoch(self, epoch):
+        self.dataset.set_epoch(epoch)
+
+    def state_dict(self):
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state):
+        self.dataset.load_state_dict(state)

@@ -1,0 +1,137 @@
+"""nearprep.torch.IterableDataset: set_epoch reaches persistent DataLoader
+workers, and state_dict() / load_state_dict() resume mid-epoch in a new
+process with exactly the batches that were left (issue 20, item 3)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="python3-torch not installed")
+
+import nearprep.torch as nt  # noqa: E402
+from nearprep.errors import InvalidArgumentError  # noqa: E402
+
+# Random-resized crops and flips: the augmentation draws depend on the epoch.
+KW = dict(batch_size=16, height=24, width=24, shuffle=True, seed=5, crop="random_resized",
+          flip_probability=0.5, dtype="uint8", return_batch=True)
+
+
+def _key(item):
+    return (item["epoch"], item["sample_ids"].tolist(),
+            hashlib.sha256(item["images"].numpy().tobytes()).hexdigest())
+
+
+def test_persistent_workers_follow_set_epoch(daemon):
+    ds = nt.IterableDataset(daemon.target, "sample", **KW)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         multiprocessing_context="spawn",
+                                         persistent_workers=True)
+    epochs, pids = [], set()
+    for e in range(3):
+        ds.set_epoch(e)
+        items = list(loader)
+        pids.add(tuple(w.pid for w in loader._iterator._workers))
+        assert {i["epoch"] for i in items} == {e}
+        ids = [s for i in items for s in i["sample_ids"].tolist()]
+        assert sorted(ids) == list(range(200))
+        pixels = {s: i["images"][k].numpy().tobytes()
+                  for i in items for k, s in enumerate(i["sample_ids"].tolist())}
+        epochs.append((ids, pixels))
+    assert len(pids) == 1  # the same two workers served all three epochs
+    for a in range(3):
+        for b in range(a + 1, 3):
+            assert epochs[a][0] != epochs[b][0], f"epochs {a} and {b}: same order"
+            same = sum(epochs[a][1][s] == epochs[b][1][s] for s in range(200))
+            assert same < 20, f"epochs {a} and {b}: {same} of 200 images augmented alike"
+    # A plain DataLoader's main process never saw which batches were consumed.
+    with pytest.raises(RuntimeError, match="nearprep.torch.DataLoader"):
+        ds.state_dict()
+    ds.set_epoch(3)
+    assert ds.state_dict()["epoch"] == 3
+    del loader
+
+
+_RESUME_CHILD = r"""
+import hashlib, json, sys
+import nearprep.torch as nt
+target, workers, state = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+kw = json.loads(sys.argv[4])
+ds = nt.IterableDataset(target, "sample", **kw)
+ds.load_state_dict(state)
+for item in nt.DataLoader(ds, num_workers=workers):
+    print(json.dumps([item["epoch"], item["sample_ids"].tolist(),
+                      hashlib.sha256(item["images"].numpy().tobytes()).hexdigest()]))
+print(json.dumps(ds.state_dict()))
+"""
+
+
+@pytest.mark.parametrize("workers, stop", [(2, 5), (0, 4)])
+def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
+    """Stopped after `stop` batches (an odd count with 2 workers: the next
+    batch is the second worker's), resumed by a new process: the remaining
+    batches exactly, in order, with the clean run's bytes."""
+    def dataset():
+        ds = nt.IterableDataset(daemon.target, "sample", **KW)
+        ds.set_epoch(1)
+        return ds
+
+    ds = dataset()
+    clean = [_key(i) for i in nt.DataLoader(ds, num_workers=workers)]
+    # 200 samples: 13 batches of 16 in one stream, 2 x 7 in two of 100.
+    assert len(clean) == (14 if workers else 13) and {k[0] for k in clean} == {1}
+    assert ds.state_dict()["epoch"] == 2 and ds.state_dict()["positions"] is None
+
+    ds = dataset()
+    first = []
+    for item in nt.DataLoader(ds, num_workers=workers):
+        first.append(_key(item))
+        if len(first) == stop:
+            break
+    state = ds.state_dict()
+    assert state["epoch"] == 1 and state["num_workers"] == workers
+    assert json.loads(json.dumps(state)) == state
+
+    kw = {k: v for k, v in KW.items()}
+    out = subprocess.run([sys.executable, "-c", _RESUME_CHILD, daemon.target, str(workers),
+                          json.dumps(state), json.dumps(kw)],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    rest = [tuple(json.loads(line)) for line in lines[:-1]]
+    assert first + rest == clean
+    assert json.loads(lines[-1])["epoch"] == 2  # the resumed run finished the epoch
+
+    # The state names its worker count: another one is refused, clearly.
+    ds = dataset()
+    ds.load_state_dict(state)
+    other = 0 if workers else 2
+    with pytest.raises(InvalidArgumentError, match="num_workers"):
+        next(iter(nt.DataLoader(ds, num_workers=other)))
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        nt.IterableDataset(daemon.target, "sample", **dict(KW, batch_size=8)).load_state_dict(state)
+
+
+def test_persistent_workers_resume_mid_epoch(daemon):
+    """nearprep.torch.DataLoader with persistent workers: stopped after 3
+    batches, load_state_dict(state_dict()) sends the same two workers on
+    from there (the start reaches them through shared memory)."""
+    ds = nt.IterableDataset(daemon.target, "sample", **KW)
+    loader = nt.DataLoader(ds, num_workers=2, persistent_workers=True)
+    ds.set_epoch(1)
+    clean = [_key(i) for i in loader]
+    pids = [w.pid for w in loader._loader._iterator._workers]
+    ds.set_epoch(1)
+    first = []
+    for item in loader:
+        first.append(_key(item))
+        if len(first) == 3:
+            break
+    ds.load_state_dict(ds.state_dict())
+    rest = [_key(i) for i in loader]
+    assert first + rest == clean
+    assert [w.pid for w in loader._loader._iterator._workers] == pids
+    assert ds.state_dict()["epoch"] == 2
