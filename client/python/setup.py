@@ -114,6 +114,9 @@ class BuildNative(build_ext):
                 if os.path.exists(marker):
                     os.remove(marker)
                 return
+        for stale in os.listdir(out_dir):  # from an earlier build in this tree
+            if stale.startswith("_native.") and stale.endswith(".so"):
+                os.remove(os.path.join(out_dir, stale))
         if mode == "1":
             sys.exit(f"nearprep: the native receive module nearprep._native was not built: "
                      f"{reason}")
