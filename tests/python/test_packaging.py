@@ -138,3 +138,17 @@ def test_installed_wheel_streams_a_batch_natively(daemon, monkeypatch):
     assert b.images.shape == (8, 16, 16, 3) and len(b.labels) == 8
     assert b.images.dtype.name == "float32"
     assert len(set(int(s) for s in b.sample_ids)) == 8
+
+
+def test_stub_cache_is_per_protobuf_runtime(monkeypatch):
+    """Stubs generated into ~/.cache for one protobuf runtime (a venv's 7.x)
+    must not be loaded by another (Debian's 3.21): one folder per runtime."""
+    import google.protobuf
+    from nearprep import _stubs
+    if not os.path.exists(_stubs.SOURCE_PROTO):
+        pytest.skip("the stub cache is used from a source checkout only")
+    monkeypatch.setattr(google.protobuf, "__version__", "3.21.12")
+    debian = _stubs._cache_dir()
+    monkeypatch.setattr(google.protobuf, "__version__", "7.36.2")
+    pypi = _stubs._cache_dir()
+    assert debian != pypi
