@@ -152,3 +152,27 @@ def test_stub_cache_is_per_protobuf_runtime(monkeypatch):
     monkeypatch.setattr(google.protobuf, "__version__", "7.36.2")
     pypi = _stubs._cache_dir()
     assert debian != pypi
+
+
+@pytest.mark.skipif(not INSTALLED, reason="checks an installed wheel (NEARPREP_TEST_INSTALLED=1)")
+def test_native_module_beside_tensorflow(daemon):
+    """TensorFlow's wheel bundles its own protobuf/gRPC/Abseil; the native
+    module links the system's. Both in one process (TF imported first, as a
+    TF user does) must still stream."""
+    import importlib.util
+    import subprocess
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed in this environment")
+    code = (
+        "import tensorflow as tf, nearprep\n"
+        "from nearprep import transport as tr\n"
+        f"c = nearprep.Client({daemon.target!r}, native=True)\n"
+        "assert isinstance(c._transport, tr.NativeTransport)\n"
+        "b = next(iter(c.batches('sample', batch_size=4, max_batches=1, height=8, width=8)))\n"
+        "t = tf.constant(b.images)\n"
+        "assert t.shape == (4, 8, 8, 3), t.shape\n"
+        "print('ok', tf.__version__)\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, cwd="/")
+    assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
