@@ -72,7 +72,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.nearprep-stamp" 2>/dev/null)"
        grpcio protobuf numpy zstandard "${EXTRA[@]}" ||
      ! pip_net download -q -d "$WHEELHOUSE" -c "$BUILD_CONSTRAINTS" \
        setuptools wheel grpcio-tools pybind11; then
-    rm -rf "$VENV"
+    rm -rf "$VENV" "$WHEELHOUSE"
     die "could not download the pinned packages from PyPI (${PIP_INDEX_URL:-https://pypi.org/simple}):
   is PyPI reachable from this machine (proxy: HTTPS_PROXY, index: PIP_INDEX_URL)?
   Do the pins in client/python/constraints.txt and build-constraints.txt exist for $("$PY" -V)?"
