@@ -7,7 +7,9 @@
 # streamed as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# The demo needs no PyPI: the Python test venv (tensorflow-cpu, ...) is for
+# scripts/test.sh (NEARPREP_SKIP_VENV=0 makes it here too).
+NEARPREP_SKIP_VENV="${NEARPREP_SKIP_VENV:-1}" scripts/setup.sh
 BUILD_DIR="${NEARPREP_BUILD_DIR:-build}"
 NEARPREP="$BUILD_DIR/client/cpp/nearprep"
 NEARPREPD="$BUILD_DIR/server/daemon/nearprepd"

@@ -3,6 +3,9 @@
 # then configures and builds everything into ./build.
 #   scripts/setup.sh            install + configure + build
 #   NEARPREP_SKIP_APT=1 ...     skip apt-get (packages already there)
+#   NEARPREP_SKIP_VENV=1 ...    skip the Python test venv (<build>/venv, from
+#                               PyPI: scripts/python_venv.sh); its ctest
+#                               entries are then not registered
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +23,7 @@ PACKAGES=(
   clang
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-torch python3-yaml
   python3-kubernetes
-  python3-dev pybind11-dev python3-pybind11
+  python3-dev pybind11-dev python3-pybind11 python3-venv
   python3-pil python3-torchvision python3-zstandard
 )
 
@@ -40,3 +43,14 @@ BUILD_DIR="${NEARPREP_BUILD_DIR:-build}"
 JOBS="${NEARPREP_JOBS:-$(nproc)}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${NEARPREP_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j"$JOBS"
+
+# The Python test venv (PyPI: nearprep's wheel, numpy 2, protobuf, grpcio,
+# pytest, tensorflow-cpu; pinned by client/python/constraints.txt). Its ctest
+# entries (tests/python/CMakeLists.txt) are registered when it exists at
+# configure time: configure again the first time.
+if [ "${NEARPREP_SKIP_VENV:-0}" != "1" ]; then
+  NEARPREP_BUILD_DIR="$BUILD_DIR" scripts/python_venv.sh
+  if ! grep -qs python_client_venv "$BUILD_DIR/tests/python/CTestTestfile.cmake"; then
+    cmake -S . -B "$BUILD_DIR" > /dev/null
+  fi
+fi

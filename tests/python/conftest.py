@@ -6,7 +6,9 @@ missing. The real images: ../shared/datasets/imagenet-sample-200 beside the
 checkout (or $NEARPREP_SAMPLE_DATASET); tests that need them skip otherwise.
 
 Generated stubs: found through PYTHONPATH / $NEARPREP_PROTO_PATH (ctest sets
-both), else generated once into a cache folder by nearprep._stubs.
+both), else generated once into a cache folder by nearprep._stubs. With
+NEARPREP_TEST_INSTALLED=1 the installed nearprep package (and its stubs) is
+tested instead of client/python.
 """
 
 import glob
@@ -20,7 +22,11 @@ import time
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+# The source tree's client first, unless the run tests an installed nearprep
+# (NEARPREP_TEST_INSTALLED=1: the venv entries of tests/python/CMakeLists.txt,
+# which must import the wheel pip installed, not client/python).
+if os.environ.get("NEARPREP_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 SAMPLE_DIR = os.environ.get("NEARPREP_SAMPLE_DATASET") or os.path.normpath(
     os.path.join(ROOT, "..", "shared", "datasets", "imagenet-sample-200"))

@@ -48,9 +48,43 @@ from nearprep.dataset_info import DatasetInfo  # noqa: E402
 
 __version__ = "0.1.0"
 
+
+def native_available():
+    """True when nearprep._native, the native receive module, imports (pip
+    builds it when the system has gRPC C++; the CMake build writes it to
+    <build>/python/nearprep). False means the client receives through grpcio;
+    native_missing_reason() says why."""
+    from nearprep import transport as _transport
+    return _transport.load_native() is not None
+
+
+def native_missing_reason():
+    """Why nearprep._native is missing: the reason pip's build recorded in
+    NATIVE_MISSING.txt, or a generic line; None when it is available."""
+    if native_available():
+        return None
+    try:
+        with open(_os.path.join(_os.path.dirname(__file__), "NATIVE_MISSING.txt")) as f:
+            return f.read().strip()
+    except OSError:
+        return "nearprep._native is not built (not in this package nor on NEARPREP_PROTO_PATH)"
+
+
+def _warn_native_missing():
+    # pip hides a successful build's output: a wheel built without the native
+    # module (setup.py writes NATIVE_MISSING.txt) says so here instead.
+    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "NATIVE_MISSING.txt")):
+        import warnings
+        warnings.warn(native_missing_reason() + " -- the client receives through grpcio; "
+                      "see docs/python.md", RuntimeWarning, stacklevel=2)
+
+
+_warn_native_missing()
+
 __all__ = [
     "Client", "BatchStream", "DatasetInfo", "Batch", "SampleParams", "CropBox", "Stats",
     "bfloat16_to_float32", "NearprepError", "InvalidArgumentError",
     "DatasetNotFoundError", "ResourceExhaustedError", "DataLossError",
-    "UnavailableError", "StubsMissingError",
+    "UnavailableError", "StubsMissingError", "native_available",
+    "native_missing_reason",
 ]

@@ -56,7 +56,15 @@ def _cache_dir():
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "nearprep", f"stubs-{digest}")
+    # One folder per protobuf runtime too: stubs that grpcio-tools made for a
+    # venv's protobuf 7 do not load under Debian's protobuf 3.21, and the
+    # reverse is not guaranteed either.
+    try:
+        import google.protobuf
+        runtime = google.protobuf.__version__
+    except ImportError:
+        runtime = "none"
+    return os.path.join(base, "nearprep", f"stubs-{digest}-protobuf{runtime}")
 
 
 def _try_import():

@@ -28,6 +28,7 @@ a call object is iterated by one thread, cancel() from any.
 """
 
 import os
+import sys
 import threading
 
 import grpc
@@ -38,12 +39,42 @@ from nearprep.errors import InvalidArgumentError
 _STREAM_METHOD = "/nearprep.v1.Preprocessor/StreamBatches"
 
 
+def _deepbind_flags():
+    """dlopen flags for importing nearprep._native, or None to keep the
+    defaults. RTLD_DEEPBIND: the module and the system gRPC C++ / protobuf /
+    Abseil libraries it loads bind to one another first, not to same-named
+    symbols that TensorFlow exported globally (TF loads its own copies with
+    RTLD_GLOBAL; with `import tensorflow` before the first native stream, the
+    stream crashed with SIGSEGV). Not under a sanitizer runtime (it refuses
+    DEEPBIND) nor with NEARPREP_NATIVE_DEEPBIND=0."""
+    if not hasattr(os, "RTLD_DEEPBIND") or "nearprep._native" in sys.modules:
+        return None
+    if os.environ.get("NEARPREP_NATIVE_DEEPBIND", "1") == "0":
+        return None
+    try:
+        with open("/proc/self/maps") as f:
+            if any("libasan" in line or "libtsan" in line for line in f):
+                return None
+    except OSError:
+        pass
+    return sys.getdlopenflags() | os.RTLD_DEEPBIND
+
+
 def load_native():
     """The nearprep._native module, or None when it is not built."""
+    flags = _deepbind_flags()
+    if flags is not None:
+        # Process-wide until restored: an extension another thread imports
+        # meanwhile gets DEEPBIND too (harmless for self-contained modules).
+        old = sys.getdlopenflags()
+        sys.setdlopenflags(flags)
     try:
         from nearprep import _native
     except ImportError:
         return None
+    finally:
+        if flags is not None:
+            sys.setdlopenflags(old)
     return _native
 
 
