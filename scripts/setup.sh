@@ -50,7 +50,7 @@ cmake --build "$BUILD_DIR" -j"$JOBS"
 # configure time: configure again the first time.
 if [ "${NEARPREP_SKIP_VENV:-0}" != "1" ]; then
   NEARPREP_BUILD_DIR="$BUILD_DIR" scripts/python_venv.sh
-  if ! grep -qs python_client_venv "$BUILD_DIR/tests/python/CTestTestfile.cmake"; then
+  if ! grep -qs python_venv_ "$BUILD_DIR/tests/python/CTestTestfile.cmake"; then
     cmake -S . -B "$BUILD_DIR" > /dev/null
   fi
 fi
