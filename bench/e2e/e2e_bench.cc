@@ -196,6 +196,22 @@ absl::StatusOr<Measure> RunEndToEnd(const Config& c, int port, v1::DType dtype) 
   return best;
 }
 
+// The in-process twin of WireRequest.
+StreamRequest InProcessRequest(const Config& c, const Dataset& dataset,
+                               v1::DType dtype, int epoch) {
+  StreamRequest r;
+  r.context.dataset = &dataset;
+  r.batch_size = static_cast<uint32_t>(c.batch_size);
+  r.context.seed = 1234;
+  r.context.epoch = static_cast<uint64_t>(epoch);
+  r.shuffle = c.shuffle;
+  r.context.spec.height = c.height;
+  r.context.spec.width = c.width;
+  r.context.output.dtype =
+      dtype == v1::DTYPE_UINT8 ? DType::kUint8 : DType::kFloat32;
+  return r;
+}
+
 absl::StatusOr<Measure> RunInProcess(const Config& c, const Dataset& dataset,
                                      int workers, v1::DType dtype) {
   PipelineOptions po;
@@ -204,16 +220,7 @@ absl::StatusOr<Measure> RunInProcess(const Config& c, const Dataset& dataset,
   Pipeline pipeline(po, std::make_shared<CpuBackend>());
   Measure best;
   for (int e = 0; e <= c.epochs; ++e) {
-    StreamRequest r;
-    r.context.dataset = &dataset;
-    r.batch_size = static_cast<uint32_t>(c.batch_size);
-    r.context.seed = 1234;
-    r.context.epoch = static_cast<uint64_t>(e);
-    r.shuffle = c.shuffle;
-    r.context.spec.height = c.height;
-    r.context.spec.width = c.width;
-    r.context.output.dtype =
-        dtype == v1::DTYPE_UINT8 ? DType::kUint8 : DType::kFloat32;
+    const StreamRequest r = InProcessRequest(c, dataset, dtype, e);
     absl::StatusOr<std::unique_ptr<BatchStream>> stream = pipeline.OpenStream(r);
     if (!stream.ok()) return stream.status();
     uint64_t images = 0, bytes = 0;
@@ -270,15 +277,7 @@ absl::StatusOr<double> InProcessFirstBatch(const Config& c, const Dataset& datas
   Pipeline pipeline(po, std::make_shared<CpuBackend>());
   std::vector<double> t;
   for (int e = 0; e <= c.streams; ++e) {
-    StreamRequest r;
-    r.context.dataset = &dataset;
-    r.batch_size = static_cast<uint32_t>(c.batch_size);
-    r.context.seed = 1234;
-    r.context.epoch = static_cast<uint64_t>(e);
-    r.shuffle = c.shuffle;
-    r.context.spec.height = c.height;
-    r.context.spec.width = c.width;
-    r.context.output.dtype = DType::kFloat32;
+    const StreamRequest r = InProcessRequest(c, dataset, v1::DTYPE_FLOAT32, e);
     const Clock::time_point t0 = Clock::now();
     absl::StatusOr<std::unique_ptr<BatchStream>> stream = pipeline.OpenStream(r);
     if (!stream.ok()) return stream.status();

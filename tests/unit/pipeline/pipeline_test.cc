@@ -178,6 +178,17 @@ class PipelineTest : public ::testing::Test {
   }
 
   std::unique_ptr<Dataset> ds_;
+  // Waits (at most 5 s) until the backend has processed `n` samples since
+  // `before`, then 30 ms more so that one too many would be seen; returns
+  // the count.
+  uint64_t WaitForProcessed(uint64_t before, uint64_t n) {
+    for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return backend_->processed() - before;
+  }
+
   std::shared_ptr<FakeBackend> backend_;
 };
 
@@ -543,13 +554,7 @@ TEST_F(PipelineTest, MemoryLimitBoundsPrefetch) {
   ASSERT_TRUE(s.ok());
   // Waits until `n` samples are processed, then 30 ms more, so that one
   // too many is seen.
-  auto wait_for = [&](uint64_t n) {
-    for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    return backend_->processed() - before;
-  };
+  auto wait_for = [&](uint64_t n) { return WaitForProcessed(before, n); };
   // The first batch alone is produced until the consumer takes it...
   EXPECT_EQ(wait_for(8), 8u);
   auto b = (*s)->NextBlocking();
@@ -579,13 +584,7 @@ TEST_F(PipelineTest, TakenBatchesCountUntilReleased) {
   ASSERT_TRUE(s.ok());
   // Waits until `n` samples are processed, then 30 ms more, so that one
   // too many is seen.
-  auto wait_for = [&](uint64_t n) {
-    for (int i = 0; i < 2500 && backend_->processed() - before < n; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    return backend_->processed() - before;
-  };
+  auto wait_for = [&](uint64_t n) { return WaitForProcessed(before, n); };
   // The first batch alone until it is released.
   EXPECT_EQ(wait_for(8), 8u);
   auto b0 = (*s)->NextBlocking();
