@@ -109,17 +109,18 @@ void Region::ProcessEnded() {
 
 std::string Region::Join() {
   if (!joined_) {
-    bool waiting = false;
     {
+      // Under live_mu_: the last process's Unblock() for the creator must
+      // come after this Block() (else the creator stays counted as blocked
+      // while it runs, and a later count of zero is no deadlock). Block()
+      // may declare a deadlock: the processes all wait on streams only the
+      // creator could feed. (Lock order: live_mu_, then the root's mu_.)
       std::lock_guard<std::mutex> g(live_mu_);
       if (live_ > 0) {
         creator_waiting_ = true;
-        waiting = true;
+        root_->Block(name_);
       }
     }
-    // Outside live_mu_: Block() may declare a deadlock (the processes all
-    // wait on streams only the creator could feed).
-    if (waiting) root_->Block(name_);
     for (std::thread& t : threads_) t.join();
     joined_ = true;
   }
@@ -164,6 +165,11 @@ void Region::Declare(const std::string& report) {
 void Region::Wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                   const std::function<bool()>& ready, const char* stream, const char* op,
                   Waiter* waiter) {
+  // The condition may have come true while the caller had released `lock`
+  // (hls::stream_of_blocks::Acquire sends its deferred wakes unlocked): the
+  // other side's Waiter::Ready() then found nothing to mark, so counting this
+  // process as blocked now would lower the count below the truth.
+  if (ready()) return;
   using Clock = std::chrono::steady_clock;
   Region* root = root_;
   const Clock::time_point start = Clock::now();

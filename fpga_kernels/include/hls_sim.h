@@ -102,8 +102,8 @@ class Region {
 
   std::string report();
 
-  // Blocks on `ready` (false on entry, checked under `lock`) with deadlock
-  // detection; `waiter` is the stream side's mark.
+  // Blocks on `ready` (checked under `lock`; returns at once if true) with
+  // deadlock detection; `waiter` is the stream side's mark.
   void Wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
             const std::function<bool()>& ready, const char* stream, const char* op,
             Waiter* waiter);

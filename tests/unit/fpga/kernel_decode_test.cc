@@ -185,8 +185,8 @@ TEST(FpgaKernelDecodeTest, GarbageNeverCrashes) {
 // The kernel's decode region (DecodeToRgb, a nested DATAFLOW region) between
 // neighbours that stall for longer than the old 2 s grace period, as the
 // kernel's BurstRead / CropResize do when a loaded machine starves their
-// threads: the feeder pauses halfway through the JPEG bytes, the consumer
-// halfway through the pixels. Every decode process waits on a stream fed or
+// threads: the feeder pauses a quarter into the JPEG bytes, the consumer
+// three quarters into the pixels. Every decode process waits on a stream fed or
 // drained by a neighbour that is merely slow: no deadlock. The old detector
 // (all processes of the decode region blocked for 2 s of wall clock)
 // declared one in 'decode_to_rgb' and aborted, as nearprepd did on this image
@@ -218,7 +218,7 @@ TEST(FpgaKernelDecodeTest, StalledNeighboursOfTheDecodeRegionAreNoDeadlock) {
   std::string report;
   {
     hls_sim::Region region("stalled_neighbours");
-    region.Spawn([&] {  // BurstRead, starved halfway through the bytes
+    region.Spawn([&] {  // BurstRead, starved a quarter into the bytes
       ImageJob j = ImageJob();
       j.status = nearprep_fpga::kStatusOk;
       j.jpeg_size = static_cast<uint32_t>(jpeg.size());
@@ -226,18 +226,18 @@ TEST(FpgaKernelDecodeTest, StalledNeighboursOfTheDecodeRegionAreNoDeadlock) {
       j.max_values = kLimit;
       j_header.write(j);
       for (size_t i = 0; i < jpeg.size(); ++i) {
-        if (i == jpeg.size() / 2) stall();
+        if (i == jpeg.size() / 4) stall();
         jpeg_bytes.write(jpeg[i]);
       }
     });
     region.Spawn(
         [&] { nearprep_fpga::DecodeToRgb(1, j_header, jpeg_bytes, j_done, rgb, huff, idct); });
-    region.Spawn([&] {  // CropResize, starved halfway through the pixels
+    region.Spawn([&] {  // CropResize, starved three quarters into the pixels
       done = j_done.read();
       if (done.status != nearprep_fpga::kStatusOk) return;
       const size_t n = static_cast<size_t>(done.height) * done.width;
       for (size_t i = 0; i < n; ++i) {
-        if (i == n / 2) stall();
+        if (i == n / 4 * 3) stall();
         const nearprep_fpga::Rgb px = rgb.read();
         for (int c = 0; c < 3; ++c) got.push_back(px.c[c]);
       }
@@ -249,7 +249,7 @@ TEST(FpgaKernelDecodeTest, StalledNeighboursOfTheDecodeRegionAreNoDeadlock) {
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(report, "");
-  EXPECT_GE(s, 5.0);  // both stalls really happened
+  EXPECT_GE(s, 2.5);  // the stalls really happened (they may overlap)
   ASSERT_EQ(done.status, nearprep_fpga::kStatusOk);
   EXPECT_EQ(huff_verdict, nearprep_fpga::kStatusOk);
   EXPECT_EQ(idct_verdict, nearprep_fpga::kStatusOk);
