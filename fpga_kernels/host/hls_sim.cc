@@ -65,13 +65,24 @@ int64_t TimeoutMs() {
   static const int64_t ms = [] {
     const char* e = std::getenv("NEARPREP_HLS_SIM_TIMEOUT_MS");
     const long long v = e != nullptr ? std::atoll(e) : 0;
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{120000};
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{0};
   }();
   return ms;
 }
 
+Region::Region(const char* name) : name_(name) {
+  Region* enclosing = CurrentRegion();
+  // Nested: the creating thread is a process of the enclosing region, already
+  // counted as runnable at the root.
+  root_ = enclosing != nullptr ? enclosing->root_ : this;
+}
+
 void Region::Spawn(std::function<void()> process) {
-  live_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> g(live_mu_);
+    ++live_;
+  }
+  root_->Unblock();  // the new process can run
   threads_.emplace_back([this, process = std::move(process)] {
     CurrentRegion() = this;
     try {
@@ -80,18 +91,45 @@ void Region::Spawn(std::function<void()> process) {
       Declare(d.report);
     }
     SendDeferredWakes();
-    live_.fetch_sub(1);
+    ProcessEnded();
     CurrentRegion() = nullptr;
   });
 }
 
+void Region::ProcessEnded() {
+  {
+    std::lock_guard<std::mutex> g(live_mu_);
+    if (--live_ == 0 && creator_waiting_) {
+      creator_waiting_ = false;
+      root_->Unblock();  // Join() can return: before this process leaves the count
+    }
+  }
+  root_->Block(name_);
+}
+
 std::string Region::Join() {
   if (!joined_) {
+    {
+      // Under live_mu_: the last process's Unblock() for the creator must
+      // come after this Block() (else the creator stays counted as blocked
+      // while it runs, and a later count of zero is no deadlock). Block()
+      // may declare a deadlock: the processes all wait on streams only the
+      // creator could feed. (Lock order: live_mu_, then the root's mu_.)
+      std::lock_guard<std::mutex> g(live_mu_);
+      if (live_ > 0) {
+        creator_waiting_ = true;
+        root_->Block(name_);
+      }
+    }
     for (std::thread& t : threads_) t.join();
     joined_ = true;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  return report_;
+  return report();
+}
+
+std::string Region::report() {
+  std::lock_guard<std::mutex> lock(root_->mu_);
+  return root_->report_;
 }
 
 std::string Region::Waits() {
@@ -101,61 +139,79 @@ std::string Region::Waits() {
   return out;
 }
 
-void Region::Declare(const std::string& report) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (report_.empty()) report_ = report;
+void Region::Block(const char* where) {
+  // Root only. Zero runnable: every live process waits on a condition that
+  // only another (equally blocked) process could make true.
+  if (runnable_.fetch_sub(1) == 1 && !aborted_.load()) {
+    size_t n;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      n = waits_.size();
+    }
+    Declare(std::string("DEADLOCK in dataflow region '") + where + "': all " +
+            std::to_string(n) + " live processes blocked: " + Waits());
   }
-  aborted_.store(true);
+}
+
+void Region::Declare(const std::string& report) {
+  Region* root = root_;
+  {
+    std::lock_guard<std::mutex> lock(root->mu_);
+    if (root->report_.empty()) root->report_ = report;
+  }
+  root->aborted_.store(true);
 }
 
 void Region::Wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                  const std::function<bool()>& ready, const char* stream, const char* op) {
+                  const std::function<bool()>& ready, const char* stream, const char* op,
+                  Waiter* waiter) {
+  // The condition may have come true while the caller had released `lock`
+  // (hls::stream_of_blocks::Acquire sends its deferred wakes unlocked): the
+  // other side's Waiter::Ready() then found nothing to mark, so counting this
+  // process as blocked now would lower the count below the truth.
+  if (ready()) return;
   using Clock = std::chrono::steady_clock;
+  Region* root = root_;
   const Clock::time_point start = Clock::now();
-  Clock::time_point all_blocked_since = Clock::time_point::min();
   const std::string what = std::string("'") + stream + "' " + op;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    waits_.push_back(what);
+    std::lock_guard<std::mutex> g(root->mu_);
+    root->waits_.push_back(what);
   }
   struct Unregister {
-    Region* r;
+    Region* root;
     const std::string& what;
     ~Unregister() {
-      std::lock_guard<std::mutex> g(r->mu_);
-      for (size_t i = 0; i < r->waits_.size(); ++i) {
-        if (r->waits_[i] == what) {
-          r->waits_.erase(r->waits_.begin() + static_cast<std::ptrdiff_t>(i));
+      std::lock_guard<std::mutex> g(root->mu_);
+      for (size_t i = 0; i < root->waits_.size(); ++i) {
+        if (root->waits_[i] == what) {
+          root->waits_.erase(root->waits_.begin() + static_cast<std::ptrdiff_t>(i));
           break;
         }
       }
     }
-  } unregister{this, what};
-  blocked_.fetch_add(1);
+  } unregister{root, what};
+  // Under the stream's lock, with the condition false: the other side's
+  // next operation on this stream marks this process ready (Waiter::Ready).
+  waiter->root = root;
+  waiter->counted = true;
+  root->Block(name_);
   while (!ready()) {
-    if (aborted_.load()) {
-      blocked_.fetch_sub(1);
+    if (root->aborted_.load()) {
+      waiter->Ready();  // keep the count balanced; the process ends
       throw Deadlock{std::string()};
     }
+    // The poll bounds the latency of a deferred wake (hls::stream); it plays
+    // no part in deadlock detection.
     cv.wait_for(lock, std::chrono::milliseconds(20));
-    if (ready()) break;
-    const Clock::time_point now = Clock::now();
-    if (blocked_.load() == live_.load()) {
-      if (all_blocked_since == Clock::time_point::min()) all_blocked_since = now;
-      if (now - all_blocked_since > std::chrono::milliseconds(kStallGraceMs)) {
-        Declare(std::string("DEADLOCK in dataflow region '") + name_ + "': all " +
-                std::to_string(live_.load()) + " live processes blocked: " + Waits());
-      }
-    } else {
-      all_blocked_since = Clock::time_point::min();
-    }
-    if (now - start > std::chrono::milliseconds(TimeoutMs())) {
+    if (TimeoutMs() > 0 && !ready() &&
+        Clock::now() - start > std::chrono::milliseconds(TimeoutMs())) {
       Declare(std::string("DEADLOCK (timeout) in dataflow region '") + name_ + "': stream '" +
-              stream + "' " + op + " blocked for " + std::to_string(TimeoutMs()) + " ms");
+              stream + "' " + op + " blocked for " + std::to_string(TimeoutMs()) +
+              " ms (NEARPREP_HLS_SIM_TIMEOUT_MS)");
     }
   }
-  blocked_.fetch_sub(1);
+  waiter->Ready();  // normally done by the other side already
 }
 
 }  // namespace hls_sim

@@ -51,17 +51,18 @@ inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }
   ::hls_sim::AddWork(stage, iterations, loop_entries)
 
 // A DATAFLOW region: each NEARPREP_PROCESS on its own thread; the END joins
-// them and aborts with the report if the network deadlocked (a kernel that
-// hangs in hardware must not pass C simulation).
+// them and throws hls_sim::Deadlock with the report if the network
+// deadlocked (a kernel that hangs in hardware must not pass C simulation).
+// The exception leaves the kernel's top function: the caller (a test, or
+// nearprepd's simulation hook, which turns it into a failed run and so a
+// CPU fallback) decides; a nested region's END throws into its process,
+// which ends the enclosing region the same way.
 #define NEARPREP_DATAFLOW_BEGIN(name) ::hls_sim::Region nearprep_region_(name);
 #define NEARPREP_PROCESS(...) nearprep_region_.Spawn([&] { __VA_ARGS__; })
 #define NEARPREP_DATAFLOW_END()                                        \
   do {                                                                 \
     const std::string nearprep_report_ = nearprep_region_.Join();      \
-    if (!nearprep_report_.empty()) {                                   \
-      std::fprintf(stderr, "%s\n", nearprep_report_.c_str());          \
-      std::abort();                                                    \
-    }                                                                  \
+    if (!nearprep_report_.empty()) throw ::hls_sim::Deadlock{nearprep_report_}; \
   } while (0)
 
 // ap_uint<N> / ap_int<N> stand-ins for N <= 64: value kept in the smallest

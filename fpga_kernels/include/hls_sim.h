@@ -5,16 +5,27 @@
 //    depth the synthesised FIFO gets): write() blocks while it is full,
 //    read() blocks while it is empty, exactly as the hardware handshake does.
 //  - hls_sim::Region runs each dataflow process on its own thread
-//    (NEARPREP_PROCESS in hls_compat.h) and joins them. When every live
-//    process of the region has been blocked on a stream for kStallGraceMs
-//    (a woken process leaves the blocked count as soon as it runs, so a
-//    wake-up in flight cannot look like a deadlock), it is one: the region
-//    records which stream and operation it was, wakes every process with an
-//    hls_sim::Deadlock exception and Join() returns the report. This is what
-//    an undersized FIFO or a process that reads more tokens than its producer
-//    writes does in hardware (the compute unit hangs), found in C simulation.
-//  - A backstop timeout (NEARPREP_HLS_SIM_TIMEOUT_MS, default 120000) turns
-//    any single blocking operation that never completes into the same report.
+//    (NEARPREP_PROCESS in hls_compat.h) and joins them. A region created
+//    inside a process of another region (the kernel's DecodeToRgb) is nested:
+//    its processes join the accounting of the outermost (root) region, since
+//    streams cross the boundary (an inner process may wait for an outer one).
+//  - Deadlock detection is exact and independent of timing: the root counts
+//    the processes that can run (started and not ended, not blocked on a
+//    stream, or blocked but already made ready by the other side's operation,
+//    which clears the blocked mark under the stream's lock; a process waiting
+//    in Join() for its nested region counts as blocked until its last process
+//    ends). The count drops to zero only when every live process waits on a
+//    condition no other process can change: a deadlock, found at the moment
+//    it happens and never merely because threads are slow or starved of CPU
+//    (an earlier wall-clock grace period fired on a loaded machine). The
+//    region then records which streams and operations it was, wakes every
+//    process with an hls_sim::Deadlock exception and Join() returns the
+//    report. This is what an undersized FIFO or a process that reads more
+//    tokens than its producer writes does in hardware (the compute unit
+//    hangs), found in C simulation.
+//  - An optional backstop (NEARPREP_HLS_SIM_TIMEOUT_MS, off unless set) turns
+//    any single blocking operation that lasts longer into the same report; a
+//    debugging aid only (wall clock: it fires spuriously under load).
 //
 // Thread-safety: a stream is used by exactly one producer thread and one
 // consumer thread (the HLS rule); its operations are synchronised. A Region
@@ -63,9 +74,21 @@ class Wakeable {
 void DeferWake(Wakeable* w);
 void SendDeferredWakes();
 
+class Region;
+
+// One side (reader or writer) of a stream that may block: `counted` is true
+// while the process is blocked and its condition is false. Guarded by the
+// stream's lock.
+struct Waiter {
+  Region* root = nullptr;
+  bool counted = false;
+  // The other side made this side's condition true: it can run again.
+  void Ready();
+};
+
 class Region {
  public:
-  explicit Region(const char* name) : name_(name) {}
+  explicit Region(const char* name);
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
   ~Region() { Join(); }
@@ -73,34 +96,53 @@ class Region {
   // Starts `process` on its own thread.
   void Spawn(std::function<void()> process);
 
-  // Waits for every process. Returns "" or the deadlock report (also kept in
-  // report()).
+  // Waits for every process. Returns "" or the deadlock report of the root
+  // region (also kept in report()).
   std::string Join();
 
-  const std::string& report() const { return report_; }
+  std::string report();
 
-  // Blocks on `ready` (checked under `lock`) with deadlock detection.
+  // Blocks on `ready` (checked under `lock`; returns at once if true) with
+  // deadlock detection; `waiter` is the stream side's mark.
   void Wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-            const std::function<bool()>& ready, const char* stream, const char* op);
+            const std::function<bool()>& ready, const char* stream, const char* op,
+            Waiter* waiter);
+
+  // Root accounting (see the top of this file).
+  void Unblock() { runnable_.fetch_add(1); }
+  void Block(const char* where);
 
  private:
-  static constexpr int kStallGraceMs = 2000;
   void Declare(const std::string& report);
+  void ProcessEnded();
 
   std::string Waits();  // the blocked operations, for the report
 
   const char* name_;
+  Region* root_;  // this, or the root of the enclosing region
   std::vector<std::thread> threads_;
+  // This region's processes not yet ended, and whether the creating thread
+  // waits for them in Join() (counted as blocked at the root meanwhile).
+  std::mutex live_mu_;
+  int live_ = 0;
+  bool creator_waiting_ = false;
+  bool joined_ = false;
+  // Root only.
   std::mutex mu_;
   std::string report_;
   std::vector<std::string> waits_;  // guarded by mu_: "'stream' op" per blocked process
-  std::atomic<int> live_{0};
-  std::atomic<int> blocked_{0};
+  std::atomic<int> runnable_{1};    // the creating thread, then the processes
   std::atomic<bool> aborted_{false};
-  bool joined_ = false;
 };
 
-// Backstop timeout for one blocking operation (ms).
+inline void Waiter::Ready() {
+  if (counted) {
+    counted = false;
+    root->Unblock();
+  }
+}
+
+// Optional backstop timeout for one blocking operation (ms; 0: none).
 int64_t TimeoutMs();
 
 // Work counters for the cycle model: per process, the iterations of its
@@ -136,18 +178,20 @@ class stream final : public hls_sim::Wakeable {
   void write(const T& v) {
     std::unique_lock<std::mutex> lock(mu_);
     Block(lock, [this] { return q_.size() < static_cast<size_t>(DEPTH); }, "write (full)",
-          &writer_waiting_);
+          &writer_waiting_, &writer_);
     q_.push_back(v);
     if (q_.size() > max_fill_) max_fill_ = q_.size();
     ++writes_;
+    reader_.Ready();
     if (reader_waiting_) Wake(lock, q_.size() >= kHalf);
   }
   T read() {
     std::unique_lock<std::mutex> lock(mu_);
-    Block(lock, [this] { return !q_.empty(); }, "read (empty)", &reader_waiting_);
+    Block(lock, [this] { return !q_.empty(); }, "read (empty)", &reader_waiting_, &reader_);
     T v = q_.front();
     q_.pop_front();
     ++reads_;
+    writer_.Ready();
     if (writer_waiting_) Wake(lock, q_.size() + kHalf <= static_cast<size_t>(DEPTH));
     return v;
   }
@@ -157,6 +201,7 @@ class stream final : public hls_sim::Wakeable {
     v = q_.front();
     q_.pop_front();
     ++reads_;
+    writer_.Ready();
     if (writer_waiting_) Wake(lock, true);
     return true;
   }
@@ -165,6 +210,7 @@ class stream final : public hls_sim::Wakeable {
     if (q_.size() >= static_cast<size_t>(DEPTH)) return false;
     q_.push_back(v);
     ++writes_;
+    reader_.Ready();
     if (reader_waiting_) Wake(lock, true);
     return true;
   }
@@ -215,7 +261,8 @@ class stream final : public hls_sim::Wakeable {
     }
   }
   template <typename Ready>
-  void Block(std::unique_lock<std::mutex>& lock, Ready ready, const char* op, bool* waiting) {
+  void Block(std::unique_lock<std::mutex>& lock, Ready ready, const char* op, bool* waiting,
+             hls_sim::Waiter* waiter) {
     if (ready()) return;
     hls_sim::Region* r = hls_sim::CurrentRegion();
     if (r != nullptr) {
@@ -224,7 +271,12 @@ class stream final : public hls_sim::Wakeable {
       lock.lock();
       if (ready()) return;
       *waiting = true;
-      r->Wait(lock, cv_, ready, name_, op);
+      try {
+        r->Wait(lock, cv_, ready, name_, op, waiter);
+      } catch (...) {
+        *waiting = false;
+        throw;
+      }
       *waiting = false;
       return;
     }
@@ -239,7 +291,8 @@ class stream final : public hls_sim::Wakeable {
   std::deque<T> q_;
   size_t max_fill_ = 0;
   uint64_t writes_ = 0, reads_ = 0;
-  bool reader_waiting_ = false, writer_waiting_ = false;
+  bool reader_waiting_ = false, writer_waiting_ = false;  // for the wake economy
+  hls_sim::Waiter reader_, writer_;                       // for deadlock detection
   bool deferred_ = false;  // in some thread's deferred-wake list
 };
 
@@ -295,7 +348,8 @@ class stream_of_blocks final : public hls_sim::Wakeable {
       lock.unlock();
       hls_sim::SendDeferredWakes();
       lock.lock();
-      r->Wait(lock, cv_, [&q] { return !q.empty(); }, name_, op);
+      r->Wait(lock, cv_, [&q] { return !q.empty(); }, name_, op,
+              for_write ? &writer_ : &reader_);
     }
     const int b = q.front();
     q.pop_front();
@@ -305,6 +359,7 @@ class stream_of_blocks final : public hls_sim::Wakeable {
     std::lock_guard<std::mutex> lock(mu_);
     (from_write ? full_ : free_).push_back(b);
     if (from_write) ++written_;
+    (from_write ? reader_ : writer_).Ready();
     cv_.notify_all();
   }
   T& block(int b) { return blocks_[b]; }
@@ -315,6 +370,7 @@ class stream_of_blocks final : public hls_sim::Wakeable {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> free_, full_;  // block indices: empty ones, filled ones in order
+  hls_sim::Waiter reader_, writer_;
   uint64_t written_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "hls_sim.h"
 #include "nearprep_kernel.h"
 #include "server/fpga/fpga_backend.h"
 
@@ -26,9 +27,16 @@ FpgaRunHook MakeDevelopmentHook(bool simulate_kernel,
       return absl::InternalError(
           "kernel simulation: a buffer of the run is not mapped");
     }
-    nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
-                        reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
-                        v.num_images);
+    try {
+      nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
+                          reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
+                          v.num_images);
+    } catch (const hls_sim::Deadlock& d) {
+      // A kernel that would hang in hardware: the run failed (its images go
+      // to the CPU path), the daemon goes on.
+      return absl::InternalError(
+          absl::StrCat("kernel simulation of run ", v.run_index, ": ", d.report));
+    }
     return absl::OkStatus();
   };
 }

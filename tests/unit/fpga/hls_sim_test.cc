@@ -2,8 +2,10 @@
 // streams are bounded blocking FIFOs of their declared depth, and a network
 // that would hang in hardware is reported as a deadlock instead of passing
 // (the first-pass stand-in returned a default value from an empty stream).
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "hls_compat.h"
@@ -162,6 +164,100 @@ TEST(HlsSimTest, StreamOfBlocksWriterBeyondDepthIsADeadlock) {
   const std::string report = region.Join();
   EXPECT_NE(report.find("DEADLOCK"), std::string::npos) << report;
   EXPECT_NE(report.find("'blocks3' write_lock"), std::string::npos) << report;
+}
+
+// A nested region (the kernel's DecodeToRgb inside nearprep_preprocess) whose
+// processes all wait on a process of the enclosing region that is busy, not
+// blocked, for longer than the old 2 s wall-clock grace period: no deadlock.
+// The old detector counted only the nested region's own processes and
+// declared one, as it did for nearprepd on a loaded machine.
+TEST(HlsSimTest, NestedRegionWaitingOnASlowOuterProcessIsNoDeadlock) {
+  hls::stream<int, 2> s("s"), back("back");
+  int got = -1, echoed = -1;
+  std::string inner_report;
+  hls_sim::Region outer("outer");
+  outer.Spawn([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // busy elsewhere
+    s.write(7);
+    echoed = back.read();
+  });
+  outer.Spawn([&] {
+    hls_sim::Region inner("inner");
+    inner.Spawn([&] { got = s.read(); });
+    inner.Spawn([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      back.write(8);
+    });
+    inner_report = inner.Join();
+  });
+  EXPECT_EQ(outer.Join(), "");
+  EXPECT_EQ(inner_report, "");
+  EXPECT_EQ(got, 7);
+  EXPECT_EQ(echoed, 8);
+}
+
+// A deadlock inside a nested region involving the enclosing region's
+// processes is found (the accounting spans both), named, and ends both.
+TEST(HlsSimTest, DeadlockAcrossANestedRegionIsReported) {
+  hls::stream<int, 1> to_inner("to_inner"), to_outer("to_outer");
+  std::string inner_report;
+  hls_sim::Region outer("outer");
+  outer.Spawn([&] { to_outer.read(); });  // waits for the inner process
+  outer.Spawn([&] {
+    hls_sim::Region inner("inner");
+    inner.Spawn([&] {
+      to_inner.read();  // waits for the outer process: neither writes
+      to_outer.write(1);
+    });
+    inner_report = inner.Join();
+  });
+  const std::string report = outer.Join();
+  EXPECT_NE(report.find("DEADLOCK"), std::string::npos) << report;
+  EXPECT_NE(report.find("'to_inner' read (empty)"), std::string::npos) << report;
+  EXPECT_NE(report.find("'to_outer' read (empty)"), std::string::npos) << report;
+  EXPECT_EQ(inner_report, report);
+}
+
+// A process still running when all others are blocked keeps the region
+// alive however long it runs (no grace period, no wall clock).
+TEST(HlsSimTest, LongRunningProcessBesideBlockedOnesIsNoDeadlock) {
+  hls::stream<int, 1> a("a"), b("b");
+  int sum = 0;
+  hls_sim::Region region("slow_head");
+  region.Spawn([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    a.write(1);
+  });
+  region.Spawn([&] { b.write(a.read() + 1); });
+  region.Spawn([&] { sum = b.read(); });
+  EXPECT_EQ(region.Join(), "");
+  EXPECT_EQ(sum, 2);
+}
+
+// The DATAFLOW macros of a kernel: a deadlocked region throws the report out
+// of the kernel function (nearprepd's simulation hook turns it into a failed
+// run and a CPU fallback) instead of aborting the process.
+void DeadlockedKernel() {
+  hls::stream<int, 1> x("x"), y("y");
+  NEARPREP_DATAFLOW_BEGIN("deadlocked_kernel");
+  NEARPREP_PROCESS(y.write(x.read()));
+  NEARPREP_PROCESS(x.write(y.read()));
+  NEARPREP_DATAFLOW_END();
+}
+
+TEST(HlsSimTest, DeadlockedDataflowRegionThrowsNotAborts) {
+  std::string report;
+  try {
+    DeadlockedKernel();
+  } catch (const hls_sim::Deadlock& d) {
+    report = d.report;
+  }
+  EXPECT_NE(report.find("DEADLOCK in dataflow region 'deadlocked_kernel'"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("'x' read (empty)"), std::string::npos) << report;
+  EXPECT_NE(report.find("'y' read (empty)"), std::string::npos) << report;
+  // The process goes on: a second call of the kernel works the same.
+  EXPECT_THROW(DeadlockedKernel(), hls_sim::Deadlock);
 }
 
 }  // namespace

@@ -2,13 +2,17 @@
 // (JDCT_IFAST, fancy upsampling, RGB): byte-identical output on generated
 // variants and on the real images; unsupported and corrupt inputs reported as
 // such, never an out-of-bounds access (also built with ASan/UBSan).
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "dataflow.h"
 #include "decode_to_rgb.h"
+#include "hls_compat.h"
 #include "jpeg_l1.h"
 #include "nearprep_kernel_abi.h"
 #include "tests/unit/fpga/jpeg_test_util.h"
@@ -176,6 +180,80 @@ TEST(FpgaKernelDecodeTest, GarbageNeverCrashes) {
     }
     EXPECT_NE(RunKernelDecode(junk).status, nearprep_fpga::kStatusOk);
   }
+}
+
+// The kernel's decode region (DecodeToRgb, a nested DATAFLOW region) between
+// neighbours that stall for longer than the old 2 s grace period, as the
+// kernel's BurstRead / CropResize do when a loaded machine starves their
+// threads: the feeder pauses a quarter into the JPEG bytes, the consumer
+// three quarters into the pixels. Every decode process waits on a stream fed or
+// drained by a neighbour that is merely slow: no deadlock. The old detector
+// (all processes of the decode region blocked for 2 s of wall clock)
+// declared one in 'decode_to_rgb' and aborted, as nearprepd did on this image
+// (n02027492_red-backed_sandpiper.JPEG, 500x325 4:4:4) in the TF oracle test.
+TEST(FpgaKernelDecodeTest, StalledNeighboursOfTheDecodeRegionAreNoDeadlock) {
+  const std::string path =
+      fpga_test::SampleImagesDir() + "/n02027492/n02027492_red-backed_sandpiper.JPEG";
+  std::FILE* probe = std::fopen(path.c_str(), "rb");
+  if (probe == nullptr) GTEST_SKIP() << path << " is absent";
+  std::fclose(probe);
+  const std::vector<uint8_t> jpeg = fpga_test::ReadFile(path);
+  const KernelDecode plain = RunKernelDecode(jpeg);
+  ASSERT_EQ(plain.status, nearprep_fpga::kStatusOk);
+  ASSERT_EQ(plain.width, 500);
+  ASSERT_EQ(plain.height, 325);
+
+  using nearprep_fpga::ImageJob;
+  using nearprep_fpga::kJobDepth;
+  const auto stall = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); };
+  hls::stream<ImageJob, kJobDepth> j_header("j_header"), j_done("j_done");
+  hls::stream<uint8_t, nearprep_fpga::kByteDepth> jpeg_bytes("jpeg_bytes");
+  hls::stream<nearprep_fpga::Rgb, nearprep_fpga::kPixelDepth> rgb("rgb");
+  hls::stream<nearprep_fpga::StageStatus, nearprep_fpga::kStatusDepth> huff("huff_status"),
+      idct("idct_status");
+  ImageJob done = ImageJob();
+  std::vector<uint8_t> got;
+  uint32_t huff_verdict = 99, idct_verdict = 99;
+  const auto start = std::chrono::steady_clock::now();
+  std::string report;
+  {
+    hls_sim::Region region("stalled_neighbours");
+    region.Spawn([&] {  // BurstRead, starved a quarter into the bytes
+      ImageJob j = ImageJob();
+      j.status = nearprep_fpga::kStatusOk;
+      j.jpeg_size = static_cast<uint32_t>(jpeg.size());
+      j.flags = nearprep_fpga::kFlagWholeImage;
+      j.max_values = kLimit;
+      j_header.write(j);
+      for (size_t i = 0; i < jpeg.size(); ++i) {
+        if (i == jpeg.size() / 4) stall();
+        jpeg_bytes.write(jpeg[i]);
+      }
+    });
+    region.Spawn(
+        [&] { nearprep_fpga::DecodeToRgb(1, j_header, jpeg_bytes, j_done, rgb, huff, idct); });
+    region.Spawn([&] {  // CropResize, starved three quarters into the pixels
+      done = j_done.read();
+      if (done.status != nearprep_fpga::kStatusOk) return;
+      const size_t n = static_cast<size_t>(done.height) * done.width;
+      for (size_t i = 0; i < n; ++i) {
+        if (i == n / 4 * 3) stall();
+        const nearprep_fpga::Rgb px = rgb.read();
+        for (int c = 0; c < 3; ++c) got.push_back(px.c[c]);
+      }
+      huff_verdict = huff.read().status;
+      idct_verdict = idct.read().status;
+    });
+    report = region.Join();
+  }
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(report, "");
+  EXPECT_GE(s, 2.5);  // the stalls really happened (they may overlap)
+  ASSERT_EQ(done.status, nearprep_fpga::kStatusOk);
+  EXPECT_EQ(huff_verdict, nearprep_fpga::kStatusOk);
+  EXPECT_EQ(idct_verdict, nearprep_fpga::kStatusOk);
+  EXPECT_EQ(FirstDiff(got, plain.rgb), -1);
 }
 
 TEST(FpgaKernelDecodeTest, MatchesLibjpegOnRealImages) {
