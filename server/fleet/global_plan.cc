@@ -182,24 +182,25 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
   return plan;
 }
 
-const std::vector<uint64_t>& GlobalPlan::Stream(uint32_t p) const {
+uint64_t GlobalPlan::StreamAt(uint32_t p, uint64_t r) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(p);
-  if (it != streams_.end()) return it->second;
-  if (streams_.size() >= 4096) streams_.clear();
-  return streams_
-      .emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_))
-      .first->second;
+  if (it == streams_.end()) {
+    if (streams_.size() >= kMaxCachedStreams) streams_.clear();
+    it = streams_.emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_)).first;
+  }
+  return it->second[r];
 }
 
-const std::vector<uint32_t>& GlobalPlan::Round(uint32_t r) const {
+std::shared_ptr<const std::vector<uint32_t>> GlobalPlan::Round(uint32_t r) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rounds_.find(r);
   if (it != rounds_.end()) return it->second;
-  if (rounds_.size() >= 1024) rounds_.clear();
-  return rounds_
-      .emplace(r, RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_))
-      .first->second;
+  if (rounds_.size() >= kMaxCachedRounds) rounds_.clear();
+  auto order = std::make_shared<const std::vector<uint32_t>>(
+      RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_));
+  rounds_.emplace(r, order);
+  return order;
 }
 
 GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
@@ -217,11 +218,12 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
   }
   const uint64_t r = lo;
   uint64_t offset = position - before(r);
-  const std::vector<uint32_t>& order = Round(static_cast<uint32_t>(r));
-  for (uint32_t p : order) {
+  const std::shared_ptr<const std::vector<uint32_t>> order =
+      Round(static_cast<uint32_t>(r));
+  for (uint32_t p : *order) {
     if (start_[p + 1] - start_[p] <= r) continue;
     if (offset-- == 0) {
-      return Entry{start_[p] + Stream(p)[r], p};
+      return Entry{start_[p] + StreamAt(p, r), p};
     }
   }
   return Entry{};  // unreachable for position < size()

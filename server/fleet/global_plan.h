@@ -30,7 +30,8 @@
 // Sample id at a position = partition_start[p] + stream_p[r].
 //
 // Thread-safety: GlobalPlan is immutable after Create except for its caches,
-// which are guarded by a mutex.
+// which are guarded by a mutex; any number of threads may call At() on one
+// plan (the C++ FleetClient's prefetch threads do).
 #ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 #define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 
@@ -86,6 +87,10 @@ class GlobalPlan {
     uint64_t sample_id = 0;
     uint32_t partition = 0;
   };
+  // The most round orders / partition streams kept; the caches are emptied
+  // when full.
+  static constexpr uint64_t kMaxCachedRounds = 1024;
+  static constexpr uint64_t kMaxCachedStreams = 4096;
   // partition_start: C + 1 ascending sample ids (Manifest::partition_start).
   // INVALID_ARGUMENT for bad params (naming them).
   static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
@@ -104,8 +109,12 @@ class GlobalPlan {
 
  private:
   GlobalPlan() = default;
-  const std::vector<uint64_t>& Stream(uint32_t p) const;
-  const std::vector<uint32_t>& Round(uint32_t r) const;
+  // Nothing here hands out a reference into the caches: another thread may
+  // empty them (when full) as soon as the lock is released (issue 23).
+  // Stream position r of partition p, read under the lock.
+  uint64_t StreamAt(uint32_t p, uint64_t r) const;
+  // Round r's order, co-owned by the caller: it outlives the cache entry.
+  std::shared_ptr<const std::vector<uint32_t>> Round(uint32_t r) const;
 
   PlanParams params_;
   std::vector<uint64_t> start_;
@@ -114,7 +123,7 @@ class GlobalPlan {
   uint64_t n_ = 0;
   mutable std::mutex mu_;
   mutable std::map<uint32_t, std::vector<uint64_t>> streams_;
-  mutable std::map<uint32_t, std::vector<uint32_t>> rounds_;
+  mutable std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> rounds_;
 };
 
 }  // namespace nearprep::fleet

@@ -1,0 +1,128 @@
+// GlobalPlan::At() from several threads sharing one plan, the way the C++
+// FleetClient's prefetch threads do (issue 23, item 1): every answer must
+// equal a single-threaded plan's, while the threads make the plan's caches
+// fill up and be cleared over and over. Built three times
+// (tests/unit/fleet/CMakeLists.txt): plain, with ASan + UBSan and with TSan,
+// each against a copy of global_plan.cc built the same way; under the
+// sanitizers, a reference into a cache that another thread cleared is a
+// reported heap-use-after-free / data race (the bug fixed here).
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/fleet/global_plan.h"
+
+namespace nearprep::fleet {
+namespace {
+
+constexpr uint32_t kThreads = 8;
+
+std::vector<uint64_t> Starts(const std::vector<uint64_t>& sizes) {
+  std::vector<uint64_t> s = {0};
+  for (uint64_t n : sizes) s.push_back(s.back() + n);
+  return s;
+}
+
+// A stride coprime to n, about n / 7 + 1: consecutive calls land in
+// unrelated rounds and partitions, so nearly every call misses the caches.
+uint64_t Stride(uint64_t n) {
+  uint64_t s = n / 7 + 1;
+  while (std::gcd(s, n) != 1) ++s;
+  return s;
+}
+
+// Calls At() for every position, `passes` times, from kThreads threads that
+// share `plan` (each takes a slice of a strided walk, starting elsewhere in
+// each pass), and checks each answer against `reference`.
+void CheckThreads(const GlobalPlan& plan,
+                  const std::vector<GlobalPlan::Entry>& reference, int passes) {
+  const uint64_t n = plan.size();
+  const uint64_t stride = Stride(n);
+  // got[pass][k]: the answer for the k-th position of that pass's walk.
+  std::vector<std::vector<GlobalPlan::Entry>> got(
+      static_cast<size_t>(passes), std::vector<GlobalPlan::Entry>(n));
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int pass = 0; pass < passes; ++pass) {
+        const uint64_t lo = n * t / kThreads, hi = n * (t + 1) / kThreads;
+        for (uint64_t k = lo; k < hi; ++k) {
+          const uint64_t pos = (k * stride + static_cast<uint64_t>(pass) * 7919) % n;
+          got[static_cast<size_t>(pass)][k] = plan.At(pos);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  uint64_t wrong = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t pos = (k * stride + static_cast<uint64_t>(pass) * 7919) % n;
+      const GlobalPlan::Entry& g = got[static_cast<size_t>(pass)][k];
+      if (g.sample_id != reference[pos].sample_id ||
+          g.partition != reference[pos].partition) {
+        if (++wrong <= 5) {
+          ADD_FAILURE() << "pass " << pass << " position " << pos << ": got sample "
+                        << g.sample_id << " (partition " << g.partition << "), want "
+                        << reference[pos].sample_id << " (partition "
+                        << reference[pos].partition << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
+std::vector<GlobalPlan::Entry> Reference(const std::vector<uint64_t>& sizes,
+                                         const PlanParams& p) {
+  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  std::vector<GlobalPlan::Entry> ref((*plan)->size());
+  for (uint64_t pos = 0; pos < ref.size(); ++pos) ref[pos] = (*plan)->At(pos);
+  return ref;
+}
+
+// Partitions of more than 1024 samples: more rounds than the plan keeps
+// round orders for, so the round cache is cleared while other threads walk
+// the orders they were given.
+TEST(GlobalPlanThreads, ManyRoundsSharedByEightThreads) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t p = 0; p < 40; ++p) sizes.push_back(1025 + (p * 37) % 300);
+  const uint64_t rounds = *std::max_element(sizes.begin(), sizes.end());
+  ASSERT_GT(rounds, GlobalPlan::kMaxCachedRounds);
+  PlanParams p;
+  p.seed = 0x5eed;
+  p.epoch = 4;
+  p.block_samples = 16;
+  p.window = 64;
+  p.global_batch = 1024;
+  const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  ASSERT_TRUE(plan.ok());
+  CheckThreads(**plan, ref, 3);
+}
+
+// More partitions than the plan keeps streams for: the stream cache is
+// cleared while other threads read the streams they were given.
+TEST(GlobalPlanThreads, ManyPartitionsSharedByEightThreads) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t p = 0; p < GlobalPlan::kMaxCachedStreams + 300; ++p) {
+    sizes.push_back(1 + p % 3);
+  }
+  PlanParams p;
+  p.seed = 77;
+  p.epoch = 1;
+  p.block_samples = 2;
+  p.window = 2;
+  p.global_batch = 256;
+  const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  ASSERT_TRUE(plan.ok());
+  CheckThreads(**plan, ref, 3);
+}
+
+}  // namespace
+}  // namespace nearprep::fleet
