@@ -182,25 +182,33 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
   return plan;
 }
 
-uint64_t GlobalPlan::StreamAt(uint32_t p, uint64_t r) const {
-  std::lock_guard<std::mutex> lock(mu_);
+const std::vector<uint64_t>& GlobalPlan::StreamLocked(uint32_t p) const {
   auto it = streams_.find(p);
-  if (it == streams_.end()) {
-    if (streams_.size() >= kMaxCachedStreams) streams_.clear();
-    it = streams_.emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_)).first;
-  }
-  return it->second[r];
+  if (it != streams_.end()) return it->second;
+  if (streams_.size() >= kMaxCachedStreams) streams_.clear();
+  return streams_.emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_))
+      .first->second;
 }
 
-std::shared_ptr<const std::vector<uint32_t>> GlobalPlan::Round(uint32_t r) const {
-  std::lock_guard<std::mutex> lock(mu_);
+const std::shared_ptr<const std::vector<uint32_t>>& GlobalPlan::RoundLocked(
+    uint32_t r) const {
   auto it = rounds_.find(r);
   if (it != rounds_.end()) return it->second;
   if (rounds_.size() >= kMaxCachedRounds) rounds_.clear();
-  auto order = std::make_shared<const std::vector<uint32_t>>(
-      RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_));
-  rounds_.emplace(r, order);
-  return order;
+  return rounds_
+      .emplace(r, std::make_shared<const std::vector<uint32_t>>(
+                      RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_)))
+      .first->second;
+}
+
+uint32_t GlobalPlan::Pick(const std::vector<uint32_t>& order, uint64_t r,
+                          uint64_t offset) const {
+  const uint64_t* start = start_.data();
+  for (uint32_t p : order) {
+    if (start[p + 1] - start[p] <= r) continue;
+    if (offset-- == 0) return p;
+  }
+  return 0;  // unreachable for position < size()
 }
 
 GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
@@ -217,16 +225,24 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
     if (before(mid) <= position) lo = mid; else hi = mid;
   }
   const uint64_t r = lo;
-  uint64_t offset = position - before(r);
-  const std::shared_ptr<const std::vector<uint32_t>> order =
-      Round(static_cast<uint32_t>(r));
-  for (uint32_t p : *order) {
-    if (start_[p + 1] - start_[p] <= r) continue;
-    if (offset-- == 0) {
-      return Entry{start_[p] + StreamAt(p, r), p};
-    }
+  const uint64_t offset = position - before(r);
+  // Nothing read from the caches outlives the lock: a short round order is
+  // walked under it (one lock per call, the common case); a long one is
+  // co-owned (shared_ptr) so that other threads' At() calls are not held up
+  // for the walk, and survives the cache being emptied meanwhile.
+  if (sizes_sorted_.size() <= kMaxLockedWalk) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint32_t p = Pick(*RoundLocked(static_cast<uint32_t>(r)), r, offset);
+    return Entry{start_[p] + StreamLocked(p)[r], p};
   }
-  return Entry{};  // unreachable for position < size()
+  std::shared_ptr<const std::vector<uint32_t>> order;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    order = RoundLocked(static_cast<uint32_t>(r));
+  }
+  const uint32_t p = Pick(*order, r, offset);
+  std::lock_guard<std::mutex> lock(mu_);
+  return Entry{start_[p] + StreamLocked(p)[r], p};
 }
 
 std::pair<uint64_t, uint64_t> GlobalPlan::Slice(uint64_t batch, uint32_t k,

@@ -91,6 +91,9 @@ class GlobalPlan {
   // when full.
   static constexpr uint64_t kMaxCachedRounds = 1024;
   static constexpr uint64_t kMaxCachedStreams = 4096;
+  // At() walks a round order of at most this many partitions (C) with the
+  // caches locked; a longer one it co-owns and walks unlocked.
+  static constexpr uint64_t kMaxLockedWalk = 128;
   // partition_start: C + 1 ascending sample ids (Manifest::partition_start).
   // INVALID_ARGUMENT for bad params (naming them).
   static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
@@ -109,12 +112,13 @@ class GlobalPlan {
 
  private:
   GlobalPlan() = default;
-  // Nothing here hands out a reference into the caches: another thread may
-  // empty them (when full) as soon as the lock is released (issue 23).
-  // Stream position r of partition p, read under the lock.
-  uint64_t StreamAt(uint32_t p, uint64_t r) const;
-  // Round r's order, co-owned by the caller: it outlives the cache entry.
-  std::shared_ptr<const std::vector<uint32_t>> Round(uint32_t r) const;
+  // Callers hold mu_. The references they return are into the caches, and
+  // another thread may empty those (when full) as soon as mu_ is released:
+  // none may be used after (issue 23).
+  const std::vector<uint64_t>& StreamLocked(uint32_t p) const;
+  const std::shared_ptr<const std::vector<uint32_t>>& RoundLocked(uint32_t r) const;
+  // The partition at `offset` among round r's active partitions in `order`.
+  uint32_t Pick(const std::vector<uint32_t>& order, uint64_t r, uint64_t offset) const;
 
   PlanParams params_;
   std::vector<uint64_t> start_;

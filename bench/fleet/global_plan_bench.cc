@@ -1,0 +1,88 @@
+// nearprep_bench_fleet_plan: the cost of fleet::GlobalPlan::At() (one call
+// per position of every batch a fleet trainer reads), in ns per call.
+//
+//   nearprep_bench_fleet_plan [--partitions C] [--samples N] [--repeat R]
+//
+// A plan over C partitions of about N samples each (sizes vary by +-10%),
+// G = 1024. Walks, each timed R times (the median is printed):
+//   seq      one thread, positions 0, 1, 2, ... (a trainer reading batches)
+//   seq x8   8 threads sharing the plan, each walking its own eighth in order
+//            (the C++ FleetClient's prefetch threads)
+//   jump x8  8 threads, a stride of about N*C/7 between calls: nearly every
+//            call misses the plan's round cache (the worst case)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "server/fleet/global_plan.h"
+
+namespace {
+
+using nearprep::fleet::GlobalPlan;
+
+double Walk(const GlobalPlan& plan, int threads, uint64_t stride, uint64_t calls) {
+  const uint64_t n = plan.size();
+  std::vector<uint64_t> sink(static_cast<size_t>(threads));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> th;
+  for (int t = 0; t < threads; ++t) {
+    th.emplace_back([&, t] {
+      uint64_t acc = 0;
+      const uint64_t lo = calls * static_cast<uint64_t>(t) / static_cast<uint64_t>(threads);
+      const uint64_t hi = calls * static_cast<uint64_t>(t + 1) / static_cast<uint64_t>(threads);
+      for (uint64_t k = lo; k < hi; ++k) acc += plan.At((k * stride) % n).sample_id;
+      sink[static_cast<size_t>(t)] = acc;
+    });
+  }
+  for (std::thread& x : th) x.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::accumulate(sink.begin(), sink.end(), uint64_t{0}) == 1) std::puts("");
+  return s * 1e9 / static_cast<double>(calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  uint64_t c = 64, per = 20000;
+  int repeat = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--partitions")) c = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--samples")) per = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--repeat")) repeat = std::atoi(argv[i + 1]);
+    else { std::fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
+  }
+  std::vector<uint64_t> starts = {0};
+  for (uint64_t p = 0; p < c; ++p) starts.push_back(starts.back() + per * 9 / 10 + (p * 7919) % (per / 5 + 1));
+  nearprep::fleet::PlanParams params;
+  params.seed = 1;
+  params.global_batch = 1024;
+  auto plan = GlobalPlan::Create(starts, params);
+  if (!plan.ok()) { std::fprintf(stderr, "%s\n", plan.status().ToString().c_str()); return 1; }
+  const uint64_t n = (*plan)->size();
+  uint64_t jump = n / 7 + 1;
+  while (std::gcd(jump, n) != 1) ++jump;
+  std::printf("plan: %llu partitions, %llu positions\n", static_cast<unsigned long long>(c),
+              static_cast<unsigned long long>(n));
+  struct Case { const char* name; int threads; uint64_t stride; uint64_t calls; };
+  const Case cases[] = {{"seq", 1, 1, std::min<uint64_t>(n, 1000000)},
+                        {"seq x8", 8, 1, std::min<uint64_t>(n, 1000000)},
+                        {"jump x8", 8, jump, std::min<uint64_t>(n, 200000)}};
+  for (const Case& k : cases) {
+    std::vector<double> ns;
+    for (int r = 0; r < repeat; ++r) {
+      // A fresh plan each time: the first walk pays for filling the caches.
+      auto fresh = GlobalPlan::Create(starts, params);
+      ns.push_back(Walk(**fresh, k.threads, k.stride, k.calls));
+    }
+    std::sort(ns.begin(), ns.end());
+    std::printf("%-8s %8.1f ns/At (median of %d, min %.1f, max %.1f)\n", k.name,
+                ns[ns.size() / 2], repeat, ns.front(), ns.back());
+  }
+  return 0;
+}
