@@ -208,7 +208,7 @@ uint32_t GlobalPlan::Pick(const std::vector<uint32_t>& order, uint64_t r,
     if (start[p + 1] - start[p] <= r) continue;
     if (offset-- == 0) return p;
   }
-  return 0;  // unreachable for position < size()
+  return kNone;  // unreachable for position < size()
 }
 
 GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
@@ -233,6 +233,7 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
   if (sizes_sorted_.size() <= kMaxLockedWalk) {
     std::lock_guard<std::mutex> lock(mu_);
     const uint32_t p = Pick(*RoundLocked(static_cast<uint32_t>(r)), r, offset);
+    if (p == kNone) return Entry{};
     return Entry{start_[p] + StreamLocked(p)[r], p};
   }
   std::shared_ptr<const std::vector<uint32_t>> order;
@@ -241,6 +242,7 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
     order = RoundLocked(static_cast<uint32_t>(r));
   }
   const uint32_t p = Pick(*order, r, offset);
+  if (p == kNone) return Entry{};
   std::lock_guard<std::mutex> lock(mu_);
   return Entry{start_[p] + StreamLocked(p)[r], p};
 }

@@ -117,7 +117,9 @@ class GlobalPlan {
   // none may be used after (issue 23).
   const std::vector<uint64_t>& StreamLocked(uint32_t p) const;
   const std::shared_ptr<const std::vector<uint32_t>>& RoundLocked(uint32_t r) const;
-  // The partition at `offset` among round r's active partitions in `order`.
+  // The partition at `offset` among round r's active partitions in `order`
+  // (kNone past the last: a position >= size()).
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
   uint32_t Pick(const std::vector<uint32_t>& order, uint64_t r, uint64_t offset) const;
 
   PlanParams params_;
