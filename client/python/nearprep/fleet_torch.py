@@ -54,6 +54,7 @@ import torch.utils.data
 
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, checkpoint_at
+from nearprep.torch import _WorkerInit, _in_worker_exit_hook
 
 _DEFAULTS = {k: v.default for k, v in inspect.signature(FleetClient).parameters.items()
              if k in ("seed", "block_samples", "window", "global_batch")}
@@ -150,7 +151,6 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
                 self._received(item.epoch, item.batch, item.errors)
                 yield item.images, item.labels
             return
-        from nearprep.torch import _in_worker_exit_hook
         _in_worker_exit_hook()  # the worker's exit waits for its queue feeders
         if not self._in_fleet_loader:
             raise RuntimeError(
@@ -159,19 +159,6 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
                 "workers cannot tell the main process which global batch it consumed, so "
                 "state_dict() would be wrong), or num_workers=0")
         yield from self._items(info.id, info.num_workers)
-
-
-class _WorkerInit:
-    """FleetDataLoader's worker_init_fn (picklable: spawned workers unpickle
-    it): marks the worker's copy of the dataset, then runs the caller's."""
-
-    def __init__(self, user_init):
-        self.user_init = user_init
-
-    def __call__(self, worker_id):
-        torch.utils.data.get_worker_info().dataset._in_fleet_loader = True
-        if self.user_init is not None:
-            self.user_init(worker_id)
 
 
 class FleetDataLoader:
@@ -208,7 +195,8 @@ class FleetDataLoader:
         self._loader = torch.utils.data.DataLoader(
             dataset, batch_size=None, num_workers=num_workers,
             multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
-            worker_init_fn=_WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
+            worker_init_fn=(_WorkerInit(worker_init_fn, "_in_fleet_loader")
+                            if num_workers > 0 else worker_init_fn),
             **kw)
 
     def __iter__(self):

@@ -552,14 +552,17 @@ def _in_worker_exit_hook():
 
 
 class _WorkerInit:
-    """DataLoader's worker_init_fn (picklable: spawned workers unpickle it):
-    marks the worker's copy of the dataset, then runs the caller's."""
+    """worker_init_fn of nearprep's loaders (DataLoader here, FleetDataLoader
+    in nearprep.fleet_torch; picklable: spawned workers unpickle it): sets
+    the attribute `mark` of the worker's copy of the dataset to True (the
+    worker knows it runs under that loader), then runs the caller's."""
 
-    def __init__(self, user_init):
+    def __init__(self, user_init, mark="_tagged"):
         self.user_init = user_init
+        self.mark = mark
 
     def __call__(self, worker_id):
-        torch.utils.data.get_worker_info().dataset._tagged = True
+        setattr(torch.utils.data.get_worker_info().dataset, self.mark, True)
         if self.user_init is not None:
             self.user_init(worker_id)
 
