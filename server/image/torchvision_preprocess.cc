@@ -42,38 +42,45 @@ void BuildValueTables(const TransformSpec& spec, DType dtype,
   }
 }
 
-// Writes output row `y` (w pixels of interleaved RGB) into the tensor.
-void StoreRow(const uint8_t* rgb, int y, int h, int w, bool flip,
-              Layout layout, const ValueTables& t, uint8_t* out) {
-  const size_t es = t.esize;
+// Writes output row `y` (w pixels of interleaved RGB) into the tensor; ES
+// is the element size, a constant so that each element's copy is one move
+// (a run-time size made it a memcpy call per element: uint8 output cost
+// more than float32).
+template <size_t ES>
+void StoreRowT(const uint8_t* rgb, int y, int h, int w, bool flip,
+               Layout layout, const ValueTables& t, uint8_t* out) {
   if (layout == Layout::kNHWC) {
-    uint8_t* row = out + static_cast<size_t>(y) * w * 3 * es;
+    uint8_t* row = out + static_cast<size_t>(y) * w * 3 * ES;
     for (int x = 0; x < w; ++x) {
       const int xo = flip ? w - 1 - x : x;
-      uint8_t* o = row + static_cast<size_t>(xo) * 3 * es;
+      uint8_t* o = row + static_cast<size_t>(xo) * 3 * ES;
       for (int c = 0; c < 3; ++c) {
-        std::memcpy(o + c * es, t.bytes[c][rgb[3 * x + c]], es);
+        std::memcpy(o + c * ES, t.bytes[c][rgb[3 * x + c]], ES);
       }
     }
     return;
   }
-  const size_t plane = static_cast<size_t>(h) * w * es;
+  const size_t plane = static_cast<size_t>(h) * w * ES;
   for (int c = 0; c < 3; ++c) {
-    uint8_t* row = out + c * plane + static_cast<size_t>(y) * w * es;
+    uint8_t* row = out + c * plane + static_cast<size_t>(y) * w * ES;
     const auto& table = t.bytes[c];
-    if (es == 4) {
-      for (int x = 0; x < w; ++x) {
-        const int xo = flip ? w - 1 - x : x;
-        std::memcpy(row + static_cast<size_t>(xo) * 4, table[rgb[3 * x + c]],
-                    4);
-      }
-    } else {
-      for (int x = 0; x < w; ++x) {
-        const int xo = flip ? w - 1 - x : x;
-        std::memcpy(row + static_cast<size_t>(xo) * es, table[rgb[3 * x + c]],
-                    es);
-      }
+    for (int x = 0; x < w; ++x) {
+      const int xo = flip ? w - 1 - x : x;
+      std::memcpy(row + static_cast<size_t>(xo) * ES, table[rgb[3 * x + c]],
+                  ES);
     }
+  }
+}
+
+void StoreRow(const uint8_t* rgb, int y, int h, int w, bool flip,
+              Layout layout, const ValueTables& t, uint8_t* out) {
+  switch (t.esize) {
+    case 1:
+      return StoreRowT<1>(rgb, y, h, w, flip, layout, t, out);
+    case 2:
+      return StoreRowT<2>(rgb, y, h, w, flip, layout, t, out);
+    default:
+      return StoreRowT<4>(rgb, y, h, w, flip, layout, t, out);
   }
 }
 
