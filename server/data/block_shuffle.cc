@@ -5,28 +5,18 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/data/epoch_plan.h"
+#include "server/plan/philox.h"
 
 namespace nearprep {
-namespace {
-
-inline uint32_t Lo32(uint64_t v) { return static_cast<uint32_t>(v); }
-inline uint32_t Hi32(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
-inline uint64_t Join(const std::array<uint32_t, 4>& w) {
-  return uint64_t{w[0]} | (uint64_t{w[1]} << 32);
-}
-
-}  // namespace
-
 uint64_t BlockPermutationDraw(uint64_t seed, uint64_t epoch, uint64_t i) {
   const uint32_t w3 = ((Hi32(epoch) & 0xFFFFFFu) << 8) | kTagBlockPermutation;
-  return Join(Philox4x32({Lo32(i), Hi32(i), Lo32(epoch), w3}, PlanKey(seed)));
+  return Draw64(Philox4x32({Lo32(i), Hi32(i), Lo32(epoch), w3}, PlanKey(seed)));
 }
 
 uint64_t WindowDraw(uint64_t seed, uint64_t epoch, uint64_t window,
                     uint32_t i) {
   const uint32_t w3 = ((Hi32(window) & 0xFFFFFFu) << 8) | kTagWindowShuffle;
-  return Join(
+  return Draw64(
       Philox4x32({i, Lo32(window), Lo32(epoch), w3}, PlanKey(seed)));
 }
 
@@ -41,9 +31,8 @@ std::vector<uint64_t> BlockShuffledOrder(uint64_t n, uint64_t seed,
   // 2. Block permutation.
   std::vector<uint64_t> perm(nb);
   for (uint64_t i = 0; i < nb; ++i) perm[i] = i;
-  for (uint64_t i = nb; i-- > 1;) {
-    std::swap(perm[i], perm[BlockPermutationDraw(seed, epoch, i) % (i + 1)]);
-  }
+  PlanShuffle(perm.data(), nb,
+              [&](uint64_t i) { return BlockPermutationDraw(seed, epoch, i); });
 
   // 3. Interleave K open blocks.
   struct Lane {
@@ -76,11 +65,9 @@ std::vector<uint64_t> BlockShuffledOrder(uint64_t n, uint64_t seed,
   // 4. Window shuffle.
   for (uint64_t start = 0, win = 0; start < n; start += w, ++win) {
     const uint64_t len = std::min(w, n - start);
-    for (uint64_t i = len; i-- > 1;) {
-      const uint64_t j =
-          WindowDraw(seed, epoch, win, static_cast<uint32_t>(i)) % (i + 1);
-      std::swap(order[start + i], order[start + j]);
-    }
+    PlanShuffle(order.data() + start, len, [&](uint64_t i) {
+      return WindowDraw(seed, epoch, win, static_cast<uint32_t>(i));
+    });
   }
   return order;
 }

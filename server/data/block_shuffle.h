@@ -36,10 +36,8 @@
 
 namespace nearprep {
 
-// Counter tags (word 3 of the Philox counter, low 8 bits); 1 and 2 are the
-// global permutation and the per-sample parameters (epoch_plan.h).
-inline constexpr uint32_t kTagBlockPermutation = 3;
-inline constexpr uint32_t kTagWindowShuffle = 4;
+// Counter tags: kTagBlockPermutation and kTagWindowShuffle of the plan
+// core's registry (server/plan/philox.h).
 
 struct BlockShuffleParams {
   uint64_t block_samples = 1;  // B >= 1

@@ -8,52 +8,13 @@
 #include <utility>
 
 #include "server/common/resize_center.h"
-#include "server/data/plan_math.h"
+#include "server/plan/plan_math.h"
 
 namespace nearprep {
-namespace {
-
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
-constexpr int kPhiloxRounds = 10;
-
-inline uint32_t Lo32(uint64_t v) { return static_cast<uint32_t>(v); }
-inline uint32_t Hi32(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
-
-}  // namespace
-
-std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> c,
-                                   std::array<uint32_t, 2> k) {
-  for (int round = 0; round < kPhiloxRounds; ++round) {
-    if (round > 0) {  // Key schedule: Weyl sequence, bumped between rounds.
-      k[0] += kPhiloxW0;
-      k[1] += kPhiloxW1;
-    }
-    const uint64_t p0 = uint64_t{kPhiloxM0} * c[0];
-    const uint64_t p1 = uint64_t{kPhiloxM1} * c[2];
-    c = {Hi32(p1) ^ c[1] ^ k[0], Lo32(p1), Hi32(p0) ^ c[3] ^ k[1], Lo32(p0)};
-  }
-  return c;
-}
-
-float UniformFloat(uint32_t x) {
-  const uint32_t bits = 0x3F800000u | (x & 0x7FFFFFu);
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f - 1.0f;
-}
-
-std::array<uint32_t, 2> PlanKey(uint64_t seed) {
-  return {Lo32(seed), Hi32(seed)};
-}
-
 uint64_t PermutationDraw(uint64_t seed, uint64_t epoch, uint64_t i) {
   const uint32_t w3 = ((Hi32(epoch) & 0xFFFFFFu) << 8) | kTagPermutation;
-  const auto out =
-      Philox4x32({Lo32(i), Hi32(i), Lo32(epoch), w3}, PlanKey(seed));
-  return uint64_t{out[0]} | (uint64_t{out[1]} << 32);
+  return Draw64(
+      Philox4x32({Lo32(i), Hi32(i), Lo32(epoch), w3}, PlanKey(seed)));
 }
 
 std::array<uint32_t, 4> SampleParamWords(uint64_t seed, uint64_t epoch,
@@ -69,10 +30,8 @@ std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
   std::vector<uint64_t> order(num_samples);
   std::iota(order.begin(), order.end(), uint64_t{0});
   if (!shuffle) return order;
-  for (uint64_t i = num_samples; i-- > 1;) {
-    const uint64_t j = PermutationDraw(seed, epoch, i) % (i + 1);
-    std::swap(order[i], order[j]);
-  }
+  PlanShuffle(order.data(), num_samples,
+              [&](uint64_t i) { return PermutationDraw(seed, epoch, i); });
   return order;
 }
 

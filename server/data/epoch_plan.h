@@ -9,11 +9,9 @@
 //   batch k    the k-th group of batch_size consecutive *successful* samples
 //              of the shard (skipped samples shift later batches)
 //
-// Random numbers: Philox4x32-10 (Salmon et al., SC'11), key = seed split in
-// two 32-bit words (lo, hi), 128-bit counter. A uniform float u in [0,1)
-// from a 32-bit word x: bit-cast (0x3F800000 | (x & 0x7FFFFF)) minus 1.0f
-// (23 random mantissa bits; the rule TensorFlow's random ops use).
-// docs/protocol.md restates this with a worked example.
+// Random numbers: the plan core's Philox4x32-10 and counter tags
+// (server/plan/philox.h); docs/protocol.md restates them with a worked
+// example.
 //
 // Thread-safety: pure functions.
 #ifndef NEARPREP_SERVER_DATA_EPOCH_PLAN_H_
@@ -24,18 +22,9 @@
 #include <vector>
 
 #include "server/common/types.h"
+#include "server/plan/philox.h"
 
 namespace nearprep {
-
-// Philox4x32-10 block function.
-std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter,
-                                   std::array<uint32_t, 2> key);
-// The uniform float rule above.
-float UniformFloat(uint32_t x);
-
-// Counter tags (word 3 of the counter, low 8 bits).
-inline constexpr uint32_t kTagPermutation = 1;
-inline constexpr uint32_t kTagSampleParams = 2;
 
 // The epoch order: identity when !shuffle, otherwise Fisher-Yates driven by
 // Philox (see docs/protocol.md for the exact draw per step).
@@ -57,8 +46,6 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
 // Attempts of the random resized crop before its central fallback.
 inline constexpr int kRandomResizedCropAttempts = 10;
 
-// The Philox key of a request: {seed lo32, seed hi32}.
-std::array<uint32_t, 2> PlanKey(uint64_t seed);
 // The 64-bit draw of Fisher-Yates step i: words 0 | 1 << 32 of Philox of
 // counter {i lo32, i hi32, epoch lo32, (epoch bits 32..55) << 8 | 1}.
 uint64_t PermutationDraw(uint64_t seed, uint64_t epoch, uint64_t i);

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/data/epoch_plan.h"
+#include "server/plan/philox.h"
 
 namespace nearprep::fleet {
 namespace {
@@ -13,8 +13,7 @@ namespace {
 uint64_t Draw(uint32_t w0, uint32_t w1, uint32_t w2, uint64_t seed,
               uint64_t epoch, uint32_t tag) {
   const uint32_t w3 = (static_cast<uint32_t>(epoch & 0xFFFFFFu) << 8) | tag;
-  const std::array<uint32_t, 4> r = Philox4x32({w0, w1, w2, w3}, PlanKey(seed));
-  return uint64_t{r[0]} | (uint64_t{r[1]} << 32);
+  return Draw64(Philox4x32({w0, w1, w2, w3}, PlanKey(seed)));
 }
 
 // Local offset at position j of S (step 1b): blocks in permuted order.
@@ -49,11 +48,10 @@ std::vector<uint64_t> BlockPerm(uint64_t n, uint32_t partition,
   const uint64_t nb = (n + b - 1) / b;
   std::vector<uint64_t> perm(nb);
   for (uint64_t i = 0; i < nb; ++i) perm[i] = i;
-  for (uint64_t i = nb; i-- > 1;) {
-    std::swap(perm[i], perm[PartitionBlockDraw(p.seed, p.epoch, partition,
-                                               static_cast<uint32_t>(i)) %
-                            (i + 1)]);
-  }
+  PlanShuffle(perm.data(), nb, [&](uint64_t i) {
+    return PartitionBlockDraw(p.seed, p.epoch, partition,
+                              static_cast<uint32_t>(i));
+  });
   return perm;
 }
 
@@ -63,11 +61,10 @@ std::vector<uint64_t> WindowPerm(uint64_t len, uint32_t partition,
                                  uint32_t window, const PlanParams& p) {
   std::vector<uint64_t> idx(len);
   for (uint64_t i = 0; i < len; ++i) idx[i] = i;
-  for (uint64_t i = len; i-- > 1;) {
-    std::swap(idx[i], idx[PartitionWindowDraw(p.seed, p.epoch, partition, window,
-                                              static_cast<uint32_t>(i)) %
-                          (i + 1)]);
-  }
+  PlanShuffle(idx.data(), len, [&](uint64_t i) {
+    return PartitionWindowDraw(p.seed, p.epoch, partition, window,
+                               static_cast<uint32_t>(i));
+  });
   return idx;
 }
 
@@ -111,13 +108,11 @@ std::vector<uint64_t> PartitionStream(uint64_t n, uint32_t partition,
   }
   for (uint64_t start = 0, win = 0; start < n; start += w, ++win) {
     const uint64_t len = std::min(w, n - start);
-    for (uint64_t i = len; i-- > 1;) {
-      const uint64_t k = PartitionWindowDraw(params.seed, params.epoch, partition,
-                                             static_cast<uint32_t>(win),
-                                             static_cast<uint32_t>(i)) %
-                         (i + 1);
-      std::swap(s[start + i], s[start + k]);
-    }
+    PlanShuffle(s.data() + start, len, [&](uint64_t i) {
+      return PartitionWindowDraw(params.seed, params.epoch, partition,
+                                 static_cast<uint32_t>(win),
+                                 static_cast<uint32_t>(i));
+    });
   }
   return s;
 }
@@ -126,10 +121,10 @@ std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
                                  const PlanParams& params) {
   std::vector<uint32_t> order(c);
   for (uint32_t i = 0; i < c; ++i) order[i] = i;
-  for (uint32_t i = c; i-- > 1;) {
-    std::swap(order[i],
-              order[RoundOrderDraw(params.seed, params.epoch, round, i) % (i + 1)]);
-  }
+  PlanShuffle(order.data(), c, [&](uint64_t i) {
+    return RoundOrderDraw(params.seed, params.epoch, round,
+                          static_cast<uint32_t>(i));
+  });
   return order;
 }
 

@@ -48,9 +48,8 @@
 namespace nearprep::fleet {
 
 inline constexpr char kFleetPlanAlgorithm[] = "nearprep-fleet-plan/1";
-inline constexpr uint32_t kTagPartitionBlocks = 5;
-inline constexpr uint32_t kTagPartitionWindow = 6;
-inline constexpr uint32_t kTagRoundOrder = 7;
+// Its counter tags (kTagPartitionBlocks, kTagPartitionWindow,
+// kTagRoundOrder) are in the plan core's registry (server/plan/philox.h).
 
 struct PlanParams {
   uint64_t seed = 0;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/data/plan_math.h"
+#include "server/plan/plan_math.h"
 
 namespace nearprep {
 namespace {

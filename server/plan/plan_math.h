@@ -9,8 +9,8 @@
 // (client/python/nearprep/plan.py does). docs/protocol.md restates them.
 //
 // Thread-safety: pure functions.
-#ifndef NEARPREP_SERVER_DATA_PLAN_MATH_H_
-#define NEARPREP_SERVER_DATA_PLAN_MATH_H_
+#ifndef NEARPREP_SERVER_PLAN_PLAN_MATH_H_
+#define NEARPREP_SERVER_PLAN_PLAN_MATH_H_
 
 namespace nearprep {
 
@@ -26,4 +26,4 @@ double PlanRoundHalfEven(double x);
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_SERVER_DATA_PLAN_MATH_H_
+#endif  // NEARPREP_SERVER_PLAN_PLAN_MATH_H_

@@ -2,7 +2,7 @@
 // evaluated; the file is compiled with -ffp-contract=off (global option), so
 // no multiply-add is fused. Do not "simplify" an expression: the exact
 // sequence is part of the protocol (docs/protocol.md, "Portable math").
-#include "server/data/plan_math.h"
+#include "server/plan/plan_math.h"
 
 #include <cmath>
 #include <limits>
