@@ -59,15 +59,19 @@ def draw64(counter: Sequence[int], key: Sequence[int]) -> int:
 
 
 def philox4x32_lanes(c0, c1, c2, c3, k0: int, k1: int):
-    """philox4x32 of every lane at once: c0..c3 are uint64 numpy arrays of
-    one shape (or ints, broadcast), each word taken mod 2^32; the key is one
-    for all lanes. Returns the four output words as uint64 arrays."""
+    """philox4x32 of every lane at once: c0..c3 are integer numpy arrays of
+    one shape or ints (the same word for every lane), each word taken mod
+    2^32; the key is one for all lanes. Returns the four output words as
+    uint64 arrays (of c0's shape when c0 is an array)."""
     import numpy as np
     m32 = np.uint64(M32)
-    c0 = np.asarray(c0, dtype=np.uint64) & m32
-    shape = c0.shape
-    c1, c2, c3 = (np.broadcast_to(np.asarray(w, dtype=np.uint64) & m32, shape)
-                  for w in (c1, c2, c3))
+
+    def word(w):  # an int stays a numpy scalar (cheaper than a full array)
+        if isinstance(w, np.ndarray):
+            return w.astype(np.uint64) & m32
+        return np.uint64(int(w) & M32)
+
+    c0, c1, c2, c3 = word(c0), word(c1), word(c2), word(c3)
     k0, k1 = int(k0) & M32, int(k1) & M32
     m0, m1, s32 = np.uint64(PHILOX_M0), np.uint64(PHILOX_M1), np.uint64(32)
     for rnd in range(_ROUNDS):
