@@ -60,28 +60,6 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
-// A decimal integer flag in [0, max], checked on the text as typed: CLI11
-// 2.1 alone takes "-1" and "18446744073709551616" for a uint64_t and
-// saturates both to 2^64-1, and a range check after it would show that
-// value instead of the user's. `what` says where `max` comes from.
-CLI::Validator UnsignedIn(uint64_t max, const std::string& what = "") {
-  return CLI::Validator(
-      [max, what](std::string& value) -> std::string {
-        bool ok = !value.empty() && value.size() <= 20;
-        uint64_t v = 0;
-        for (char ch : value) {
-          if (ch < '0' || ch > '9') { ok = false; break; }
-          const uint64_t d = static_cast<uint64_t>(ch - '0');
-          if (v > (UINT64_MAX - d) / 10) { ok = false; break; }
-          v = v * 10 + d;
-        }
-        if (ok && v <= max) return "";
-        return "must be an integer in [0, " + std::to_string(max) + "]" + what + ", got '" +
-               value + "'";
-      },
-      "UINT", "unsigned");
-}
-
 constexpr uint64_t kMaxFleetEpoch = (uint64_t{1} << 24) - 1;
 const char kEpochWhy[] = " (a fleet plan's epoch is < 2^24)";
 
@@ -388,11 +366,11 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->plan->add_option("--manifest", c->plan_manifest, "manifest file")->required();
   c->plan->add_option("--seed", c->params.seed,
                       "seed of the epoch order (the trainers' and the daemons' common seed)")
-      ->check(UnsignedIn(UINT64_MAX))
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   c->plan->add_option("--epoch", c->params.epoch,
                       "epoch number: each epoch has its own order under one seed (< 2^24)")
-      ->check(UnsignedIn(kMaxFleetEpoch, kEpochWhy))
+      ->check(UnsignedValidator(kMaxFleetEpoch, kEpochWhy))
       ->capture_default_str();
   c->plan->add_option("--block", c->params.block_samples, "block B in samples")
       ->capture_default_str();
@@ -402,7 +380,7 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->plan->add_option("--trainers", c->trainers, "trainers T")->capture_default_str();
   c->plan->add_option("--trainer", c->trainer, "trainer k")->capture_default_str();
   c->plan->add_option("--batch", c->batch, "one global batch (default: all)")
-      ->check(UnsignedIn(INT64_MAX));
+      ->check(UnsignedValidator(INT64_MAX));
 
   c->placement = app->add_subcommand(
       "placement",
@@ -430,7 +408,7 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--manifest", c->read_manifest, "manifest file")->required();
   c->read->add_option("--seed", c->read_params.seed,
                       "seed of the epoch order and the random draws")
-      ->check(UnsignedIn(UINT64_MAX))
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   c->read->add_option("--block", c->read_params.block_samples)->capture_default_str();
   c->read->add_option("--window", c->read_params.window)->capture_default_str();
@@ -439,16 +417,16 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--trainer", c->read_trainer)->capture_default_str();
   c->read->add_option("--epoch", c->read_epoch,
                       "epoch number (its own order and draws; < 2^24)")
-      ->check(UnsignedIn(kMaxFleetEpoch, kEpochWhy))
+      ->check(UnsignedValidator(kMaxFleetEpoch, kEpochWhy))
       ->capture_default_str();
   c->read->add_option("--start-batch", c->read_start,
                       "first global batch (< the epoch's number of global batches)")
-      ->check(UnsignedIn(UINT64_MAX))
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   c->read->add_option("--stop-batch", c->read_stop,
                       "global batch to stop before (<= the epoch's number of global batches; "
                       "default: the end of the epoch)")
-      ->check(UnsignedIn(INT64_MAX));
+      ->check(UnsignedValidator(INT64_MAX));
   c->read->add_option("--step-ms", c->read_step_ms,
                       "simulated trainer step: sleep this long after each batch")
       ->check(CLI::Range(0, 3600000))
