@@ -1,5 +1,5 @@
 // See global_plan.h and docs/protocol.md (keep them and
-// client/python/nearprep/fleet.py in step).
+// client/python/nearprep/fleet_global_plan.py in step).
 #include "server/fleet/global_plan.h"
 
 #include <algorithm>

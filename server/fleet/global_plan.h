@@ -2,7 +2,7 @@
 // all samples of a partitioned dataset (manifest.h), the same for every
 // trainer whatever the trainer count T, and which storage nodes are alive.
 // docs/protocol.md ("Fleet datasets: the global plan") is normative;
-// client/python/nearprep/fleet.py re-implements it.
+// client/python/nearprep/fleet_global_plan.py re-implements it.
 //
 // Inputs: the manifest's partition sizes n_0..n_{C-1} (and sample id starts),
 // and params (seed, epoch, block B, window W, global batch G). Algorithm

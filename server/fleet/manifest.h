@@ -2,7 +2,7 @@
 // dataset split into C partitions, so that storage nodes can each hold some
 // partitions and every trainer computes the same global epoch plan
 // (global_plan.h). docs/protocol.md ("Fleet datasets") is the normative
-// description of the text form; client/python/nearprep/fleet.py parses it.
+// description of the text form; client/python/nearprep/fleet_manifest.py parses it.
 //
 // A partition is an ordered run of whole shards, consecutive in sorted shard
 // order; partitions are balanced by sample count. Sample ids are global:

@@ -936,6 +936,25 @@ def test_checkpoint_of_another_plan_is_refused(tfrecord_fleet):
         assert (c.epoch, c.next_batch) == (2, 0)
 
 
+def test_torch_state_past_the_epochs_end_is_refused(tfrecord_fleet):
+    """FleetIterableDataset.load_state_dict of a state with next_batch 10^9
+    (issue 23 item 9) used to be taken, and the next iteration yielded
+    nothing: refused naming the field and its range."""
+    pytest.importorskip("torch")
+    from nearprep.fleet_torch import FleetIterableDataset
+    _, m, manifest, daemons, _ = tfrecord_fleet
+    nb = (m.num_samples + G - 1) // G
+    ds = FleetIterableDataset([daemons["a"].target], "ds", manifest=manifest, rank=0,
+                              world_size=1, seed=SEED, block_samples=BLOCK, window=WINDOW,
+                              global_batch=G, **REQ)
+    state = ds.state_dict()
+    for value in (10 ** 9, nb):
+        with pytest.raises(ValueError, match=f"next_batch must be in \\[0, {nb}\\)"):
+            ds.load_state_dict(dict(state, next_batch=value))
+    ds.load_state_dict(dict(state, next_batch=nb - 1))
+    assert ds.state_dict()["next_batch"] == nb - 1
+
+
 def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
     """The C++ FleetClient (`nearprep fleet-read`, one trainer, a 150 ms
     simulated step per global batch) while node a is SIGKILLed after the

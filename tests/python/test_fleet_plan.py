@@ -5,6 +5,7 @@ C++ plan (`nearprep fleet-plan`) and manifest (`nearprep manifest`)."""
 
 import glob
 import os
+import re
 import subprocess
 
 import pytest
@@ -188,3 +189,94 @@ def test_batched_round_orders_equal_one_round_at_a_time():
         for count in (1, 25, 40):  # the per-round and the vectorised shuffle
             got = fp.round_orders(c, 40, count, params).tolist()
             assert got == [fp.round_order(c, r, params) for r in range(40, 40 + count)], c
+
+
+# --- Positions past the epoch's end, and flags as typed (issues 23 item 9, 26) ---
+
+def _small_manifest(tmp_path, counts=(5, 9, 3, 7), partitions=2):
+    _write_shards(str(tmp_path / "shards"), list(counts))
+    subprocess.run([CLI, "manifest", "--root", str(tmp_path / "shards"), "--format", "tfrecord",
+                    "--partitions", str(partitions), "--out", str(tmp_path / "M")],
+                   check=True, capture_output=True)
+    return str(tmp_path / "M")
+
+
+@needs_cli
+def test_fleet_read_refuses_positions_past_the_epochs_end(tmp_path):
+    """`nearprep fleet-read --epoch 2^24` (and 2^64-1, and a start batch past
+    the epoch's last) printed nothing and exited 0: each is refused before
+    any node is contacted, naming the flag, its valid range and the value as
+    typed. 24 samples, G = 8: 3 global batches."""
+    manifest = _small_manifest(tmp_path)
+    base = [CLI, "fleet-read", "--targets", "127.0.0.1:1", "--manifest", manifest,
+            "--global-batch", "8", "--rpc-timeout-ms", "200"]
+    for flags, want in (
+            (["--epoch", str(1 << 24)], "--epoch: must be an integer in [0, 16777215]"),
+            (["--epoch", str((1 << 64) - 1)], f"got '{(1 << 64) - 1}'"),
+            (["--epoch", str(1 << 64)], f"got '{1 << 64}'"),
+            (["--epoch", "-1"], "got '-1'"),
+            (["--seed", "-1"], "--seed: must be an integer in [0, 18446744073709551615]"),
+            (["--seed", str(1 << 64)], f"got '{1 << 64}'"),
+            (["--start-batch", "3"], "--start-batch: must be in [0, 3) (epoch 0 has 3 global "
+                                     "batches of G = 8), got 3"),
+            (["--start-batch", str(10 ** 9)], "got 1000000000"),
+            (["--start-batch", "1", "--stop-batch", "4"], "--stop-batch: must be in [2, 3]"),
+            (["--start-batch", "2", "--stop-batch", "2"], "--stop-batch: must be in [3, 3]")):
+        r = subprocess.run(base + flags, capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and want in r.stderr, (flags, r.returncode, r.stderr)
+        assert r.stdout == "", flags
+
+
+@needs_cli
+def test_fleet_plan_refuses_seeds_and_epochs_out_of_range_as_typed(tmp_path):
+    """--seed 2^64 and --seed -1 were taken and saturated to 2^64-1; an
+    over-large --epoch was refused showing the saturated value. Now each is
+    refused with the value the user typed; 2^64-1 and 2^24-1 still work, and
+    --batch past the epoch's end is refused."""
+    manifest = _small_manifest(tmp_path)
+    base = [CLI, "fleet-plan", "--manifest", manifest, "--global-batch", "8"]
+    for flags, want in ((["--seed", str(1 << 64)], f"--seed: must be an integer in "
+                                                   f"[0, {(1 << 64) - 1}], got '{1 << 64}'"),
+                        (["--seed", "-1"], "got '-1'"),
+                        (["--seed", "1e3"], "got '1e3'"),
+                        (["--epoch", "99999999999999999999"], "got '99999999999999999999'"),
+                        (["--epoch", str(1 << 24)], "(a fleet plan's epoch is < 2^24), got "
+                                                    f"'{1 << 24}'"),
+                        (["--batch", "3"], "--batch: must be in [0, 3)")):
+        r = subprocess.run(base + flags, capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and want in r.stderr, (flags, r.stderr)
+        assert "18446744073709551615'" not in r.stderr  # never the saturated value
+        assert r.stdout == "", flags
+    m = fp.load_manifest(manifest)
+    for seed, epoch in (((1 << 64) - 1, (1 << 24) - 1), (0, 0)):
+        out = subprocess.run(base + ["--seed", str(seed), "--epoch", str(epoch), "--batch", "2"],
+                             check=True, capture_output=True, text=True).stdout.split("\n")[1:-1]
+        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(seed=seed, epoch=epoch,
+                                                           global_batch=8))
+        assert out == [f"{x} {' '.join(map(str, plan.at(x)))}" for x in range(16, 24)]
+
+
+def test_checkpoint_past_the_epochs_end_is_refused(tmp_path):
+    """A checkpoint with next_batch 10^9 (or an epoch >= 2^24) resumed to
+    nothing, silently: FleetClient.resume refuses it naming the field and its
+    range, before any node is asked (the target here does not exist)."""
+    from nearprep.fleet import FleetClient
+    text = ("nearprep-manifest 1\nformat tfrecord\npartitions 2\nsamples 24\n"
+            "shard 0 12 100 00000000 a\nshard 1 12 100 00000000 b\n").encode()
+    m = fp.parse_manifest(text)
+    with FleetClient(["127.0.0.1:1"], "ds", manifest=m, seed=3, block_samples=4, window=8,
+                     global_batch=8, rpc_timeout=0.2) as fc:
+        good = fc.checkpoint(0, 2)
+        assert (good.epoch, good.next_batch) == (0, 2)
+        for field, value, want in (("next_batch", 10 ** 9, "next_batch must be in [0, 3) "
+                                    "(epoch 0 has 3 global batches of G = 8), got 1000000000"),
+                                   ("next_batch", 3, "got 3"), ("next_batch", -1, "got -1"),
+                                   ("epoch", 1 << 24, "epoch must be an integer in [0, 2^24)"),
+                                   ("epoch", "0", "got '0'")):
+            d = good.to_dict()
+            d[field] = value
+            with pytest.raises(ValueError, match=re.escape(want)):
+                fc.resume(d)
+        # The end of an epoch is written as the next epoch's batch 0.
+        assert (fc.checkpoint(0, 3).epoch, fc.checkpoint(0, 3).next_batch) == (1, 0)
+

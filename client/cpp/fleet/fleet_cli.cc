@@ -60,6 +60,30 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+constexpr uint64_t kMaxFleetEpoch = (uint64_t{1} << 24) - 1;
+const char kEpochWhy[] = " (a fleet plan's epoch is < 2^24)";
+
+// The batch range [start, stop) of `plan` a command reads, checked against
+// the epoch's num_batches: a start or stop past the epoch's end is refused
+// (it would read nothing and exit 0). stop < 0: to the end.
+absl::Status CheckBatchRange(const fleet::GlobalPlan& plan, const std::string& start_flag,
+                             uint64_t start, const std::string& stop_flag, int64_t stop) {
+  const uint64_t nb = plan.num_batches();
+  const std::string of = " (epoch " + std::to_string(plan.params().epoch) + " has " +
+                         std::to_string(nb) + " global batches of G = " +
+                         std::to_string(plan.params().global_batch) + ")";
+  if (start >= nb) {
+    return absl::OutOfRangeError(start_flag + ": must be in [0, " + std::to_string(nb) + ")" +
+                                 of + ", got " + std::to_string(start));
+  }
+  if (stop >= 0 && (static_cast<uint64_t>(stop) <= start || static_cast<uint64_t>(stop) > nb)) {
+    return absl::OutOfRangeError(stop_flag + ": must be in [" + std::to_string(start + 1) +
+                                 ", " + std::to_string(nb) + "]" + of + ", got " +
+                                 std::to_string(stop));
+  }
+  return absl::OkStatus();
+}
+
 int RunManifest(const FleetCommands& c) {
   uint64_t refused = 0;
   fleet::ScanOptions o = c.scan;
@@ -213,6 +237,11 @@ int RunPlan(const FleetCommands& c) {
   if (c.trainer >= c.trainers) return Fail("--trainer: must be < --trainers");
   auto plan = fleet::GlobalPlan::Create(m->partition_start, c.params);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
+  if (c.batch >= 0) {
+    absl::Status range = CheckBatchRange(**plan, "--batch", static_cast<uint64_t>(c.batch),
+                                         "", -1);
+    if (!range.ok()) return Fail(std::string(range.message()));
+  }
   uint64_t a = 0, b = (*plan)->size();
   // A header naming the columns (a comment line: skip lines starting '#').
   std::string out = "# position sample_id partition  (seed " + std::to_string(c.params.seed) +
@@ -245,6 +274,17 @@ int RunRead(const FleetCommands& c) {
   ss << f.rdbuf();
   absl::StatusOr<fleet::Manifest> m = fleet::ParseManifest(ss.str());
   if (!m.ok()) return Fail(std::string(m.status().message()));
+  {
+    // The epoch's plan, to refuse positions past its end before any node
+    // is contacted (they used to read nothing and exit 0).
+    fleet::PlanParams p = c.read_params;
+    p.epoch = c.read_epoch;
+    auto plan = fleet::GlobalPlan::Create(m->partition_start, p);
+    if (!plan.ok()) return Fail(std::string(plan.status().message()));
+    absl::Status range =
+        CheckBatchRange(**plan, "--start-batch", c.read_start, "--stop-batch", c.read_stop);
+    if (!range.ok()) return Fail(std::string(range.message()));
+  }
   FleetClientOptions o;
   o.targets = absl::StrSplit(c.read_targets, ',', absl::SkipEmpty());
   o.dataset = c.read_dataset;
@@ -326,9 +366,11 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->plan->add_option("--manifest", c->plan_manifest, "manifest file")->required();
   c->plan->add_option("--seed", c->params.seed,
                       "seed of the epoch order (the trainers' and the daemons' common seed)")
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   c->plan->add_option("--epoch", c->params.epoch,
-                      "epoch number: each epoch has its own order under one seed")
+                      "epoch number: each epoch has its own order under one seed (< 2^24)")
+      ->check(UnsignedValidator(kMaxFleetEpoch, kEpochWhy))
       ->capture_default_str();
   c->plan->add_option("--block", c->params.block_samples, "block B in samples")
       ->capture_default_str();
@@ -337,7 +379,8 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
       ->capture_default_str();
   c->plan->add_option("--trainers", c->trainers, "trainers T")->capture_default_str();
   c->plan->add_option("--trainer", c->trainer, "trainer k")->capture_default_str();
-  c->plan->add_option("--batch", c->batch, "one global batch (default: all)");
+  c->plan->add_option("--batch", c->batch, "one global batch (default: all)")
+      ->check(UnsignedValidator(INT64_MAX));
 
   c->placement = app->add_subcommand(
       "placement",
@@ -365,16 +408,25 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--manifest", c->read_manifest, "manifest file")->required();
   c->read->add_option("--seed", c->read_params.seed,
                       "seed of the epoch order and the random draws")
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   c->read->add_option("--block", c->read_params.block_samples)->capture_default_str();
   c->read->add_option("--window", c->read_params.window)->capture_default_str();
   c->read->add_option("--global-batch", c->read_params.global_batch)->capture_default_str();
   c->read->add_option("--trainers", c->read_trainers)->capture_default_str();
   c->read->add_option("--trainer", c->read_trainer)->capture_default_str();
-  c->read->add_option("--epoch", c->read_epoch, "epoch number (its own order and draws)")
+  c->read->add_option("--epoch", c->read_epoch,
+                      "epoch number (its own order and draws; < 2^24)")
+      ->check(UnsignedValidator(kMaxFleetEpoch, kEpochWhy))
       ->capture_default_str();
-  c->read->add_option("--start-batch", c->read_start)->capture_default_str();
-  c->read->add_option("--stop-batch", c->read_stop, "default: the end of the epoch");
+  c->read->add_option("--start-batch", c->read_start,
+                      "first global batch (< the epoch's number of global batches)")
+      ->check(UnsignedValidator(UINT64_MAX))
+      ->capture_default_str();
+  c->read->add_option("--stop-batch", c->read_stop,
+                      "global batch to stop before (<= the epoch's number of global batches; "
+                      "default: the end of the epoch)")
+      ->check(UnsignedValidator(INT64_MAX));
   c->read->add_option("--step-ms", c->read_step_ms,
                       "simulated trainer step: sleep this long after each batch")
       ->check(CLI::Range(0, 3600000))

@@ -103,6 +103,30 @@ ClientOptions TlsFlags::ToClientOptions(const std::string& target) const {
   return o;
 }
 
+CLI::Validator UnsignedValidator(uint64_t max, const std::string& why) {
+  return CLI::Validator(
+      [max, why](std::string& value) -> std::string {
+        bool ok = !value.empty() && value.size() <= 20;
+        uint64_t v = 0;
+        for (char ch : value) {
+          if (ch < '0' || ch > '9') {
+            ok = false;
+            break;
+          }
+          const uint64_t d = static_cast<uint64_t>(ch - '0');
+          if (v > (UINT64_MAX - d) / 10) {
+            ok = false;
+            break;
+          }
+          v = v * 10 + d;
+        }
+        if (ok && v <= max) return "";
+        return "must be an integer in [0, " + std::to_string(max) + "]" + why + ", got '" +
+               value + "'";
+      },
+      "UINT", "unsigned");
+}
+
 CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e) {
   return CLI::Validator(
       [e](std::string& value) -> std::string {
@@ -133,13 +157,18 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   if (with_batches) {
     app->add_option("--max-batches,--batches", batches,
                     "stop after this many batches (0: whole shard)" + Older("--batches"))
+        ->check(UnsignedValidator(UINT64_MAX))
         ->capture_default_str();
   }
   app->add_option("--start-batch", start_batch, "first batch (resume point)")
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
   app->add_option("--seed", seed, "seed of the order and the random draws")
+      ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
-  app->add_option("--epoch", epoch, "epoch number")->capture_default_str();
+  app->add_option("--epoch", epoch, "epoch number")
+      ->check(UnsignedValidator(UINT64_MAX))
+      ->capture_default_str();
   app->add_flag("--shuffle", shuffle, "shuffle the epoch order");
   app->add_option("--shuffle-mode", shuffle_mode,
                   EnumHelp(v1::ShuffleMode_descriptor()) +
@@ -147,7 +176,8 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
       ->check(EnumValidator(v1::ShuffleMode_descriptor()))
       ->capture_default_str();
   app->add_option("--block-samples", block_samples,
-                  "block shuffle: samples per block (0: the dataset's)");
+                  "block shuffle: samples per block (0: the dataset's)")
+      ->check(UnsignedValidator(UINT64_MAX));
   app->add_option("--open-blocks", open_blocks,
                   "block shuffle: blocks interleaved (0: 8)");
   app->add_option("--window", window,

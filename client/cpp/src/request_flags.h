@@ -39,6 +39,13 @@ absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseShard(std::string_view s);
 // must name its port (nearprep::ValidateTarget); a bad one is a flag error.
 CLI::Validator TargetValidator(bool list);
 
+// A decimal integer in [0, max], checked on the text as typed (`why` is
+// appended to the range, e.g. where max comes from): CLI11 2.1 alone takes
+// "-1" and "18446744073709551616" for a uint64_t and saturates both to
+// 2^64-1, so a range check after conversion would pass them, or show the
+// saturated value instead of the user's.
+CLI::Validator UnsignedValidator(uint64_t max, const std::string& why = "");
+
 // Connection options of every subcommand that connects to a daemon: TLS,
 // and how long a stream waits for an unreachable daemon. While it waits,
 // stderr says for what and why (every second on a terminal, else every

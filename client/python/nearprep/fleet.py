@@ -523,6 +523,7 @@ class FleetClient:
                   c.num_partitions)
         if mine != theirs:
             raise ValueError(f"checkpoint: plan {theirs} differs from this client's {mine}")
+        c.check_position(self.manifest.num_samples)  # past the epoch's end: refused
         return self.epoch(c.epoch, c.next_batch, stop_batch)
 
     def checkpoint(self, epoch=None, next_batch=None) -> fp.Checkpoint:

@@ -120,6 +120,7 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
                   c.num_partitions)
         if mine != theirs:
             raise ValueError(f"state: plan {theirs} differs from this dataset's {mine}")
+        c.check_position(self._manifest.num_samples)  # past the epoch's end: refused
         self._set_start(c.epoch, c.next_batch)
 
     def __getstate__(self):

@@ -35,11 +35,26 @@ __all__ = [
     "batches", "float32_bits",
 ]
 
-_M32 = 0xFFFFFFFF
-_PHILOX_M0 = 0xD2511F53
-_PHILOX_M1 = 0xCD9E8D57
-_PHILOX_W0 = 0x9E3779B9
-_PHILOX_W1 = 0xBB67AE85
+try:
+    from .philox import M32 as _M32, key_of as _key, philox4x32
+except ImportError:
+    # Run as a script (python3 client/python/nearprep/plan.py) or loaded by
+    # path without the package: philox.py beside this file is all it needs.
+    def _load_philox():
+        import importlib.util
+        import os
+        import sys
+        name = "nearprep_philox_beside_plan"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "philox.py"))
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[name] = mod
+        return sys.modules[name]
+
+    _philox = _load_philox()
+    _M32, _key, philox4x32 = _philox.M32, _philox.key_of, _philox.philox4x32
 
 K_TAG_PERMUTATION = 1
 K_TAG_SAMPLE_PARAMS = 2
@@ -64,22 +79,7 @@ def _f32(x: float) -> float:
 
 
 # --------------------------------------------------------------------------
-# Philox4x32-10 and the uniform float rule.
-
-def philox4x32(counter: Sequence[int], key: Sequence[int]) -> Tuple[int, int, int, int]:
-    """Philox4x32-10 (Salmon et al., SC'11) of a 4-word counter, 2-word key."""
-    c0, c1, c2, c3 = (int(w) & _M32 for w in counter)
-    k0, k1 = (int(w) & _M32 for w in key)
-    for rnd in range(10):
-        if rnd > 0:
-            k0 = (k0 + _PHILOX_W0) & _M32
-            k1 = (k1 + _PHILOX_W1) & _M32
-        p0 = _PHILOX_M0 * c0
-        p1 = _PHILOX_M1 * c2
-        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & _M32,
-                          (p0 >> 32) ^ c3 ^ k1, p0 & _M32)
-    return c0, c1, c2, c3
-
+# The uniform float rule (Philox4x32-10 itself: nearprep.philox).
 
 def uniform_float(x: int) -> float:
     """float32 in [0, 1) from the low 23 bits of x (TensorFlow's rule)."""
@@ -156,10 +156,6 @@ def plan_round_half_even(x: float) -> float:
 
 # --------------------------------------------------------------------------
 # The plan.
-
-def _key(seed: int) -> Tuple[int, int]:
-    return seed & _M32, (seed >> 32) & _M32
-
 
 def permutation_draw(seed: int, epoch: int, i: int) -> int:
     w3 = ((((epoch >> 32) & 0xFFFFFF) << 8) | K_TAG_PERMUTATION) & _M32

@@ -115,6 +115,25 @@ TEST(RequestFlagsTest, RejectsBadValues) {
   EXPECT_NE(shard.status().message().find("--shard"), std::string::npos);
 }
 
+TEST(RequestFlagsTest, RefusesUnsignedValuesOutOfRangeAsTyped) {
+  // CLI11 alone took -1 and 2^64 for a uint64_t flag and saturated both to
+  // 2^64-1 (issue 26): refused, the message naming the flag and the text.
+  for (const char* flag : {"--seed", "--epoch", "--start-batch", "--max-batches",
+                           "--block-samples"}) {
+    for (const char* bad : {"-1", "18446744073709551616", "99999999999999999999999", "1e3",
+                            "+5", "", "0x10"}) {
+      auto r = Parse({"--dataset", "d", flag, bad});
+      ASSERT_FALSE(r.ok()) << flag << " " << bad;
+      const std::string m(r.status().message());
+      EXPECT_NE(m.find(flag), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("got '") + bad + "'"), std::string::npos) << m;
+    }
+  }
+  auto r = Parse({"--dataset", "d", "--seed", "18446744073709551615", "--epoch", "0"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->seed(), ~uint64_t{0});
+}
+
 TEST(VocabularyTest, NamesComeFromTheProtoEnums) {
   EXPECT_EQ(EnumValueNames(v1::CropMode_descriptor()),
             (std::vector<std::string>{"none", "center", "random_resized", "resize_center"}));

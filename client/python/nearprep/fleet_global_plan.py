@@ -1,0 +1,294 @@
+"""The fleet's global epoch plan (docs/protocol.md, "The global plan
+(algorithm `nearprep-fleet-plan/1`)", is normative; server/fleet/
+global_plan.h is the C++ twin, and tests/python/test_fleet_plan.py compares
+the two through `nearprep fleet-plan`).
+
+Positions 0..N-1 of an epoch -> (sample id, partition), a pure function of
+(the manifest's partition sizes, seed, epoch, block B, window W, global
+batch G); trainer k of T takes a contiguous slice of every global batch.
+
+Thread-safety: the module's functions are pure; a GlobalPlan caches what it
+computed and is for one thread (each FleetClient makes its own).
+"""
+
+import bisect
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from .fleet_manifest import Manifest
+from .philox import draw64, draw64_lanes, key_of
+
+__all__ = ["ALGORITHM", "MAX_EPOCH", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
+           "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw", "partition_window_draw",
+           "round_order_draw", "partition_stream", "round_order", "round_orders",
+           "check_trainers", "GlobalPlan"]
+
+ALGORITHM = "nearprep-fleet-plan/1"
+MAX_EPOCH = (1 << 24) - 1  # counter word 3 holds 24 bits of the epoch
+K_TAG_PARTITION_BLOCKS = 5
+K_TAG_PARTITION_WINDOW = 6
+K_TAG_ROUND_ORDER = 7
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    seed: int = 0
+    epoch: int = 0
+    block_samples: int = 64
+    window: int = 256
+    global_batch: int = 256
+
+
+def _w3(epoch: int, tag: int) -> int:
+    """Counter word 3 of the fleet plan's draws: (epoch & 0xffffff) << 8 | tag."""
+    return ((epoch & 0xFFFFFF) << 8) | tag
+
+
+def _draw(w0: int, w1: int, w2: int, seed: int, epoch: int, tag: int) -> int:
+    """The 64-bit draw of counter {w0, w1, w2, w3(epoch, tag)} (each word
+    mod 2^32), key {seed lo32, seed hi32}."""
+    return draw64((w0, w1, w2, _w3(epoch, tag)), key_of(seed))
+
+
+def _draws(i: np.ndarray, w1, w2: int, seed: int, epoch: int, tag: int) -> np.ndarray:
+    """_draw for every counter word 0 in `i` at once (uint64 array): the
+    same Philox4x32-10, one numpy operation per step over all lanes. `w1`
+    is one int or an array of i's shape (a lane's counter word 1)."""
+    k0, k1 = key_of(seed)
+    return draw64_lanes(np.asarray(i, dtype=np.uint64), w1, w2, _w3(epoch, tag), k0, k1)
+
+
+def _shuffle(a: list, draws: np.ndarray) -> list:
+    """Fisher-Yates of `a` in place with draws[i] for step i (i = len-1 down
+    to 1; draws[0] unused): swap(a[i], a[draws[i] % (i + 1)])."""
+    n = len(a)
+    if n < 2:
+        return a
+    steps = np.arange(n, dtype=np.uint64)
+    js = (draws[1:] % (steps[1:] + np.uint64(1))).tolist()
+    for i in range(n - 1, 0, -1):
+        j = js[i - 1]
+        a[i], a[j] = a[j], a[i]
+    return a
+
+
+def partition_block_draw(seed, epoch, partition, i):
+    return _draw(i, partition, 0, seed, epoch, K_TAG_PARTITION_BLOCKS)
+
+
+def partition_window_draw(seed, epoch, partition, window, i):
+    return _draw(i, window, partition, seed, epoch, K_TAG_PARTITION_WINDOW)
+
+
+def round_order_draw(seed, epoch, rnd, i):
+    return _draw(i, rnd, 0, seed, epoch, K_TAG_ROUND_ORDER)
+
+
+def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
+    """Local offsets of partition `partition` (n samples) in stream order:
+    the definition, one scalar draw per step (GlobalPlan computes the same
+    thing a window at a time with vectorised draws)."""
+    b, w = max(p.block_samples, 1), max(p.window, 1)
+    nb = (n + b - 1) // b
+    perm = list(range(nb))
+    for i in range(nb - 1, 0, -1):
+        j = partition_block_draw(p.seed, p.epoch, partition, i) % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    s: List[int] = []
+    for blk in perm:
+        s.extend(range(blk * b, min(n, (blk + 1) * b)))
+    for start in range(0, n, w):
+        win = start // w
+        for i in range(min(w, n - start) - 1, 0, -1):
+            j = partition_window_draw(p.seed, p.epoch, partition, win, i) % (i + 1)
+            s[start + i], s[start + j] = s[start + j], s[start + i]
+    return s
+
+
+def round_order(c: int, rnd: int, p: PlanParams) -> List[int]:
+    return _shuffle(list(range(c)), _draws(np.arange(c), rnd, 0, p.seed, p.epoch,
+                                           K_TAG_ROUND_ORDER))
+
+
+def round_orders(c: int, first: int, count: int, p: PlanParams) -> np.ndarray:
+    """round_order(c, r, p) for rounds r in [first, first + count): a
+    (count, c) int64 array, the draws of all rounds in one vectorised
+    Philox call and each Fisher-Yates step applied to every round at once."""
+    rounds = np.arange(first, first + count, dtype=np.uint64)
+    i = np.broadcast_to(np.arange(c, dtype=np.uint64), (count, c))
+    w1 = np.broadcast_to(rounds[:, None], (count, c))
+    draws = _draws(np.ascontiguousarray(i), np.ascontiguousarray(w1), 0, p.seed, p.epoch,
+                   K_TAG_ROUND_ORDER)
+    if count < 32:  # few rounds: a Python shuffle per round is cheaper
+        return np.array([_shuffle(list(range(c)), row) for row in draws], dtype=np.int64)
+    order = np.broadcast_to(np.arange(c, dtype=np.int64), (count, c)).copy()
+    rows = np.arange(count)
+    for step in range(c - 1, 0, -1):
+        j = (draws[:, step] % np.uint64(step + 1)).astype(np.int64)
+        a, b = order[rows, step].copy(), order[rows, j]
+        order[rows, step] = b
+        order[rows, j] = a
+    return order
+
+
+def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
+    """S of partition_stream before the window shuffles: the blocks'
+    offsets in block-permutation order (int64 array of n)."""
+    b = max(p.block_samples, 1)
+    nb = (n + b - 1) // b
+    perm = np.array(_shuffle(list(range(nb)),
+                             _draws(np.arange(nb), partition, 0, p.seed, p.epoch,
+                                    K_TAG_PARTITION_BLOCKS)), dtype=np.int64)
+    sizes = np.minimum(b, n - perm * b)
+    firsts = np.repeat(perm * b, sizes)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return firsts + (np.arange(n, dtype=np.int64) - starts)
+
+
+def check_trainers(global_batch: int, trainers: int) -> None:
+    if trainers < 1 or global_batch % trainers:
+        raise ValueError(f"trainers: T = {trainers} must be >= 1 and divide the global "
+                         f"batch G = {global_batch} (each trainer takes G / T positions "
+                         "of every global batch)")
+
+
+class GlobalPlan:
+    """The global epoch plan over a manifest's partitions (any position
+    computable alone: it needs one partition stream and one round order)."""
+
+    def __init__(self, partition_start: Sequence[int], params: PlanParams):
+        if len(partition_start) < 2:
+            raise ValueError("partitions: at least one is needed")
+        if not 0 <= params.epoch <= MAX_EPOCH:
+            raise ValueError(f"epoch: must be in [0, 2^24) in a fleet plan, got {params.epoch}")
+        if min(params.block_samples, params.window, params.global_batch) < 1:
+            raise ValueError("block_samples, window, global_batch: must be >= 1")
+        if params.window > 1 << 20:  # as the C++ plan (GlobalPlan::Create)
+            raise ValueError(f"window: must be <= 1048576, got {params.window}")
+        for lo, hi in zip(partition_start, partition_start[1:]):
+            if hi < lo:
+                raise ValueError("partitions: starts must ascend")
+            if hi - lo >= 1 << 32:  # counter words hold offsets, windows, rounds
+                raise ValueError("partitions: a partition must hold < 2^32 samples")
+        self.params = params
+        self.start = list(partition_start)
+        self.sizes = [self.start[i + 1] - self.start[i] for i in range(len(self.start) - 1)]
+        self.sorted = sorted(self.sizes)
+        self.prefix = [0]
+        for s in self.sorted:
+            self.prefix.append(self.prefix[-1] + s)
+        self.n = self.start[-1] - self.start[0]
+        self._blocks: Dict[int, np.ndarray] = {}
+        self._windows: Dict[Tuple[int, int], List[int]] = {}
+        self._rounds: Dict[int, List[int]] = {}
+        self._last_hi = -1  # where the last range() call ended
+
+    @classmethod
+    def for_manifest(cls, m: Manifest, params: PlanParams) -> "GlobalPlan":
+        return cls(m.partition_start, params)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def num_batches(self) -> int:
+        g = self.params.global_batch
+        return (self.n + g - 1) // g
+
+    # Computed lazily and cached: a partition's block order (numpy, n_p
+    # offsets), its windows as they are reached (W offsets each), and each
+    # round's active partitions in round order. The first batch of an epoch
+    # needs one window of each partition, not whole streams.
+
+    def _window(self, p: int, w: int) -> List[int]:
+        key = (p, w)
+        win = self._windows.get(key)
+        if win is None:
+            blocks = self._blocks.get(p)
+            if blocks is None:
+                if len(self._blocks) >= 4096:
+                    self._blocks.clear()
+                blocks = self._blocks[p] = _block_offsets(self.sizes[p], p, self.params)
+            ww = max(self.params.window, 1)
+            win = blocks[w * ww:(w + 1) * ww].tolist()
+            draws = _draws(np.arange(len(win)), w, p, self.params.seed, self.params.epoch,
+                           K_TAG_PARTITION_WINDOW)
+            if len(self._windows) >= 65536:
+                self._windows.clear()
+            win = self._windows[key] = _shuffle(win, draws)
+        return win
+
+    def _stream_at(self, p: int, r: int) -> int:
+        ww = max(self.params.window, 1)
+        return self._window(p, r // ww)[r % ww]
+
+    def _active(self, r: int, ahead: int = 1) -> List[int]:
+        """The partitions round r emits (n_p > r), in round order. On a
+        miss, rounds r .. r + ahead - 1 are computed together (one
+        vectorised call: per-call overhead dominates for small C)."""
+        o = self._rounds.get(r)
+        if o is None:
+            if len(self._rounds) >= 4096:
+                self._rounds.clear()
+            ahead = max(1, min(ahead, 4096 - len(self._rounds), self.sorted[-1] - r))
+            orders = ([round_order(len(self.sizes), r, self.params)] if ahead == 1 else
+                      round_orders(len(self.sizes), r, ahead, self.params).tolist())
+            for k, order in enumerate(orders):
+                self._rounds[r + k] = [p for p in order if self.sizes[p] > r + k]
+            o = self._rounds[r]
+        return o
+
+    def _before(self, r: int) -> int:
+        k = bisect.bisect_left(self.sorted, r)
+        return self.prefix[k] + r * (len(self.sorted) - k)
+
+    def _round_of(self, position: int) -> int:
+        lo, hi = 0, self.sorted[-1]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._before(mid) <= position:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def at(self, position: int) -> Tuple[int, int]:
+        """(sample id, partition) at `position` (< len(self))."""
+        if not 0 <= position < self.n:
+            raise IndexError(f"position {position} outside [0, {self.n})")
+        r = self._round_of(position)
+        p = self._active(r)[position - self._before(r)]
+        return self.start[p] + self._stream_at(p, r), p
+
+    def range(self, lo: int, hi: int) -> List[Tuple[int, int]]:
+        """[at(x) for x in range(lo, hi)], walking the rounds once."""
+        if not 0 <= lo <= hi <= self.n:
+            raise IndexError(f"positions [{lo}, {hi}) outside [0, {self.n})")
+        out: List[Tuple[int, int]] = []
+        if lo == hi:
+            return out
+        r = self._round_of(lo)
+        off = lo - self._before(r)
+        last = self._round_of(hi - 1)
+        sequential, self._last_hi = lo == self._last_hi, hi
+        while len(out) < hi - lo:
+            # A caller reading on from where it stopped (one trainer, T = 1)
+            # needs the following rounds next: compute 64 at a time at least.
+            # Otherwise (a slice of each global batch) only those needed.
+            ahead = max(last - r + 1, 64) if sequential else last - r + 1
+            active = self._active(r, ahead=ahead)
+            for p in active[off:off + (hi - lo - len(out))]:
+                out.append((self.start[p] + self._stream_at(p, r), p))
+            r, off = r + 1, 0
+        return out
+
+    def slice(self, batch: int, k: int, trainers: int) -> Tuple[int, int]:
+        """Positions [a, b) of trainer k of T in global batch `batch`."""
+        check_trainers(self.params.global_batch, trainers)
+        if not 0 <= k < trainers:
+            raise ValueError(f"trainer: k = {k} must be in [0, {trainers})")
+        per = self.params.global_batch // trainers
+        a = min(self.n, batch * self.params.global_batch + k * per)
+        return a, min(self.n, a + per)
