@@ -89,7 +89,9 @@ absl::Status CheckAnswer(const v1::Batch& b, const std::set<uint64_t>& asked,
   if (n == 0) return absl::OkStatus();
   const v1::Tensor& t = b.tensor();
   const size_t elem = DtypeBytes(t.dtype());
-  if (elem == 0) return absl::DataLossError(absl::StrCat("tensor.dtype: unknown value ", t.dtype()));
+  if (elem == 0) {
+    return absl::DataLossError(absl::StrCat("tensor.dtype: unknown value ", t.dtype()));
+  }
   if (t.shape_size() < 1 || t.shape(0) != static_cast<uint64_t>(n)) {
     return absl::DataLossError(absl::StrCat("tensor.shape: ",
                                             t.shape_size() ? t.shape(0) : 0, " rows for ", n,
