@@ -141,12 +141,22 @@ class Relay:
     until the caller gives up (its deadline or cancel), at most
     `silent_max` seconds, then UNAVAILABLE. Log entries: ("request", relay,
     call, ids), ("deliver", relay, call, ids), ("abort", relay, call): the
-    relay stopped serving the call (at once, or silently)."""
+    relay stopped serving the call (at once, or silently).
+
+    A lying relay (issue 23): fail_calls, a list of (grpc.StatusCode,
+    message): the first len(fail_calls) StreamBatches calls end at once with
+    those statuses (logged as "abort"); rewrite(batch, request, call, index)
+    -> Batch or None: each response message (a parsed nearprep.v1.Batch, its
+    request, the call's number and the message's) is replaced by what it
+    returns (None: passed on unchanged)."""
 
     SERVICE = "nearprep.v1.Preprocessor"
 
-    def __init__(self, upstream, log, lock, die_after=None, silent=False, silent_max=30.0):
+    def __init__(self, upstream, log, lock, die_after=None, silent=False, silent_max=30.0,
+                 fail_calls=(), rewrite=None):
         self.upstream = upstream
+        self.fail_calls = list(fail_calls)
+        self.rewrite = rewrite
         self.log, self.lock = log, lock
         self.die_after = die_after
         self.silent, self.silent_max = silent, silent_max
@@ -208,6 +218,11 @@ class Relay:
             self.calls += 1
             self.log.append(("request", self.target, call, list(req.sample_ids)))
             dead = self.dead
+            fail = self.fail_calls.pop(0) if self.fail_calls else None
+            if fail is not None:
+                self.log.append(("abort", self.target, call))
+        if fail is not None:
+            context.abort(*fail)
         if dead:
             with self.lock:
                 self.log.append(("abort", self.target, call))
@@ -215,7 +230,11 @@ class Relay:
         upstream = self.channel.unary_stream(f"/{self.SERVICE}/StreamBatches")(
             raw, timeout=self._caller_timeout(context))
         try:
-            for msg in upstream:
+            for index, msg in enumerate(upstream):
+                if self.rewrite is not None:
+                    lie = self.rewrite(pb2.Batch.FromString(msg), req, call, index)
+                    if lie is not None:
+                        msg = lie.SerializeToString()
                 with self.lock:
                     if self.die_after is not None and self.messages >= self.die_after:
                         self.dead = True

@@ -312,7 +312,7 @@ int RunRead(const FleetCommands& c) {
                                         : (*fc)->NumBatches(c.read_epoch);
   for (uint64_t g = c.read_start; g < end; ++g) {
     absl::StatusOr<FleetBatch> b = (*fc)->ReadBatch(c.read_epoch, g);
-    if (!b.ok()) return Fail(std::string(b.status().message()));
+    if (!b.ok()) return Fail(b.status().ToString());  // "CODE: message"
     std::vector<std::pair<uint64_t, std::string>> lines;
     for (const FleetSample& s : b->samples) {
       lines.emplace_back(s.position, std::to_string(s.sample_id) + " " + fleet::Sha256Hex(s.tensor));
@@ -333,12 +333,13 @@ int RunRead(const FleetCommands& c) {
   const FleetClient::Stats st = (*fc)->stats();
   std::fprintf(stderr,
                "requests %llu failovers %llu duplicates_dropped %llu waits %llu "
-               "kept_partial %llu\n",
+               "kept_partial %llu retries %llu\n",
                static_cast<unsigned long long>(st.requests),
                static_cast<unsigned long long>(st.failovers),
                static_cast<unsigned long long>(st.duplicates_dropped),
                static_cast<unsigned long long>(st.waits),
-               static_cast<unsigned long long>(st.kept_partial));
+               static_cast<unsigned long long>(st.kept_partial),
+               static_cast<unsigned long long>(st.retries));
   return 0;
 }
 

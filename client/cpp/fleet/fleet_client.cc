@@ -45,20 +45,106 @@ struct NodeResult {
   std::map<uint64_t, FleetSampleError> bad;       // by sample id
 };
 
-bool FailoverCode(absl::StatusCode c) {
-  switch (c) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kUnimplemented:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return false;
+// Bytes per tensor element of `dtype`; 0: not a dtype of this protocol.
+size_t DtypeBytes(int dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return 4;
+    case v1::DTYPE_FLOAT16:
+    case v1::DTYPE_BFLOAT16:
+      return 2;
+    case v1::DTYPE_UINT8:
+      return 1;
     default:
-      return true;
+      return 0;
   }
 }
 
+// Checks one response message against the request: every sample id (and
+// error id) was asked for (`asked`) and is not already in `r`, one label per
+// sample, and a tensor of exactly one row per sample. OK, or why not.
+absl::Status CheckAnswer(const v1::Batch& b, const std::set<uint64_t>& asked,
+                         const NodeResult& r) {
+  const int n = b.sample_ids_size();
+  std::set<uint64_t> seen;
+  auto check_id = [&](uint64_t id, const char* what) -> absl::Status {
+    if (!asked.count(id)) {
+      return absl::DataLossError(absl::StrCat(what, " ", id, " was not asked for"));
+    }
+    if (r.ok.count(id) || r.bad.count(id) || !seen.insert(id).second) {
+      return absl::DataLossError(absl::StrCat(what, " ", id, " sent twice"));
+    }
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < n; ++i) {
+    if (absl::Status s = check_id(b.sample_ids(i), "sample_ids: sample"); !s.ok()) return s;
+  }
+  for (const v1::SampleError& e : b.errors()) {
+    if (absl::Status s = check_id(e.sample_id(), "errors: sample"); !s.ok()) return s;
+  }
+  if (b.labels_size() != n) {
+    return absl::DataLossError(
+        absl::StrCat("labels: ", b.labels_size(), " for ", n, " sample ids"));
+  }
+  if (n == 0) return absl::OkStatus();
+  const v1::Tensor& t = b.tensor();
+  const size_t elem = DtypeBytes(t.dtype());
+  if (elem == 0) {
+    return absl::DataLossError(absl::StrCat("tensor.dtype: unknown value ", t.dtype()));
+  }
+  if (t.shape_size() < 1 || t.shape(0) != static_cast<uint64_t>(n)) {
+    return absl::DataLossError(absl::StrCat("tensor.shape: ",
+                                            t.shape_size() ? t.shape(0) : 0, " rows for ", n,
+                                            " sample ids"));
+  }
+  uint64_t bytes = elem;
+  for (uint64_t d : t.shape()) {
+    if (d != 0 && bytes > UINT64_MAX / d) return absl::DataLossError("tensor.shape: overflows");
+    bytes *= d;
+  }
+  if (bytes != t.data().size()) {
+    return absl::DataLossError(absl::StrCat("tensor.data: ", t.data().size(),
+                                            " bytes for shape [", absl::StrJoin(t.shape(), ", "),
+                                            "] (", bytes, " expected)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+FleetAction FleetStatusAction(absl::StatusCode code) {
+  // docs/protocol.md, "Status codes: retry, fail over or raise" (the reasons
+  // are there); fleet_status_table_test checks this against it.
+  switch (code) {
+    case absl::StatusCode::kAborted:
+      return FleetAction::kRetry;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDataLoss:
+      return FleetAction::kFailover;
+    default:  // INVALID_ARGUMENT, ALREADY_EXISTS, PERMISSION_DENIED,
+              // OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, and OK
+      return FleetAction::kRaise;
+  }
+}
+
+const char* FleetActionName(FleetAction action) {
+  switch (action) {
+    case FleetAction::kRetry:
+      return "retry";
+    case FleetAction::kFailover:
+      return "fail over";
+    case FleetAction::kRaise:
+      return "raise";
+  }
+  return "raise";
+}
 
 struct FleetClient::Impl {
   FleetClientOptions o;
@@ -170,53 +256,91 @@ struct FleetClient::Impl {
     return best;
   }
 
+  // One request to `node` for `items`; a status the table says to retry
+  // (FleetStatusAction) asks the node again for what it still owes, at most
+  // kFleetSameNodeRetries times. A malformed message (CheckAnswer) ends the
+  // request with DATA_LOSS and is dropped whole; what earlier messages
+  // delivered is kept.
   NodeResult Fetch(size_t node, uint64_t epoch, const std::vector<Item>& items) {
     NodeResult r;
-    v1::StreamBatchesRequest req = o.request;
-    req.set_dataset(o.dataset);
-    req.set_seed(o.plan.seed);
-    req.set_epoch(epoch);
-    req.set_manifest_hash(o.manifest.hash);
-    req.set_error_policy(v1::ERROR_POLICY_SKIP);
-    req.set_plan_block_samples(o.plan_block_reads ? o.plan.block_samples : 0);
-    req.clear_sample_ids();
-    for (const Item& it : items) req.add_sample_ids(it.sample_id);
-    const size_t per_message = o.response_batch > 0 ? o.response_batch : 256;
-    req.set_batch_size(static_cast<uint32_t>(std::min(items.size(), per_message)));
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.requests;
-    }
-    StreamOptions stream;
-    stream.timeout = o.rpc_timeout;
-    std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req, stream);
-    v1::Batch b;
-    while (reader->Next(&b)) {
-      const size_t n = static_cast<size_t>(b.sample_ids_size());
-      const size_t row = n ? b.tensor().data().size() / n : 0;
-      for (size_t i = 0; i < n; ++i) {
-        FleetSample s;
-        s.sample_id = b.sample_ids(static_cast<int>(i));
-        s.label = b.labels(static_cast<int>(i));
-        s.tensor = b.tensor().data().substr(i * row, row);
-        s.node = nodes[node].target;
-        r.ok[s.sample_id] = std::move(s);
-      }
-      for (const v1::SampleError& e : b.errors()) {
-        r.bad[e.sample_id()] = FleetSampleError{0, e.sample_id(), e.code(), e.message()};
-      }
-    }
-    r.status = reader->status();
-    if (r.status.ok()) {
+    const std::string& target = nodes[node].target;
+    for (int attempt = 0;; ++attempt) {
+      v1::StreamBatchesRequest req = o.request;
+      req.set_dataset(o.dataset);
+      req.set_seed(o.plan.seed);
+      req.set_epoch(epoch);
+      req.set_manifest_hash(o.manifest.hash);
+      req.set_error_policy(v1::ERROR_POLICY_SKIP);
+      req.set_plan_block_samples(o.plan_block_reads ? o.plan.block_samples : 0);
+      req.clear_sample_ids();
+      std::set<uint64_t> asked;
       for (const Item& it : items) {
-        if (!r.ok.count(it.sample_id) && !r.bad.count(it.sample_id)) {
-          r.status = absl::UnavailableError(
-              absl::StrCat(nodes[node].target, ": stream ended without sample ", it.sample_id));
+        if (r.ok.count(it.sample_id) || r.bad.count(it.sample_id)) continue;
+        req.add_sample_ids(it.sample_id);
+        asked.insert(it.sample_id);
+      }
+      if (asked.empty()) {  // a retry after everything arrived
+        r.status = absl::OkStatus();
+        return r;
+      }
+      const size_t per_message = o.response_batch > 0 ? o.response_batch : 256;
+      req.set_batch_size(
+          static_cast<uint32_t>(std::min<size_t>(static_cast<size_t>(req.sample_ids_size()),
+                                                 per_message)));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++stats.requests;
+      }
+      StreamOptions stream;
+      stream.timeout = o.rpc_timeout;
+      std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req, stream);
+      v1::Batch b;
+      absl::Status malformed;
+      while (reader->Next(&b)) {
+        malformed = CheckAnswer(b, asked, r);
+        if (!malformed.ok()) {
+          reader->Cancel();
           break;
         }
+        const size_t n = static_cast<size_t>(b.sample_ids_size());
+        const size_t row = n ? b.tensor().data().size() / n : 0;
+        for (size_t i = 0; i < n; ++i) {
+          FleetSample s;
+          s.sample_id = b.sample_ids(static_cast<int>(i));
+          s.label = b.labels(static_cast<int>(i));
+          s.tensor = b.tensor().data().substr(i * row, row);
+          s.node = target;
+          r.ok[s.sample_id] = std::move(s);
+        }
+        for (const v1::SampleError& e : b.errors()) {
+          r.bad[e.sample_id()] = FleetSampleError{0, e.sample_id(), e.code(), e.message()};
+        }
+      }
+      if (!malformed.ok()) {
+        r.status = absl::DataLossError(
+            absl::StrCat(target, ": malformed answer: ", malformed.message()));
+        return r;
+      }
+      r.status = reader->status();
+      if (r.status.ok()) {
+        for (const Item& it : items) {
+          if (!r.ok.count(it.sample_id) && !r.bad.count(it.sample_id)) {
+            r.status = absl::UnavailableError(
+                absl::StrCat(target, ": stream ended without sample ", it.sample_id));
+            break;
+          }
+        }
+      }
+      if (r.status.ok() || FleetStatusAction(r.status.code()) != FleetAction::kRetry ||
+          attempt >= kFleetSameNodeRetries) {
+        return r;
+      }
+      Event(absl::StrCat("node ", target, ": ", r.status.ToString(), "; asking it again"));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++stats.retries;
       }
     }
-    return r;
   }
 
   absl::StatusOr<FleetBatch> Run(uint64_t epoch, uint64_t g) {
@@ -257,14 +381,17 @@ struct FleetClient::Impl {
       }
       for (auto& [n, f] : futs) {
         NodeResult r = f.get();
-        if (!r.status.ok() && !FailoverCode(r.status.code())) return r.status;
+        // A retry status here has had its retries on the node: fail over.
+        if (!r.status.ok() && FleetStatusAction(r.status.code()) == FleetAction::kRaise) {
+          return r.status;
+        }
         if (!r.status.ok()) MarkDead(n, r.status);
         // What the node delivered is kept even when it then failed (a
         // sample's bytes depend only on (seed, epoch, sample id), not on the
         // replica); only the positions still empty are requested again.
         uint64_t kept = 0;
         for (auto& [sid, s] : r.ok) {
-          const uint64_t p = pos_of.at(sid);
+          const uint64_t p = pos_of.at(sid);  // Fetch kept only ids it asked for
           if (ok.count(p) || bad.count(p)) {
             std::lock_guard<std::mutex> lock(mu);
             ++stats.duplicates_dropped;

@@ -7,7 +7,10 @@
 // endian); each node gets one explicit-ids request per global batch;
 // failures (UNAVAILABLE, also a node that stops answering: keepalive, or
 // DEADLINE_EXCEEDED after rpc_timeout for one that is up but stuck;
-// FAILED_PRECONDITION, ...) mark the node dead; what it delivered before
+// FAILED_PRECONDITION, ...: FleetStatusAction) mark the node dead; so does
+// a malformed answer (a sample id not asked for or sent twice, labels or
+// tensor rows not matching the ids: DATA_LOSS from that node, its message
+// dropped whole); what it delivered before
 // failing is kept (stats().kept_partial counts those samples) and only the
 // positions it still owed go to the next replica; results for positions
 // already filled are dropped; with no
@@ -88,6 +91,19 @@ struct FleetBatch {
 
 uint64_t RendezvousScore(const std::string& node, uint32_t partition);
 
+// What a fleet client does when a node's request ends with a status code:
+// the table in docs/protocol.md ("Status codes: retry, fail over or raise"),
+// which the Python client (nearprep.fleet.STATUS_ACTIONS) follows too;
+// tests check both against the document. kRetry: ask the same node again
+// for what it still owes (at most kFleetSameNodeRetries times, then fail
+// over); kFailover: mark the node dead and ask the next replica; kRaise:
+// ReadBatch returns the status (every replica would answer the same).
+enum class FleetAction { kRetry, kFailover, kRaise };
+inline constexpr int kFleetSameNodeRetries = 2;
+FleetAction FleetStatusAction(absl::StatusCode code);
+// "retry", "fail over" or "raise": the docs table's words.
+const char* FleetActionName(FleetAction action);
+
 class FleetClient {
  public:
   static absl::StatusOr<std::unique_ptr<FleetClient>> Create(FleetClientOptions options);
@@ -101,6 +117,8 @@ class FleetClient {
 
   struct Stats {
     uint64_t requests = 0, failovers = 0, duplicates_dropped = 0, waits = 0;
+    // Requests asked of the same node again (a kRetry status).
+    uint64_t retries = 0;
     // Samples (and sample errors) a node delivered before it failed, kept.
     uint64_t kept_partial = 0;
   };

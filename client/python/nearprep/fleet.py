@@ -20,7 +20,11 @@ How (docs/protocol.md, "Fleet datasets"):
   serves (StreamBatchesRequest.sample_ids), `prefetch` global batches ahead.
 - A node that fails (UNAVAILABLE, DEADLINE_EXCEEDED: also a node that stops
   answering without a reset, FAILED_PRECONDITION: it no longer holds the
-  partition) is marked dead. What it delivered before failing is kept
+  partition; STATUS_ACTIONS, the table in docs/protocol.md, says which codes
+  fail over, which are asked of the same node again and which raise) or
+  answers malformed (a sample id not asked for or sent twice, labels or
+  tensor rows not matching the ids: DATA_LOSS, the message dropped whole)
+  is marked dead. What it delivered before failing is kept
   (stats["kept_partial"] counts those samples) and only the positions it
   still owed are requested from the next replica; results for positions
   already filled are dropped (late duplicates, counted in stats). Dead nodes
@@ -93,10 +97,69 @@ def _close_all_fleet_clients():
 
 _at_exit(_close_all_fleet_clients)
 
-_FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                   grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION,
-                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INTERNAL,
-                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED)
+# What the client does when a node's request ends with a status code: the
+# table in docs/protocol.md ("Status codes: retry, fail over or raise"),
+# which the C++ FleetClient (FleetStatusAction) follows too; tests check
+# both against the document. "retry": ask the same node again for what it
+# still owes (at most SAME_NODE_RETRIES times, then fail over); "fail over":
+# mark the node dead and ask the next replica; "raise": the error reaches
+# the caller (every replica would answer the same). A code not listed raises.
+STATUS_ACTIONS = {
+    "CANCELLED": "fail over",
+    "UNKNOWN": "fail over",
+    "INVALID_ARGUMENT": "raise",
+    "DEADLINE_EXCEEDED": "fail over",
+    "NOT_FOUND": "fail over",
+    "ALREADY_EXISTS": "raise",
+    "PERMISSION_DENIED": "raise",
+    "RESOURCE_EXHAUSTED": "fail over",
+    "FAILED_PRECONDITION": "fail over",
+    "ABORTED": "retry",
+    "OUT_OF_RANGE": "raise",
+    "UNIMPLEMENTED": "raise",
+    "INTERNAL": "fail over",
+    "UNAVAILABLE": "fail over",
+    "DATA_LOSS": "fail over",
+    "UNAUTHENTICATED": "raise",
+}
+SAME_NODE_RETRIES = 2
+
+
+def status_action(code_name) -> str:
+    """"retry", "fail over" or "raise" for a status code name (STATUS_ACTIONS)."""
+    return STATUS_ACTIONS.get(code_name, "raise")
+
+
+def _code_name(err):
+    """The status code name of a grpc.RpcError or NearprepError."""
+    if isinstance(err, grpc.RpcError):
+        try:
+            return err.code().name
+        except Exception:  # noqa: BLE001 - not a call object
+            return "UNKNOWN"
+    return getattr(err, "code", "UNKNOWN")
+
+
+def _check_answer(b, asked, ok, bad):
+    """None when response message `b` (a Batch) fits the request: every
+    sample id and error id was asked for (`asked`) and is not already in ok
+    or bad (or twice in b), one label and one tensor row per sample id;
+    otherwise why not (the node's answer is malformed: DATA_LOSS)."""
+    ids = b.sample_ids.tolist()
+    seen = set()
+    for what, sid in [("sample_ids", s) for s in ids] + [("errors", e.sample_id)
+                                                            for e in b.errors]:
+        if sid not in asked:
+            return f"{what}: sample {sid} was not asked for"
+        if sid in ok or sid in bad or sid in seen:
+            return f"{what}: sample {sid} sent twice"
+        seen.add(sid)
+    if len(b.labels) != len(ids):
+        return f"labels: {len(b.labels)} for {len(ids)} sample ids"
+    if ids and (b.images.ndim < 1 or b.images.shape[0] != len(ids)):
+        rows = b.images.shape[0] if b.images.ndim else 0
+        return f"tensor.shape: {rows} rows for {len(ids)} sample ids"
+    return None
 
 
 def discover(spec) -> List[str]:
@@ -245,7 +308,7 @@ class FleetClient:
         self._epoch = None
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
-                      "kept_partial": 0, "waits": 0, "samples": 0}
+                      "kept_partial": 0, "waits": 0, "samples": 0, "retries": 0}
         self._pid = os.getpid()
         _live_clients.add(self)
         for n in self._nodes.values():
@@ -355,41 +418,90 @@ class FleetClient:
         for what arrived, and None, or the grpc.RpcError / NearprepError that
         ended the requests early; then ok and bad hold what the node had
         delivered before it failed (earlier requests of this fetch and earlier
-        messages of the failed stream), which the caller keeps."""
+        messages of the failed stream), which the caller keeps. A malformed
+        message (_check_answer, or one that does not parse) ends the request
+        with DATA_LOSS and is dropped whole. A status STATUS_ACTIONS says to
+        retry asks the node again for what it still owes (SAME_NODE_RETRIES
+        times at most)."""
         ids = [sid for _, sid in items]
         ok, bad = {}, {}
         try:
             for lo in range(0, len(ids), self.max_request_ids):
                 chunk = ids[lo:lo + self.max_request_ids]
-                req = self._pb2.StreamBatchesRequest()
-                req.CopyFrom(self._template)
-                req.epoch = epoch
-                req.batch_size = min(len(chunk), self.response_batch or len(chunk))
-                req.sample_ids.extend(chunk)
-                # Batch objects; grpc.RpcError (NativeRpcError on the native
-                # path) with the final status when the call fails.
-                with self._lock:
-                    if self._closed:
-                        raise NearprepError("client is closed", code="CANCELLED", target=target)
-                    _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
-                    self._calls.add(call)
-                    self.stats["requests"] += 1
-                try:
-                    for b in call:
-                        for i, sid in enumerate(b.sample_ids.tolist()):
-                            ok[sid] = (int(b.labels[i]), b.images[i])
-                        for e in b.errors:
-                            bad[e.sample_id] = (e.code, e.message)
-                finally:
-                    with self._lock:
-                        self._calls.discard(call)
-                missing = [s for s in chunk if s not in ok and s not in bad]
-                if missing:
-                    raise NearprepError(f"{target}: stream ended without {len(missing)} samples",
-                                        code="UNAVAILABLE", target=target)
+                attempt = 0
+                while True:
+                    try:
+                        self._fetch_chunk(target, epoch, chunk, ok, bad)
+                        break
+                    except (grpc.RpcError, NearprepError) as e:
+                        if (status_action(_code_name(e)) != "retry"
+                                or attempt >= SAME_NODE_RETRIES):
+                            raise
+                        attempt += 1
+                        with self._lock:
+                            self.stats["retries"] += 1
+                        self.on_event(f"node {target}: {_code_name(e)}: "
+                                      f"{e.details() if isinstance(e, grpc.RpcError) else e}"
+                                      "; asking it again")
         except (grpc.RpcError, NearprepError) as e:
             return ok, bad, e
         return ok, bad, None
+
+    def _fetch_chunk(self, target, epoch, chunk, ok, bad):
+        """One request for the ids of `chunk` not yet in ok or bad; adds what
+        arrives to them; raises as _fetch describes."""
+        asked = [s for s in chunk if s not in ok and s not in bad]
+        if not asked:
+            return
+        asked_set = set(asked)
+        req = self._pb2.StreamBatchesRequest()
+        req.CopyFrom(self._template)
+        req.epoch = epoch
+        req.batch_size = min(len(asked), self.response_batch or len(asked))
+        req.sample_ids.extend(asked)
+        # Batch objects; grpc.RpcError (NativeRpcError on the native
+        # path) with the final status when the call fails.
+        with self._lock:
+            if self._closed:
+                raise NearprepError("client is closed", code="CANCELLED", target=target)
+            _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
+            self._calls.add(call)
+            self.stats["requests"] += 1
+        malformed = None
+        try:
+            it = iter(call)
+            while True:
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                except (ValueError, NearprepError) as e:
+                    if isinstance(e, NearprepError) and e.code != "DATA_LOSS":
+                        raise
+                    # The message does not parse (tensor bytes that do not
+                    # fit its shape, an undecodable payload): WireError,
+                    # DataLossError.
+                    malformed = f"{getattr(e, 'message', None) or e}"
+                    break
+                malformed = _check_answer(b, asked_set, ok, bad)
+                if malformed:
+                    break
+                for i, sid in enumerate(b.sample_ids.tolist()):
+                    ok[sid] = (int(b.labels[i]), b.images[i])
+                for e in b.errors:
+                    bad[e.sample_id] = (e.code, e.message)
+        finally:
+            if malformed:
+                call.cancel()
+            with self._lock:
+                self._calls.discard(call)
+        if malformed:
+            raise NearprepError(f"DATA_LOSS: {target}: malformed answer: {malformed}",
+                                code="DATA_LOSS", target=target)
+        missing = [s for s in asked if s not in ok and s not in bad]
+        if missing:
+            raise NearprepError(f"UNAVAILABLE: {target}: stream ended without "
+                                f"{len(missing)} samples", code="UNAVAILABLE", target=target)
 
     # -- a global batch --------------------------------------------------------
 
@@ -435,10 +547,14 @@ class FleetClient:
                 ok, bad, failure = fut.result()
                 if failure is not None:
                     e = failure
-                    code = e.code() if isinstance(e, grpc.RpcError) else None
-                    if isinstance(e, grpc.RpcError) and code not in _FAILOVER_CODES:
-                        raise from_rpc_error(e, target) from None
-                    why = (f"{code.name}: {e.details()}" if isinstance(e, grpc.RpcError)
+                    code = _code_name(e)
+                    # A retry status here has had its retries on the node:
+                    # fail over.
+                    if status_action(code) == "raise":
+                        if isinstance(e, grpc.RpcError):
+                            raise from_rpc_error(e, target) from None
+                        raise e
+                    why = (f"{code}: {e.details()}" if isinstance(e, grpc.RpcError)
                            else str(e))
                     self._mark_dead(target, why)
                     with self._lock:
