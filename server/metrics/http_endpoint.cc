@@ -185,7 +185,7 @@ absl::Status MetricsHttpServer::Loop::Bind(const std::string& host, int port,
     int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
-        ::listen(fd, 128) != 0) {
+        ::listen(fd, SOMAXCONN) != 0) {
       why = std::strerror(errno);
       ::close(fd);
       continue;
@@ -346,8 +346,12 @@ void MetricsHttpServer::Loop::Admit(int fd) {
     ::close(fd);
     return;
   }
-  conns_.emplace(fd, std::move(c));
+  auto it = conns_.emplace(fd, std::move(c)).first;
   active_ = static_cast<int64_t>(conns_.size());
+  // A client sends its request as soon as its connect completes, which is
+  // before the accept: read now, so that a scrape accepted in a flood of
+  // idle connections is answered before newer arrivals could evict it.
+  ReadRequest(it->second);
 }
 
 void MetricsHttpServer::Loop::Close(int fd) {
