@@ -28,8 +28,11 @@
 //     the waiting connection instead of leaving it in the backlog (and the
 //     loop spinning).
 //
-// Thread-safety: Start, BoundPort, Stop and Collect may be called from any
-// thread; Start once. Requests are served on the server's own thread.
+// Thread-safety: Start, BoundPort and Stop may be called from any thread;
+// Start once. stats() and Collect() from any thread, but not concurrently
+// with Start or Stop (Collect is meant as a collector of the registry this
+// server serves, run on its own thread). Requests are served on the
+// server's own thread.
 #ifndef NEARPREP_SERVER_METRICS_HTTP_ENDPOINT_H_
 #define NEARPREP_SERVER_METRICS_HTTP_ENDPOINT_H_
 
