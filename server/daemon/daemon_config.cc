@@ -366,7 +366,8 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       NP_RETURN_IF_ERROR(CheckKeys(
           l, source, "limits.",
           {"max_batch_size", "max_output_pixels", "max_decoded_pixels",
-           "max_concurrent_streams", "per_stream_memory", "grpc_memory"}));
+           "max_concurrent_streams", "per_stream_memory", "grpc_memory",
+           "max_connections"}));
       ServiceLimits& o = c->server.limits;
       NP_RETURN_IF_ERROR(GetInt(l, "max_batch_size", source, "limits.",
                                 &o.max_batch_size, 1));
@@ -382,6 +383,9 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       NP_RETURN_IF_ERROR(GetInt(l, "grpc_memory", source, "limits.",
                                 &c->server.grpc_memory_bytes, 0,
                                 /*bytes=*/true));
+      // 0: from the descriptor limit (server/service/connection_listener.h).
+      NP_RETURN_IF_ERROR(GetInt(l, "max_connections", source, "limits.",
+                                &c->server.max_connections, 0));
     }
     if (const YAML::Node ds = root["datasets"]) {
       if (!ds.IsSequence()) {

@@ -2,14 +2,19 @@
 // opens the datasets and the backend, serves nearprep.v1.Preprocessor until
 // SIGTERM or SIGINT, then drains streams for --drain-seconds, cancels the
 // rest and exits 0. Under systemd (Type=notify) it reports READY=1 once it
-// listens, WATCHDOG=1 while the server answers (WatchdogSec=) and
+// listens, WATCHDOG=1 while the gRPC port accepts and the server answers
+// (WatchdogSec=) and
 // STOPPING=1 when it starts draining. Exit status 2: bad flags or configuration (including a
 // dataset that cannot be opened or a backend that cannot start); 1: the
 // address (gRPC or --metrics-listen) cannot be bound or a port file cannot
 // be written.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -53,6 +58,28 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
+// Raises the soft descriptor limit to the hard one: every connection is a
+// descriptor, and the listeners' caps follow the soft limit
+// (server/service/connection_listener.h). Under the systemd unit both are
+// LimitNOFILE= already; where setrlimit is refused, the caps follow the
+// limit as it is.
+void RaiseDescriptorLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) {
+    return;
+  }
+  const rlim_t before = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    spdlog::warn("descriptor limit: cannot raise the soft limit {} to the "
+                 "hard limit {}: {}",
+                 before, rl.rlim_max, std::strerror(errno));
+    return;
+  }
+  spdlog::info("descriptor limit: soft limit raised from {} to {}", before,
+               rl.rlim_max);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +99,7 @@ int main(int argc, char** argv) {
   const nearprep::DaemonConfig& config = cl.config;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [nearprepd] %v");
+  RaiseDescriptorLimit();
 
   // The backend first: choosing it is this program's wiring (cpu, fpga or
   // auto, with the reason shown in ServerInfo.backend_detail).
@@ -114,7 +142,12 @@ int main(int argc, char** argv) {
   // Metrics over HTTP (--metrics-listen): the registry reads the server's
   // counters at scrape time. Declared after the server, so destroyed first.
   nearprep::metrics::MetricsRegistry registry;
-  nearprep::metrics::MetricsHttpServer metrics_http(&registry);
+  nearprep::metrics::MetricsHttpOptions metrics_options;
+  metrics_options.log_warning = [](const std::string& m) {
+    spdlog::warn("{}", m);
+  };
+  nearprep::metrics::MetricsHttpServer metrics_http(&registry,
+                                                    metrics_options);
   if (!config.metrics_listen.empty()) {
     nearprep::NearprepServer* s = server->get();
     registry.AddCollector(
@@ -122,6 +155,11 @@ int main(int argc, char** argv) {
           nearprep::CollectServerMetrics(*s, out);
         });
     registry.AddCollector(&nearprep::metrics::CollectProcessMetrics);
+    // Runs on metrics_http's own thread, during its scrapes.
+    registry.AddCollector(
+        [&metrics_http](std::vector<nearprep::metrics::MetricFamily>* out) {
+          metrics_http.Collect(out);
+        });
     // Validated with the configuration: parses.
     const nearprep::metrics::HostPort hp =
         *nearprep::metrics::ParseHostPort(config.metrics_listen,

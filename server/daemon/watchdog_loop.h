@@ -1,8 +1,9 @@
 // The service manager's watchdog, fed from the serving loop: a thread that,
 // every half WatchdogSec, runs a liveness check (NearprepServer::
-// CheckServing: a GetServerInfo call through the gRPC server) and sends
-// WATCHDOG=1 only when it succeeds. A hung gRPC server stops the pings, and
-// systemd restarts the daemon after WatchdogSec.
+// CheckServing: a TCP connection through the real gRPC port, then a
+// GetServerInfo call through the gRPC server) and sends WATCHDOG=1 only
+// when it succeeds. A listener that stopped accepting or a hung gRPC server
+// stops the pings, and systemd restarts the daemon after WatchdogSec.
 //
 // Thread-safety: construct and Stop from one thread; the check runs on the
 // loop's own thread.

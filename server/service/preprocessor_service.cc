@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "server/service/batch_serializer.h"
+#include "server/service/connection_listener.h"
 #include "server/service/display_string.h"
 #include "server/service/fleet_request.h"
 
@@ -276,7 +277,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
     if (invalid) {
       counters_.request_errors.fetch_add(1, std::memory_order_relaxed);
     }
-    spdlog::info("StreamBatches from {} refused: {}", context->peer(),
+    spdlog::info("StreamBatches from {} refused: {}",
+                 PeerName(context->peer()),
                  st.ToString());
     return new BatchWriter(ToGrpc(st));
   };
@@ -289,14 +291,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
       request, [this](const std::string& n) { return FindDataset(n); },
       limits_, dataset_names_);
   if (!validated.ok()) return reject(validated.status(), /*invalid=*/true);
-  validated->origin = context->peer();
+  validated->origin = PeerName(context->peer());
 
   absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> entry =
       streams_.Open(*validated);
   if (!entry.ok()) return reject(entry.status(), /*invalid=*/false);
   spdlog::debug("stream from {}: dataset={} batch_size={} shard={}/{} "
                 "start_batch={}",
-                context->peer(), request.dataset(), request.batch_size(),
+                PeerName(context->peer()), request.dataset(), request.batch_size(),
                 validated->shard_index, validated->num_shards,
                 validated->start_batch);
   DatasetCounters* dc = nullptr;

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/match.h"
@@ -89,6 +90,7 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
       std::move(ptrs), s->pipeline_.get(), options.limits, why);
   s->tls_ = options.tls;
   s->grpc_memory_bytes_ = options.grpc_memory_bytes;
+  s->max_connections_ = options.max_connections;
   return s;
 }
 
@@ -125,7 +127,28 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   const std::string target = ipv6 ? absl::StrCat("[", address, "]:", port)
                                   : absl::StrCat(address, ":", port);
   int selected = 0;
-  builder.AddListeningPort(target, *creds, &selected);
+  if (tls) {
+    // gRPC 1.51 takes no accepted TLS socket: its own listener, uncapped
+    // (connection_listener.h).
+    builder.AddListeningPort(target, *creds, &selected);
+  } else {
+    // Plaintext: the daemon's own listener (survives EMFILE, caps the
+    // connections), bound before gRPC starts so a port in use fails here.
+    ConnectionListener::Options lo;
+    lo.max_connections = max_connections_;
+    lo.log_warning = [](const std::string& m) { spdlog::warn("{}", m); };
+    absl::StatusOr<std::unique_ptr<ConnectionListener>> listener =
+        ConnectionListener::Listen(address, port, std::move(lo));
+    if (!listener.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", target, " (port ", port,
+          " in use by another process, or the address is not available; "
+          "to run a second daemon give it another --port): ",
+          listener.status().message()));
+    }
+    listener_ = std::move(*listener);
+    selected = listener_->port();
+  }
   builder.RegisterService(service_.get());
   // Requests are small; batches may be large (no send limit on the server).
   builder.SetMaxReceiveMessageSize(1 << 20);
@@ -150,6 +173,7 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected == 0) {
     server_.reset();
+    listener_.reset();
     if (tls) {
       return absl::UnavailableError(absl::StrCat(
           "cannot listen on ", target,
@@ -163,6 +187,14 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
         "to run a second daemon give it another --port)"));
   }
   bound_port_ = selected;
+  probe_host_ = address;
+  if (listener_ != nullptr) {
+    grpc::Server* server = server_.get();
+    listener_->Start([server](int fd) {
+      // gRPC owns the descriptor from here (and closes it).
+      grpc::AddInsecureChannelFromFd(server, fd);
+    });
+  }
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
@@ -207,6 +239,9 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
   // do by themselves; so the remaining connections are closed with
   // grpc_server_cancel_all_calls, repeated until Shutdown returns (it must
   // run after Shutdown has begun, which another thread does).
+  // No new connections from here (gRPC's own listener, with TLS, stops in
+  // Shutdown below).
+  if (listener_ != nullptr) listener_->Stop();
   const auto grpc_deadline =
       std::chrono::system_clock::now() + std::chrono::milliseconds(500);
   std::promise<void> stopped;
@@ -233,17 +268,29 @@ absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
     }
     server = server_.get();
   }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (absl::Status st = ProbeListener(probe_host_, bound_port_.load(),
+                                      timeout / 2);
+      !st.ok()) {
+    return st;
+  }
   grpc::ChannelArguments args;
   std::unique_ptr<v1::Preprocessor::Stub> stub =
       v1::Preprocessor::NewStub(server->InProcessChannel(args));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   (deadline - std::chrono::steady_clock::now()));
   v1::GetServerInfoRequest request;
   v1::ServerInfo info;
   const grpc::Status st = stub->GetServerInfo(&ctx, request, &info);
   if (st.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                       absl::StrCat("GetServerInfo: ", st.error_message()));
+}
+
+ConnectionStats NearprepServer::connection_stats() const {
+  const ConnectionListener* l = listener_.get();
+  return l != nullptr ? l->stats() : ConnectionStats{};
 }
 
 void NearprepServer::Wait() {

@@ -33,6 +33,7 @@
 #include "server/data/dataset.h"
 #include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
+#include "server/service/connection_listener.h"
 #include "server/service/request_validation.h"
 
 namespace grpc {
@@ -56,6 +57,9 @@ struct ServerOptions {
     std::string client_ca_file;  // Roots for client certificates (mTLS).
   };
   TlsOptions tls;
+  // Most connections open on the gRPC port at once (plaintext only:
+  // connection_listener.h); 0: derived from the descriptor limit.
+  int64_t max_connections = 0;
   // Memory gRPC itself may use for its buffers (a grpc::ResourceQuota on the
   // server: read buffers, frames being assembled, per-call arenas); near it,
   // gRPC pushes back (smaller reads; at the quota its reclaimers close idle
@@ -91,12 +95,18 @@ class NearprepServer {
   void Shutdown(std::chrono::milliseconds drain);
   // Blocks until Shutdown has completed.
   void Wait();
-  // Answers a GetServerInfo call through the server's in-process channel
-  // within `timeout`: proof that gRPC's serving threads (and the service
-  // behind them) still run. For the service manager's watchdog.
-  // FAILED_PRECONDITION before Start or after Shutdown began; otherwise the
-  // call's status. Do not call concurrently with the destructor.
+  // For the service manager's watchdog, within `timeout`: first a TCP
+  // connection to the listening port that something must accept and look
+  // at (ProbeListener, connection_listener.h: a listener that stopped
+  // accepting fails it), then a GetServerInfo call through the server's
+  // in-process channel (gRPC's serving threads and the service behind
+  // them still run). FAILED_PRECONDITION before Start or after Shutdown
+  // began; otherwise the first failure. Do not call concurrently with the
+  // destructor.
   absl::Status CheckServing(std::chrono::milliseconds timeout);
+  // The gRPC port's connections (plaintext: the daemon's own listener and
+  // its cap; with TLS gRPC listens itself and this stays all zero).
+  ConnectionStats connection_stats() const;
 
   PreprocessorService& service() { return *service_; }
   Pipeline& pipeline() { return *pipeline_; }
@@ -109,6 +119,10 @@ class NearprepServer {
 
   ServerOptions::TlsOptions tls_;
   uint64_t grpc_memory_bytes_ = 0;
+  int64_t max_connections_ = 0;
+  std::string probe_host_;  // where CheckServing connects
+  // Plaintext only; set by Start, stopped by Shutdown before gRPC is.
+  std::unique_ptr<ConnectionListener> listener_;
 
   std::vector<std::unique_ptr<Dataset>> datasets_;
   std::unique_ptr<Pipeline> pipeline_;

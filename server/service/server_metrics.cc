@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "server/service/connection_listener.h"
 #include "server/service/preprocessor_service.h"
 #include "server/service/stream_registry.h"
 
@@ -45,6 +46,23 @@ void CollectServerMetrics(NearprepServer& server,
                              "1 while the daemon drains streams before "
                              "exiting, else 0.")
                      .Add({}, service.streams().draining() ? 1 : 0));
+
+  // The gRPC port's connections (plaintext; all 0 with TLS).
+  const ConnectionStats conns = server.connection_stats();
+  out->push_back(GaugeFamily("nearprep_grpc_connections_active",
+                             "Connections open on the gRPC port.")
+                     .Add({}, static_cast<double>(conns.active)));
+  out->push_back(GaugeFamily("nearprep_grpc_connections_limit",
+                             "Most connections the gRPC port keeps open "
+                             "(from the descriptor limit; 0: no cap, TLS).")
+                     .Add({}, static_cast<double>(conns.limit)));
+  out->push_back(CounterFamily("nearprep_grpc_connections_accepted_total",
+                               "Connections accepted on the gRPC port.")
+                     .Add({}, static_cast<double>(conns.accepted)));
+  out->push_back(CounterFamily("nearprep_grpc_connections_rejected_total",
+                               "Connections closed at once: the cap reached, "
+                               "or no descriptor left to accept them.")
+                     .Add({}, static_cast<double>(conns.rejected)));
 
   // Streams.
   out->push_back(GaugeFamily("nearprep_streams_active",

@@ -201,3 +201,154 @@ def test_metrics_port_in_use_exits_1(metrics_daemon, sample_dir):
                        capture_output=True, timeout=30)
     assert p.returncode == 1, p.stderr
     assert b"metrics: cannot listen" in p.stderr, p.stderr
+
+
+# --- The endpoint under hostile clients (issue 23, items 3 and 4) ----------
+
+import resource
+import socket
+import threading
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def scrape_values(port):
+    status, _, text = get(port, "/metrics")
+    assert status == 200
+    return parse(text)[0]
+
+
+def test_huge_headers_get_431_and_do_not_grow_memory(metrics_daemon):
+    """One GET followed by up to 64 MB of short header lines ("Xn: v"): the
+    daemon answers 431 once past its limits and stops reading; its RSS does
+    not grow by the headers (cpp-httplib kept them all: +143 MB)."""
+    d = metrics_daemon
+    get(d.metrics_port, "/metrics")  # the scrape path's own memory first
+    before = rss_bytes(d.proc.pid)
+    chunk = "".join(f"X{i}: v\r\n" for i in range(100_000)).encode()  # ~1 MB
+    s = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=20)
+    sent = [0]
+
+    def send():
+        try:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(64):
+                s.sendall(chunk)
+                sent[0] += len(chunk)
+            s.sendall(b"\r\n")
+        except OSError:
+            pass  # the daemon closed the connection: expected
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        data = s.recv(65536)
+        if not data:
+            break
+        answer += data
+    t.join(30)
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    grown = rss_bytes(d.proc.pid) - before
+    assert grown < 16 << 20, f"RSS grew by {grown >> 20} MB ({sent[0] >> 20} MB sent)"
+    # The daemon still serves, and counted the refusal.
+    values = scrape_values(d.metrics_port)
+    assert value(values, "nearprep_metrics_http_requests_rejected_total",
+                 kind="header_too_large") >= 1
+
+
+def test_too_many_header_lines_is_431_and_a_normal_request_is_not(metrics_daemon):
+    port = metrics_daemon.metrics_port
+
+    def ask(headers):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+            answer = b""
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    return answer
+                answer += data
+
+    assert ask(b"".join(b"H%d: v\r\n" % i for i in range(98))).startswith(b"HTTP/1.1 200 ")
+    assert ask(b"".join(b"H%d: v\r\n" % i for i in range(200))).startswith(b"HTTP/1.1 431 ")
+    assert ask(b"Big: " + b"v" * 20000 + b"\r\n").startswith(b"HTTP/1.1 431 ")
+
+
+def test_slowloris_connections_do_not_block_scrapes(metrics_daemon):
+    """Four connections each trickling one header line every 0.5 s: every
+    scrape meanwhile is answered at once (cpp-httplib's two threads were
+    both held by the trickles: no scrape while they lasted)."""
+    port = metrics_daemon.metrics_port
+    stop = threading.Event()
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4)]
+
+    def trickle():
+        for s in socks:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+        i = 0
+        while not stop.wait(0.5):
+            for s in socks:
+                try:
+                    s.sendall(b"X-%d: v\r\n" % i)
+                except OSError:
+                    pass
+            i += 1
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.3)
+        for path in ("/metrics", "/healthz", "/metrics"):
+            start = time.monotonic()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                assert r.status == 200
+            assert time.monotonic() - start < 2
+    finally:
+        stop.set()
+        t.join(5)
+        for s in socks:
+            s.close()
+
+
+def test_many_idle_connections_do_not_block_scrapes(metrics_daemon):
+    """10,000 idle connections (or as many as this process may open): the
+    endpoint keeps at most its cap open, closing the oldest unfinished ones,
+    and 3 of 3 scrapes succeed while the rest are held (0 of 3 before)."""
+    port = metrics_daemon.metrics_port
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 10_000
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, want + 200)), hard))
+    n = min(want, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 200)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))  # connected or in progress: held
+            socks.append(s)
+        time.sleep(0.5)
+        ok = 0
+        for _ in range(3):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=5) as r:
+                    ok += r.status == 200
+            except OSError:
+                pass
+        assert ok == 3, f"{ok}/3 scrapes with {n} idle connections held"
+        values = scrape_values(port)
+        assert value(values, "nearprep_metrics_http_connections_rejected_total") > 0
+        assert value(values, "nearprep_metrics_http_connections_active") <= \
+            value(values, "nearprep_metrics_http_connections_limit")
+    finally:
+        for s in socks:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

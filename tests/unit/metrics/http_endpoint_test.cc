@@ -1,8 +1,13 @@
 #include "server/metrics/http_endpoint.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -93,6 +98,142 @@ TEST_F(MetricsHttpServerTest, StopRightAfterStartReturns) {
     ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
     server.Stop();
   }
+}
+
+// A raw loopback connection: what a hostile client does.
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void Send(int fd, const std::string& s) {
+  ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(s.size()));
+}
+
+// Everything until the server closes (or 5 s pass).
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, n);
+  return out;
+}
+
+std::string Ask(int port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out = ReadAll(fd);
+  ::close(fd);
+  return out;
+}
+
+TEST_F(MetricsHttpServerTest, HeaderLimitsAnswer431) {
+  MetricsHttpOptions o;
+  o.max_header_lines = 10;
+  o.max_header_bytes = 1000;
+  MetricsHttpServer server(&registry_, o);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int port = server.BoundPort();
+  std::string ten, eleven;
+  for (int i = 0; i < 10; ++i) ten += "H" + std::to_string(i) + ": v\r\n";
+  eleven = ten + "H10: v\r\n";
+  EXPECT_EQ(Ask(port, "GET /healthz HTTP/1.1\r\n" + ten + "\r\n")
+                .rfind("HTTP/1.1 200 OK\r\n", 0),
+            0u);
+  EXPECT_EQ(Ask(port, "GET /healthz HTTP/1.1\r\n" + eleven + "\r\n")
+                .rfind("HTTP/1.1 431 ", 0),
+            0u);
+  EXPECT_EQ(Ask(port, "GET /healthz HTTP/1.1\r\nBig: " +
+                          std::string(1000, 'v') + "\r\n\r\n")
+                .rfind("HTTP/1.1 431 ", 0),
+            0u);
+  EXPECT_EQ(server.stats().rejected_header_too_large, 2u);
+}
+
+TEST_F(MetricsHttpServerTest, StrictAboutTheRequest) {
+  MetricsHttpServer server(&registry_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int port = server.BoundPort();
+  const std::string post = Ask(port, "POST /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(post.rfind("HTTP/1.1 405 ", 0), 0u) << post;
+  EXPECT_NE(post.find("Allow: GET, HEAD\r\n"), std::string::npos);
+  EXPECT_EQ(Ask(port, "GET /metrics\r\n\r\n").rfind("HTTP/1.1 400 ", 0), 0u);
+  EXPECT_EQ(Ask(port, "GET /metrics HTTP/2.0\r\n\r\n").rfind("HTTP/1.1 505 ", 0),
+            0u);
+  EXPECT_EQ(Ask(port, "GET / HTTP/1.1\r\nno colon\r\n\r\n")
+                .rfind("HTTP/1.1 400 ", 0),
+            0u);
+  const std::string head = Ask(port, "HEAD /healthz HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_NE(head.find("Content-Length: 3\r\n"), std::string::npos);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");  // no body
+  EXPECT_EQ(Ask(port, "GET /metrics?x=1 HTTP/1.1\r\n\r\n")
+                .rfind("HTTP/1.1 200 OK\r\n", 0),
+            0u);
+}
+
+TEST_F(MetricsHttpServerTest, AWholeRequestDeadlineEndsATrickle) {
+  MetricsHttpOptions o;
+  o.request_timeout = std::chrono::milliseconds(300);
+  MetricsHttpServer server(&registry_, o);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int fd = Connect(server.BoundPort());
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  Send(fd, "GET /metrics HTTP/1.1\r\n");
+  // One header line every 100 ms: each read is quick, the request never
+  // ends; a per-read timeout would wait forever.
+  std::string answer;
+  for (int i = 0; i < 30 && answer.empty(); ++i) {
+    ::send(fd, "X: v\r\n", 6, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) answer.assign(buf, n);
+    if (n == 0) answer = "closed";
+  }
+  ::close(fd);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408 ", 0), 0u) << answer;
+  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_EQ(server.stats().rejected_timeout, 1u);
+}
+
+TEST_F(MetricsHttpServerTest, TheCapClosesTheOldestIdleConnectionForAScrape) {
+  MetricsHttpOptions o;
+  o.max_connections = 4;
+  MetricsHttpServer server(&registry_, o);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = Connect(server.BoundPort());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  const std::string r = Ask(server.BoundPort(), "GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  const MetricsHttpStats s = server.stats();
+  EXPECT_LE(s.connections_active, 4);
+  EXPECT_GE(s.connections_rejected, 17u);
+  EXPECT_EQ(s.connections_limit, 4);
+  for (int fd : idle) ::close(fd);
+  std::vector<MetricFamily> families;
+  server.Collect(&families);
+  EXPECT_NE(WriteExposition(families).find(
+                "nearprep_metrics_http_connections_limit 4\n"),
+            std::string::npos);
 }
 
 }  // namespace

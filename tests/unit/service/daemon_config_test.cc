@@ -185,6 +185,29 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
   }
 }
 
+// The gRPC port's connection cap: 0 (from the descriptor limit) by
+// default, a number from limits.max_connections, a bad one names the key.
+TEST(DaemonConfigTest, MaxConnections) {
+  CommandLine def = Parse({"--dataset", "a=/a"});
+  ASSERT_FALSE(def.exit_now) << def.message;
+  EXPECT_EQ(def.config.server.max_connections, 0);
+  const std::string path = WriteTemp(
+      "nearprepd_max_conns.yaml",
+      "limits: {max_connections: 500}\ndatasets: [{name: a, root: /a}]\n");
+  CommandLine set = Parse({"--config", path});
+  ASSERT_FALSE(set.exit_now) << set.message;
+  EXPECT_EQ(set.config.server.max_connections, 500);
+  std::filesystem::remove(path);
+  const std::string bad_yaml = WriteTemp(
+      "nearprepd_max_conns_bad.yaml",
+      "limits: {max_connections: -3}\ndatasets: [{name: a, root: /a}]\n");
+  CommandLine bad = Parse({"--config", bad_yaml});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("limits.max_connections"), std::string::npos)
+      << bad.message;
+  std::filesystem::remove(bad_yaml);
+}
+
 // gRPC's memory quota: 1G by default, from the config and the flag (the
 // flag wins), 0 allowed (no quota), a bad size names its key or flag.
 TEST(DaemonConfigTest, GrpcMemoryQuota) {
