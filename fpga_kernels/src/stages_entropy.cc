@@ -27,36 +27,44 @@ struct HuffLookup {
 void ReadTable(hls::stream<uint8_t, kTableDepth>& tables, HuffLookup* t) {
   uint8_t bits[17];
   bits[0] = 0;
+NEARPREP_SIM_LOOP("HuffmanDecode.read_bits")
 read_bits:
   for (int l = 1; l <= 16; ++l) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+    NEARPREP_SIM_ITER();
     bits[l] = tables.read();
   }
+NEARPREP_SIM_LOOP("HuffmanDecode.read_vals")
 read_vals:
   for (int k = 0; k < 256; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 256 max = 256
+    NEARPREP_SIM_ITER();
     t->vals[k] = tables.read();
   }
   int32_t code = 0;
   int k = 0;
   t->maxcode[0] = -1;
   t->valoffset[0] = 0;
+NEARPREP_SIM_LOOP("HuffmanDecode.lengths")
 lengths:
   for (int l = 1; l <= 16; ++l) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+    NEARPREP_SIM_ITER();
     t->valoffset[l] = k - code;
     code += bits[l];
     k += bits[l];
     t->maxcode[l] = bits[l] ? code - 1 : -1;
     code <<= 1;
   }
+NEARPREP_SIM_LOOP("HuffmanDecode.lookahead")
 lookahead:
   for (int i = 0; i < 512; ++i) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 512 max = 512
+    NEARPREP_SIM_ITER();
     uint16_t e = 0;
     for (int l = 9; l >= 1; --l) {  // shortest length wins: checked last
       const int32_t c = i >> (9 - l);
@@ -125,10 +133,12 @@ images:
     uint32_t result = kStatusOk;
     uint32_t iterations = 0;
     Phase phase = total_mcus == 0 ? kFinal : kMcuStart;
+  NEARPREP_SIM_LOOP("HuffmanDecode.symbols")
   symbols:
     while (phase != kDone) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1000 max = 400000
+      NEARPREP_SIM_ITER();
       ++iterations;
       // Input: at most one token per iteration.
       const bool need_bits = phase == kDecode || phase == kMcuStart;
@@ -297,10 +307,12 @@ images:
     uint64_t valid = 0;
     uint8_t comp = 0;
     uint32_t b = 0, n_tokens = 0;
+  NEARPREP_SIM_LOOP("AssembleBlocks.tokens")
   tokens_loop:
     while (b < j.blocks) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 6400000
+      NEARPREP_SIM_ITER();
       const CoefToken t = coefs.read();
       ++n_tokens;
       if (t.has_value) {

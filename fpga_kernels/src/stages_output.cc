@@ -44,10 +44,13 @@ struct BurstBuffer {
 void FlushBurst(WideWord* out, BurstBuffer* b) {
   b->words_out += b->count;
   if (b->count > 0) ++b->bursts;
+  NEARPREP_SIM_EVENT("DDR.write_burst", b->count > 0 ? 1 : 0);
+NEARPREP_SIM_LOOP("BurstWrite.flush")
 flush:
   for (int k = 0; k < b->count; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+    NEARPREP_SIM_ITER();
     out[b->start + k] = b->words[k];
   }
   b->count = 0;
@@ -89,16 +92,20 @@ images:
     const bool copy = ch == oh && cw == ow;
     const bool flip = (j.flags & kFlagFlip) != 0;
     const bool saturation = (j.flags & kFlagSaturation) != 0;
+  NEARPREP_SIM_LOOP("CropResize.column_taps")
   column_taps:
     for (int x = 0; x < ow; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      NEARPREP_SIM_ITER();
       col_taps[x] = copy ? Tap{x, x, 0.0f} : MakeTap(x, sx, cw);
     }
+  NEARPREP_SIM_LOOP("CropResize.row_taps")
   row_taps_loop:
     for (int y = 0; y < oh; ++y) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      NEARPREP_SIM_ITER();
       row_taps[y] = copy ? Tap{y, y, 0.0f} : MakeTap(y, sy, ch);
     }
     row_taps[oh] = Tap{ch, ch, 0.0f};  // sentinel: never ready
@@ -116,10 +123,12 @@ images:
       int x = 0, ox = 0;
       bool emitting = ty.hi <= r - 1;
       int top = ty.lo % 3, bot = ty.hi % 3;
+    NEARPREP_SIM_LOOP("CropResize.fused")
     fused:
       for (int t = 0; x < reads || emitting; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32768 avg = 500
+        NEARPREP_SIM_ITER();
         if (x < reads) {
           const Rgb px = rgb.read();
           for (int k = 0; k < 4; ++k) {
@@ -183,10 +192,12 @@ images:
     for (int y = 0; y < j.out_h; ++y) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
       if (j.layout != 1) {  // NHWC: one chunk per pixel, in address order
+      NEARPREP_SIM_LOOP("PackOutput.nhwc")
       nhwc:
         for (int x = 0; x < j.out_w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+          NEARPREP_SIM_ITER();
           const PixelF p = pixels.read();
           OutChunk ch;
           for (int c = 0; c < 3; ++c) PackElement(p.c[c], j.dtype, &ch.b[c * el]);
@@ -196,18 +207,22 @@ images:
         }
         continue;
       }
+    NEARPREP_SIM_LOOP("PackOutput.nchw_in")
     nchw_in:
       for (int x = 0; x < j.out_w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+        NEARPREP_SIM_ITER();
         row[x] = pixels.read();
       }
     nchw_planes:
       for (int c = 0; c < 3; ++c) {
+      NEARPREP_SIM_LOOP("PackOutput.nchw_out")
       nchw_out:
         for (int x = 0; x < j.out_w; x += 3) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1366
+          NEARPREP_SIM_ITER();
           OutChunk ch;
           const int n = j.out_w - x < 3 ? j.out_w - x : 3;
           for (int k = 0; k < 3; ++k) {
@@ -271,10 +286,12 @@ images:
     const uint64_t n_chunks =
         nchw ? static_cast<uint64_t>(j.out_h) * 3 * ((j.out_w + 2) / 3)
              : static_cast<uint64_t>(j.out_h) * j.out_w;
+  NEARPREP_SIM_LOOP("BurstWrite.chunks")
   chunks_loop:
     for (uint64_t k = 0; k < n_chunks; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 200000
+      NEARPREP_SIM_ITER();
       const OutChunk ch = chunks.read();
       const int p = ch.plane < 3 ? ch.plane : 0;
       for (int b = 0; b < 12; ++b) {
@@ -376,10 +393,12 @@ images:
     }
     st[kStCode] = code;
     NEARPREP_SIM_WORK("WriteStatus", kStatusWords, 1);
+  NEARPREP_SIM_LOOP("WriteStatus.record")
   record:
     for (int k = 0; k < kStatusWords; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 8 max = 8
+      NEARPREP_SIM_ITER();
       status[static_cast<uint64_t>(j.index) * kStatusWords + k] = st[k];
     }
   }

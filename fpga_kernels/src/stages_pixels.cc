@@ -32,11 +32,13 @@ struct RowPlan {
 void EmitRow(McuRowBlock& blk, uint8_t pend[3][kMcuRowWidth], const RowPlan& p, int w,
              int sampling, hls::stream<uint8_t, kPixelDepth>& luma,
              hls::stream<ChromaPair, kPixelDepth>& chroma) {
+NEARPREP_SIM_LOOP("RasterEmit.emit_row")
 emit_row:
   for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384 avg = 500
 #pragma HLS DEPENDENCE variable = pend inter false
+    NEARPREP_SIM_ITER();
     const uint8_t yv = p.y_pend ? pend[kPendLuma][x] : blk[kMcuLumaRow0 + p.y_row][x];
     if (p.emit) luma.write(yv);
     if (p.save) pend[kPendLuma][x] = blk[kMcuLumaRow0 + 15][x];
@@ -71,10 +73,12 @@ images:
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
+  NEARPREP_SIM_LOOP("Idct.load_quant")
   load_quant:
     for (int k = 0; k < j.ncomp * 64; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 64 max = 192
+      NEARPREP_SIM_ITER();
       qmul[k >> 6][k & 63] = quant.read();
     }
     // One flat loop, software-pipelined by hand: step t runs column pass
@@ -85,10 +89,12 @@ images:
     int ws[2][64];
 #pragma HLS ARRAY_PARTITION variable = ws complete dim = 0
     const uint32_t steps = (j.blocks + 1) * 8;
+  NEARPREP_SIM_LOOP("Idct.passes")
   passes:
     for (uint32_t t = 0; t < steps; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 800000
+      NEARPREP_SIM_ITER();
       const uint32_t b = t >> 3;
       const int s8 = static_cast<int>(t & 7);
       if (s8 == 0 && b < j.blocks) cur = blocks.read();
@@ -129,10 +135,12 @@ images:
       // (MCU, block, row): luma blocks first (row-major by, bx), then Cb,
       // then Cr.
       int mx = 0, b = 0, r = 0;
+    NEARPREP_SIM_LOOP("McuRowReceive.receive")
     receive:
       for (int t = 0; t < n_rows; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 8 max = 98304 avg = 1500
+        NEARPREP_SIM_ITER();
         const SampleRow row = rows.read();
         const int c = b < nl ? 0 : b - nl + 1;
         const int by = c == 0 ? b / j.comp_h[0] : 0;
@@ -264,10 +272,12 @@ images:
         cb_prev = cb_cur;
         cr_prev = cr_cur;
       }
+    NEARPREP_SIM_LOOP("UpsampleColor.pixels")
     pixels:
       for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
+        NEARPREP_SIM_ITER();
         const int yy = luma.read();
         int cb = yy, cr = yy;
         if (j.sampling == kSampling444) {
