@@ -21,13 +21,15 @@
 // FIFO) per image. Not a synthesis result: nothing has been synthesised.
 //
 // Usage: nearprep_fpga_timed_model [IMAGE_DIR] [OUT] [DTYPE 0..3] [MODE|all]
-//        [--ddr-latency=OPT,EXP]
+//        [--ddr-latency=OPT,EXP] [--set=ID=OPT,EXP ...]
+// --set overrides one table entry's II (or event cycles): a what-if.
 // MODE: rrc (random-resized crops, 8-100% of the area), center (87.5% of
 // each side), full (whole image); all (default) runs the three.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +48,21 @@ namespace {
 
 namespace nf = nearprep_fpga;
 
-constexpr double kClockHz = 250e6;  // fpga_kernels/Makefile KERNEL_MHZ
+// The kernel clock: KERNEL_MHZ of fpga_kernels/Makefile (the one place it
+// is set; v++ --kernel_frequency).
+double ReadKernelClockHz() {
+  std::ifstream f(NEARPREP_SOURCE_DIR "/fpga_kernels/Makefile");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("KERNEL_MHZ", 0) == 0) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos) return std::atof(line.c_str() + eq + 1) * 1e6;
+    }
+  }
+  std::fprintf(stderr, "no KERNEL_MHZ in %s/fpga_kernels/Makefile\n", NEARPREP_SOURCE_DIR);
+  std::exit(1);
+}
+const double kClockHz = ReadKernelClockHz();
 constexpr int kImagesPerRun = 32;
 
 uint32_t Bits(float f) {
@@ -204,6 +220,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       hls_sim::OverrideTiming("DDR.read_latency", opt, exp);
+    } else if (a.rfind("--set=", 0) == 0) {  // --set=ID=OPT,EXP: a what-if on one entry
+      const size_t eq = a.find('=', 6);
+      unsigned opt = 0, exp = 0;
+      if (eq == std::string::npos || std::sscanf(a.c_str() + eq + 1, "%u,%u", &opt, &exp) != 2) {
+        std::fprintf(stderr, "--set=ID=OPT,EXP (an id of fpga_kernels/host/loop_timing.cc)\n");
+        return 2;
+      }
+      const std::string id = a.substr(6, eq - 6);
+      hls_sim::FindTiming(id.c_str());  // aborts with a message on an unknown id
+      hls_sim::OverrideTiming(id.c_str(), opt, exp);
+      std::printf("what-if: %s II/cycles %u / %u\n", id.c_str(), opt, exp);
     } else {
       args.push_back(a);
     }

@@ -29,41 +29,6 @@ void SendDeferredWakes() {
   d.clear();
 }
 
-namespace {
-std::mutex& WorkMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<std::pair<std::string, Work>>& WorkTable() {
-  static std::vector<std::pair<std::string, Work>> table;
-  return table;
-}
-}  // namespace
-
-void AddWork(const char* stage, uint64_t iterations, uint64_t loop_entries) {
-  std::lock_guard<std::mutex> lock(WorkMutex());
-  for (auto& e : WorkTable()) {
-    if (e.first == stage) {
-      ++e.second.images;
-      e.second.iterations += iterations;
-      e.second.loop_entries += loop_entries;
-      return;
-    }
-  }
-  Work w;
-  w.images = 1;
-  w.iterations = iterations;
-  w.loop_entries = loop_entries;
-  WorkTable().emplace_back(stage, w);
-}
-
-std::vector<std::pair<std::string, Work>> TakeWork() {
-  std::lock_guard<std::mutex> lock(WorkMutex());
-  std::vector<std::pair<std::string, Work>> out;
-  out.swap(WorkTable());
-  return out;
-}
-
 // ---- Timed simulation ----
 namespace {
 std::atomic<bool>& TimingFlag() {

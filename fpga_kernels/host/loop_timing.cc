@@ -54,30 +54,38 @@ std::vector<LoopTiming>& MutableTimingTable() {
       {"HuffmanDecode.read_vals", {1, 1}, {2, 2}, "256 values, one per cycle"},
       {"HuffmanDecode.lengths", {1, 1}, {3, 4},
        "code/k recurrence of one add per cycle (fits II 1)"},
-      {"HuffmanDecode.lookahead", {1, 5}, {6, 8},
-       "unrolled 9-length scan reads maxcode[], valoffset[] and vals[] 9 times each per "
-       "iteration; the arrays of HuffLookup are not partitioned (2 ports each): "
-       "ceil(9/2) = 5 expected; 1 only if HLS maps the small arrays to registers"},
-      {"HuffmanDecode.symbols", {3, 4}, {8, 12},
-       "the review (issue 24): the 9-bit table read sits inside the bit-count recurrence "
-       "(nbits -= len + size feeds the next window), and the long-code path reads the "
-       "unpartitioned maxcode[]/valoffset[] 7 times each: II 3-4"},
+      {"HuffmanDecode.lookahead", {1, 1}, {6, 8},
+       "nine parallel compares on maxcode/valoffset (completely partitioned: registers) "
+       "select one length and index, then ONE vals[] read (BRAM, 1 port) and one look[] "
+       "write per entry (before the third pass: 9 reads of the unpartitioned arrays, II 5)"},
+      {"HuffmanDecode.symbols", {1, 1}, {8, 10},
+       "per iteration one token in and one symbol step. The recurrence through the bit count "
+       "is: 64->32-bit window shift by nbits, look[] read (LUTRAM, asynchronous: 9-bit index, "
+       "no register stage), nbits -= the entry's precomputed total length; value bits and "
+       "the coefficient token are off the recurrence. A code longer than 9 bits takes two "
+       "iterations (compares on registers, then the vals[] BRAM read), so the timed model "
+       "counts ~1.0x iterations per symbol plus those. Risk: the window shift + LUTRAM read "
+       "+ subtract must meet 4 ns; if not, II 2 (rerun with the expected column at 2). "
+       "Before the third pass: II 3-4 (table read inside the recurrence, 7 reads each of "
+       "two unpartitioned arrays, tables behind a pointer into a run-time partition)"},
       // --- AssembleBlocks ---
       {"AssembleBlocks.tokens", {1, 1}, {3, 4},
        "buf[] completely partitioned: one indexed write (a mux) and the 64-bit mask per cycle"},
       // --- Idct ---
       {"Idct.load_quant", {1, 1}, {2, 2}, "one multiplier per cycle into qmul (dim 2 partitioned)"},
-      {"Idct.passes", {1, 4}, {20, 28},
-       "column pass reads 8 coefficients of `Block cur` per step; cur has no ARRAY_PARTITION: "
-       "8 reads / 2 ports = 4 expected; 1 if HLS keeps the struct read from the stream in "
-       "registers. Depth: dequantising multiply + two butterfly passes"},
+      {"Idct.passes", {1, 1}, {20, 28},
+       "the block being transformed is int16_t cur[64] completely partitioned (registers): "
+       "the column pass's 8 reads per step are free (before the third pass: a `Block cur` "
+       "without a partition, 8 reads / 2 ports = II 4). Depth: dequantising multiply + two "
+       "butterfly passes"},
       // --- McuRowReceive / RasterEmit ---
-      {"McuRowReceive.receive", {4, 4}, {3, 4},
-       "8 byte writes per cycle into one row of the MCU-row block (uint8_t [32][16400], "
-       "2 ports): II 4 (the review)"},
-      {"RasterEmit.emit_row", {3, 3}, {4, 5},
-       "luma, row-15 save and 4 chroma reads of the same block per cycle (6 reads, 2 ports): "
-       "II 3 (the review)"},
+      {"McuRowReceive.receive", {1, 1}, {3, 4},
+       "one 64-bit word (8 samples) written per cycle into one of three planes (luma, Cb, Cr "
+       "blocks; before the third pass: 8 byte writes into one uint8_t block, II 4)"},
+      {"RasterEmit.emit_row", {1, 1}, {4, 5},
+       "per cycle: luma block 2 word reads (row, row 15 for the save), Cb and Cr blocks 2 "
+       "each (near, far), pending lines 1 read + 1 write each: within 2 ports everywhere "
+       "(before the third pass: 6 reads of one block, II 3)"},
       // --- UpsampleColor ---
       {"UpsampleColor.pixels", {1, 1}, {6, 8},
        "colsum window in registers, fixed-point colour conversion (3 multiplies)"},
@@ -85,23 +93,31 @@ std::vector<LoopTiming>& MutableTimingTable() {
       {"CropResize.column_taps", {1, 1}, {30, 40},
        "MakeTap: float multiply/add, floor/ceil, per output column"},
       {"CropResize.row_taps", {1, 1}, {30, 40}, "MakeTap per output row"},
-      {"CropResize.fused", {1, 3}, {150, 250},
-       "4 reads + 1 write of the Rgb line buffers per cycle; the struct lines are split per "
-       "byte: either II 3 or 36 arrays x 4 URAM = 144 URAM (> the KU15P's 128), so II 1 only "
-       "with a resource violation (the review). Depth: u8->float, bilinear (2 levels of "
-       "sub/mul/add), brightness, saturation (HSV round trip with divides), clip, normalise "
-       "(divide): ~150-250 cycles, paid on every entry (one per source row)"},
+      {"CropResize.fused", {1, 1}, {6, 8},
+       "line entries are 24-bit packed RGB (one word: 4 copies x 3 rows x 16384 x 24 bit, "
+       "48 URAM), each copy 1 read + 1 write per cycle; the next row's tap is read ahead into "
+       "a register (no memory read in the row-change recurrence); no float work: the four "
+       "source pixels and weights go to ResizeMath. Before the third pass: Rgb struct split "
+       "per byte (II 3, or 144 URAM) and the float chain (depth 150-250) paid per row"},
+      // --- ResizeMath ---
+      {"ResizeMath.pixels", {1, 1}, {150, 250},
+       "the float chain (u8->float, bilinear, brightness, saturation with divides, clip, "
+       "normalise) fully pipelined, one flat loop per image: its depth is paid once per "
+       "image, not once per source row"},
       // --- PackOutput ---
       {"PackOutput.nhwc", {1, 1}, {4, 6}, "one pixel per cycle, pack 3 elements"},
       {"PackOutput.nchw_in", {1, 1}, {2, 2}, "one pixel per cycle into row[]"},
-      {"PackOutput.nchw_out", {1, 2}, {4, 6},
-       "3 reads of row[] (unpartitioned, 2 ports) per cycle: II 2 (the review)"},
-      // --- BurstWrite ---
-      {"BurstWrite.chunks", {14, 26}, {0, 0},
-       "NOT pipelined as written (the review): FlushBurst's variable-bound loop is called "
-       "inside the loop, so HLS builds no pipeline; each iteration runs sequentially: the "
-       "12-byte inner loop (one byte per cycle, or two when the word-complete branch is "
-       "scheduled) plus the read and the PushWord test"},
+      {"PackOutput.nchw_out", {1, 1}, {4, 6},
+       "row[] is one array per channel, each cyclic-partitioned by 3: a chunk's 3 reads hit "
+       "3 banks (before the third pass: 3 reads of one PixelF array, II 2)"},
+      // --- PackWords / BurstWrite ---
+      {"PackWords.chunks", {1, 1}, {4, 6},
+       "one chunk (<= 12 bytes) per cycle into the plane's 512-bit word: bytes placed by an "
+       "unrolled shift/mask, at most one word completes per chunk (one stream write site). "
+       "Before the third pass this work sat in BurstWrite's chunk loop, which called "
+       "FlushBurst's variable-bound loop and so was not pipelined (~14-26 cycles/chunk)"},
+      {"BurstWrite.gather", {1, 1}, {2, 3},
+       "one word token per cycle into the burst buffer until the address run breaks"},
       {"BurstWrite.flush", {1, 1}, {2, 3}, "one 512-bit beat per cycle"},
       // --- WriteStatus ---
       {"WriteStatus.record", {1, 1}, {3, 3}, "8 status words, one beat per cycle"},

@@ -31,7 +31,6 @@ inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.range(8 * i + 7, 8 * 
 #define NEARPREP_DATAFLOW_BEGIN(name)
 #define NEARPREP_PROCESS(...) __VA_ARGS__
 #define NEARPREP_DATAFLOW_END()
-#define NEARPREP_SIM_WORK(stage, iterations, loop_entries)
 #define NEARPREP_SIM_LOOP(id)
 #define NEARPREP_SIM_ITER()
 #define NEARPREP_SIM_EVENT(id, n)
@@ -47,11 +46,6 @@ struct WideWord {
 };
 inline uint8_t WordByte(const WideWord& w, int i) { return w.b[i]; }
 inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }
-
-// Per-image work of a process (pipelined-loop iterations and loop entries),
-// summed per process name by C simulation for the cycle model (hls_sim.h).
-#define NEARPREP_SIM_WORK(stage, iterations, loop_entries) \
-  ::hls_sim::AddWork(stage, iterations, loop_entries)
 
 // A DATAFLOW region: each NEARPREP_PROCESS on its own thread; the END joins
 // them and throws hls_sim::Deadlock with the report if the network

@@ -147,17 +147,6 @@ inline void Waiter::Ready() {
 // Optional backstop timeout for one blocking operation (ms; 0: none).
 int64_t TimeoutMs();
 
-// Work counters for the cycle model: per process, the iterations of its
-// pipelined loops (each is one initiation at II=1) and how many times such a
-// loop was entered (each entry pays the pipeline's fill and drain). Summed
-// over every region of the process (thread-safe); TakeWork returns the sums
-// and resets them.
-struct Work {
-  uint64_t images = 0, iterations = 0, loop_entries = 0;
-};
-void AddWork(const char* stage, uint64_t iterations, uint64_t loop_entries);
-std::vector<std::pair<std::string, Work>> TakeWork();
-
 // ---------------------------------------------------------------------------
 // Timed C simulation (bench/fpga/timed_model.cc; off unless EnableTiming).
 // Each dataflow process has its own clock, one per case (optimistic and

@@ -173,7 +173,6 @@ images:
     const uint32_t skip = static_cast<uint32_t>(j.jpeg_off & 63);
     const uint64_t words = (static_cast<uint64_t>(skip) + j.jpeg_size + 63) >> 6;
     uint32_t emitted = 0;
-    NEARPREP_SIM_WORK("BurstRead", words + words * 64, 2 * ((words + kBurstWords - 1) / kBurstWords));
   bursts:
     for (uint64_t w0 = 0; w0 < words; w0 += kBurstWords) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
@@ -279,8 +278,6 @@ images:
     }
     // Header bytes (one per iteration, one loop entry per segment), tables,
     // multipliers, then the scan's bytes.
-    NEARPREP_SIM_WORK("ParseHeader", consumed + j.ncomp * (2 * 272 + 64) + j.scan_bytes,
-                      segments + j.ncomp * 3 + 1);
     // Huffman tables of each component (DC then AC: 16 counts + 256 values).
   table_comps:
     for (int c = 0; c < j.ncomp; ++c) {
@@ -335,7 +332,6 @@ images:
     // 0: data; 1: after FF (fill bytes FF skipped); 2: after a marker that
     // is not RSTn: the scan is over, the rest is dropped.
     int state = 0;
-    NEARPREP_SIM_WORK("Destuff", j.scan_bytes, 1);
   NEARPREP_SIM_LOOP("Destuff.bytes")
   bytes:
     for (uint32_t k = 0; k < j.scan_bytes; ++k) {
