@@ -31,10 +31,6 @@ void SendDeferredWakes() {
 
 // ---- Timed simulation ----
 namespace {
-std::atomic<bool>& TimingFlag() {
-  static std::atomic<bool> on{false};
-  return on;
-}
 struct TimingState {
   std::mutex mu;
   KernelTiming total;
@@ -46,8 +42,6 @@ TimingState& Timing() {
 }
 }  // namespace
 
-void EnableTiming(bool on) { TimingFlag().store(on); }
-bool TimingEnabled() { return TimingFlag().load(); }
 
 ProcClock*& CurrentClock() {
   thread_local ProcClock* clock = nullptr;

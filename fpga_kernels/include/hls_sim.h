@@ -239,8 +239,14 @@ struct ProcClock {
   }
 };
 
-void EnableTiming(bool on);
-bool TimingEnabled();
+// Timing on or off (a relaxed atomic: set by the caller between kernel
+// calls, never while a kernel runs). Off, the streams keep no stamps.
+inline std::atomic<bool>& TimingFlag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline void EnableTiming(bool on) { TimingFlag().store(on); }
+inline bool TimingEnabled() { return TimingFlag().load(std::memory_order_relaxed); }
 // The clock of the calling process's thread; nullptr when timing is off or
 // the caller is no dataflow process.
 ProcClock*& CurrentClock();
@@ -400,8 +406,10 @@ class stream final : public hls_sim::Wakeable {
   // Timed simulation (hls_sim::ProcClock): every token carries the time it
   // is available; `freed_` holds the read times of the tokens read and not
   // yet matched by a later write (the write DEPTH tokens on needs the slot
-  // the read freed). Zero stamps when timing is off.
+  // the read freed). Nothing when timing is off (streams live for one kernel
+  // call; timing is switched between calls).
   void StampWrite() {
+    if (!hls_sim::TimingEnabled()) return;
     hls_sim::ProcClock* pc = hls_sim::CurrentClock();
     hls_sim::Stamp freed;
     bool have_freed = false;
@@ -415,6 +423,7 @@ class stream final : public hls_sim::Wakeable {
                                     : hls_sim::Stamp());
   }
   void StampRead() {
+    if (!hls_sim::TimingEnabled() || stamps_.empty()) return;
     hls_sim::ProcClock* pc = hls_sim::CurrentClock();
     const hls_sim::Stamp avail = stamps_.front();
     stamps_.pop_front();
