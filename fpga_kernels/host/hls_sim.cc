@@ -1,7 +1,10 @@
 // C-simulation dataflow regions; see hls_sim.h.
 #include "hls_sim.h"
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace hls_sim {
@@ -26,38 +29,93 @@ void SendDeferredWakes() {
   d.clear();
 }
 
+// ---- Timed simulation ----
 namespace {
-std::mutex& WorkMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<std::pair<std::string, Work>>& WorkTable() {
-  static std::vector<std::pair<std::string, Work>> table;
-  return table;
+struct TimingState {
+  std::mutex mu;
+  KernelTiming total;
+  uint64_t call_end[kCases] = {0, 0};  // latest process end in the current call
+};
+TimingState& Timing() {
+  static TimingState* s = new TimingState();
+  return *s;
 }
 }  // namespace
 
-void AddWork(const char* stage, uint64_t iterations, uint64_t loop_entries) {
-  std::lock_guard<std::mutex> lock(WorkMutex());
-  for (auto& e : WorkTable()) {
-    if (e.first == stage) {
-      ++e.second.images;
-      e.second.iterations += iterations;
-      e.second.loop_entries += loop_entries;
+
+ProcClock*& CurrentClock() {
+  thread_local ProcClock* clock = nullptr;
+  return clock;
+}
+
+const LoopTiming* FindTiming(const char* id) {
+  for (const LoopTiming& t : TimingTable()) {
+    if (std::strcmp(t.id, id) == 0) return &t;
+  }
+  std::fprintf(stderr,
+               "hls_sim: no timing entry for loop/event '%s' in fpga_kernels/host/loop_timing.cc\n",
+               id);
+  std::abort();
+}
+
+void OverrideTiming(const char* id, uint32_t opt, uint32_t exp) {
+  // Before a run only (the table is read without a lock while processes run).
+  for (LoopTiming& t : MutableTimingTable()) {
+    if (std::strcmp(t.id, id) == 0) {
+      t.ii[0] = opt;
+      t.ii[1] = exp;
       return;
     }
   }
-  Work w;
-  w.images = 1;
-  w.iterations = iterations;
-  w.loop_entries = loop_entries;
-  WorkTable().emplace_back(stage, w);
+  std::fprintf(stderr, "hls_sim: OverrideTiming: no entry '%s'\n", id);
+  std::abort();
 }
 
-std::vector<std::pair<std::string, Work>> TakeWork() {
-  std::lock_guard<std::mutex> lock(WorkMutex());
-  std::vector<std::pair<std::string, Work>> out;
-  out.swap(WorkTable());
+const std::vector<LoopTiming>& TimingTable() { return MutableTimingTable(); }
+
+void Event(const char* id, uint64_t n) {
+  ProcClock* pc = CurrentClock();
+  if (pc == nullptr || n == 0) return;
+  const LoopTiming* t = FindTiming(id);
+  for (int c = 0; c < kCases; ++c) pc->Advance(c, n * t->ii[c]);
+}
+
+void RecordClock(const ProcClock& pc) {
+  TimingState& st = Timing();
+  std::lock_guard<std::mutex> g(st.mu);
+  ProcTiming* p = nullptr;
+  for (ProcTiming& e : st.total.procs) {
+    if (e.name == pc.name) p = &e;
+  }
+  if (p == nullptr) {
+    st.total.procs.emplace_back();
+    p = &st.total.procs.back();
+    p->name = pc.name;
+  }
+  for (int c = 0; c < kCases; ++c) {
+    p->busy[c] += pc.busy[c];
+    p->stall_in[c] += pc.stall_in[c];
+    p->stall_out[c] += pc.stall_out[c];
+    p->end[c] += pc.t[c];
+    if (pc.t[c] > st.call_end[c]) st.call_end[c] = pc.t[c];
+  }
+}
+
+void EndKernelCall() {
+  TimingState& st = Timing();
+  std::lock_guard<std::mutex> g(st.mu);
+  for (int c = 0; c < kCases; ++c) {
+    st.total.cycles[c] += st.call_end[c];
+    st.call_end[c] = 0;
+  }
+  ++st.total.calls;
+}
+
+KernelTiming TakeTiming() {
+  TimingState& st = Timing();
+  std::lock_guard<std::mutex> g(st.mu);
+  KernelTiming out = st.total;
+  st.total = KernelTiming();
   return out;
 }
 
@@ -77,18 +135,31 @@ Region::Region(const char* name) : name_(name) {
   root_ = enclosing != nullptr ? enclosing->root_ : this;
 }
 
-void Region::Spawn(std::function<void()> process) {
+void Region::Spawn(const char* name, std::function<void()> process) {
   {
     std::lock_guard<std::mutex> g(live_mu_);
     ++live_;
   }
   root_->Unblock();  // the new process can run
-  threads_.emplace_back([this, process = std::move(process)] {
+  // The process's name: the call text up to its '(' ("Fn(args)" -> "Fn").
+  std::string pname(name);
+  const size_t paren = pname.find('(');
+  if (paren != std::string::npos) pname.resize(paren);
+  while (!pname.empty() && (pname.back() == ' ' || pname.back() == '\n')) pname.pop_back();
+  while (!pname.empty() && (pname.front() == ' ' || pname.front() == '\n')) pname.erase(0, 1);
+  threads_.emplace_back([this, process = std::move(process), pname] {
     CurrentRegion() = this;
+    ProcClock clock;
+    clock.name = pname;
+    if (TimingEnabled()) CurrentClock() = &clock;
     try {
       process();
     } catch (const Deadlock& d) {
       Declare(d.report);
+    }
+    if (CurrentClock() != nullptr) {
+      RecordClock(clock);
+      CurrentClock() = nullptr;
     }
     SendDeferredWakes();
     ProcessEnded();

@@ -3,8 +3,10 @@
 //
 //   ReadControl -> BurstRead -> ParseHeader -> Destuff -> HuffmanDecode ->
 //   AssembleBlocks -> Idct -> McuRowReceive => RasterEmit -> UpsampleColor ->
-//   CropResize -> PackOutput -> BurstWrite -> WriteStatus
-//   (=>: a stream of blocks, two MCU-row buffers handed over whole)
+//   CropResize -> ResizeMath -> PackOutput -> PackWords -> BurstWrite ->
+//   WriteStatus
+//   (=>: streams of blocks - luma, Cb, Cr - two MCU-row buffers each,
+//   handed over whole)
 //
 // Every process loops over the images of a run. An ImageJob travels down the
 // chain; each process reads it at the start of an image and forwards it at
@@ -13,8 +15,9 @@
 // the job alone once ParseHeader has filled it (bytes, blocks, rows,
 // pixels), except three streams that carry an explicit end: the scan tokens
 // (Destuff -> HuffmanDecode, ended by kTokEnd), the coefficient tokens (each
-// block ended by a `last` token) and the output chunks (counted by the
-// writer from the geometry). Error rules that keep the network live:
+// block ended by a `last` token) and the output words (PackWords ->
+// BurstWrite, each image's ended by an end token, and one more group after
+// the last image: the run's last partial word). Error rules that keep the network live:
 //  - a job whose status is not OK when it leaves ParseHeader carries no data
 //    at all downstream: every process forwards it and moves on;
 //  - an error found later (Huffman: corrupt stream; Idct: range guard) does
@@ -59,6 +62,7 @@ constexpr int kBlockDepth = 4;
 constexpr int kRowDepth = 32;          // 8-sample block rows
 constexpr int kPixelDepth = 64;
 constexpr int kStatusDepth = 8;
+constexpr int kWordDepth = 128;        // two bursts of output words
 
 struct ImageJob {
   uint32_t index;
@@ -111,17 +115,19 @@ struct SampleRow {  // one row of an 8x8 sample block
   uint8_t s[8];
 };
 
-// McuRowReceive => RasterEmit: one MCU row of samples, handed over as a
-// block of a stream of blocks (two blocks: one filled while the other is
-// emitted). Rows 0..15 luma (8 per block row used), 16..23 Cb, 24..31 Cr;
-// widths in whole MCUs of the widest image.
+// McuRowReceive => RasterEmit: one MCU row of samples in three streams of
+// blocks - luma (16 sample rows), Cb and Cr (8 each) - of two blocks each
+// (one filled while the other is emitted), stored as 8-sample words (one
+// SampleRow per 64-bit word, sample x in bits 8*(x%8)..+7 of word x/8): the
+// receiver writes one word per cycle into one plane, the emitter reads at
+// most two words of each plane per cycle (true dual port). Widths in whole
+// MCUs of the widest image.
 constexpr int kMcuRowWidth = kMaxWidth + 16;
-constexpr int kMcuLumaRow0 = 0;
-constexpr int kMcuCbRow0 = 16;
-constexpr int kMcuCrRow0 = 24;
-constexpr int kMcuBlockRows = 32;
-typedef uint8_t McuRowBlock[kMcuBlockRows][kMcuRowWidth];
-typedef hls::stream_of_blocks<McuRowBlock> McuRowStream;
+constexpr int kMcuRowWords = kMcuRowWidth / 8;
+typedef uint64_t McuLumaBlock[16][kMcuRowWords];
+typedef uint64_t McuChromaBlock[8][kMcuRowWords];
+typedef hls::stream_of_blocks<McuLumaBlock> McuLumaStream;
+typedef hls::stream_of_blocks<McuChromaBlock> McuChromaStream;
 
 // RasterEmit -> UpsampleColor: the chroma samples one output row needs
 // at one chroma column (4:2:x: the nearer and the farther row of libjpeg's
@@ -134,7 +140,14 @@ struct Rgb {
   uint8_t c[3];
 };
 
-struct PixelF {  // CropResize -> PackOutput
+// CropResize -> ResizeMath: one output pixel's four source pixels (RGB
+// packed in 24 bits, R in the low byte) and its two bilinear weights.
+struct BilinearSample {
+  uint32_t tl, tr, bl, br;
+  float lx, ly;
+};
+
+struct PixelF {  // ResizeMath -> PackOutput
   float c[3];
 };
 
@@ -143,6 +156,14 @@ struct OutChunk {
   uint8_t b[12];
   uint8_t n;
   uint8_t plane;
+};
+
+// PackWords -> BurstWrite: one 512-bit output word and its word address,
+// or the end of an image's words (and, after the last image, of the run's).
+struct OutWord {
+  WideWord w;
+  uint64_t addr;
+  bool end;
 };
 
 struct StageStatus {  // HuffmanDecode / Idct -> WriteStatus
@@ -190,11 +211,13 @@ void Idct(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
           hls::stream<StageStatus, kStatusDepth>& status);
 void McuRowReceive(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                    hls::stream<SampleRow, kRowDepth>& rows,
-                   hls::stream<ImageJob, kJobDepth>& job_out, McuRowStream& mcu_rows);
+                   hls::stream<ImageJob, kJobDepth>& job_out, McuLumaStream& luma_rows,
+                   McuChromaStream& cb_rows, McuChromaStream& cr_rows);
 // Emits the raster rows inside the crop box's rows (rows above and below it
 // are dropped here: nothing downstream needs them).
 void RasterEmit(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                McuRowStream& mcu_rows, hls::stream<ImageJob, kJobDepth>& job_out,
+                McuLumaStream& luma_rows, McuChromaStream& cb_rows, McuChromaStream& cr_rows,
+                hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<uint8_t, kPixelDepth>& luma,
                 hls::stream<ChromaPair, kPixelDepth>& chroma);
 // Upsamples and converts the rows RasterEmit sends; sends only the crop
@@ -213,15 +236,30 @@ void DecodeToRgb(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                  hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<Rgb, kPixelDepth>& rgb,
                  hls::stream<StageStatus, kStatusDepth>& huff_status,
                  hls::stream<StageStatus, kStatusDepth>& idct_status);
+// The crop box's pixels into three line buffers; per output pixel its four
+// source pixels and weights (integer work, one pixel per cycle).
 void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<Rgb, kPixelDepth>& rgb, hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<BilinearSample, kPixelDepth>& samples);
+// The float chain (bilinear blend, augment, clip, normalise): one flat loop
+// per image, so its deep pipeline fills and drains once per image.
+void ResizeMath(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<BilinearSample, kPixelDepth>& samples,
+                hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<PixelF, kPixelDepth>& pixels);
 void PackOutput(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<PixelF, kPixelDepth>& pixels,
                 hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<OutChunk, kPixelDepth>& chunks);
+// Output chunks into 512-bit words (one chunk per cycle), merging the words
+// that adjacent slots and planes share; the words go to BurstWrite in the
+// order they complete.
+void PackWords(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+               hls::stream<OutChunk, kPixelDepth>& chunks,
+               hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<OutWord, kWordDepth>& words);
+// Runs of consecutive word addresses written as bursts of up to kBurstWords.
 void BurstWrite(WideWord* out, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                hls::stream<OutChunk, kPixelDepth>& chunks,
+                hls::stream<OutWord, kWordDepth>& words,
                 hls::stream<ImageJob, kJobDepth>& job_out);
 void WriteStatus(uint32_t* status, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                  hls::stream<StageStatus, kStatusDepth>& huffman,

@@ -31,7 +31,9 @@ inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.range(8 * i + 7, 8 * 
 #define NEARPREP_DATAFLOW_BEGIN(name)
 #define NEARPREP_PROCESS(...) __VA_ARGS__
 #define NEARPREP_DATAFLOW_END()
-#define NEARPREP_SIM_WORK(stage, iterations, loop_entries)
+#define NEARPREP_SIM_LOOP(id)
+#define NEARPREP_SIM_ITER()
+#define NEARPREP_SIM_EVENT(id, n)
 #else
 #include <cstdio>
 #include <cstdlib>
@@ -45,11 +47,6 @@ struct WideWord {
 inline uint8_t WordByte(const WideWord& w, int i) { return w.b[i]; }
 inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }
 
-// Per-image work of a process (pipelined-loop iterations and loop entries),
-// summed per process name by C simulation for the cycle model (hls_sim.h).
-#define NEARPREP_SIM_WORK(stage, iterations, loop_entries) \
-  ::hls_sim::AddWork(stage, iterations, loop_entries)
-
 // A DATAFLOW region: each NEARPREP_PROCESS on its own thread; the END joins
 // them and throws hls_sim::Deadlock with the report if the network
 // deadlocked (a kernel that hangs in hardware must not pass C simulation).
@@ -58,7 +55,22 @@ inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }
 // CPU fallback) decides; a nested region's END throws into its process,
 // which ends the enclosing region the same way.
 #define NEARPREP_DATAFLOW_BEGIN(name) ::hls_sim::Region nearprep_region_(name);
-#define NEARPREP_PROCESS(...) nearprep_region_.Spawn([&] { __VA_ARGS__; })
+#define NEARPREP_PROCESS(...) nearprep_region_.Spawn(#__VA_ARGS__, [&] { __VA_ARGS__; })
+
+// Timed C simulation (hls_sim.h; nothing under __SYNTHESIS__):
+//   NEARPREP_SIM_LOOP("Process.loop") label: for (...) {
+//   #pragma HLS PIPELINE II = 1
+//     NEARPREP_SIM_ITER();
+//     ...
+// brackets exactly the loop statement that follows (an if/else whose
+// condition declares the scope object), NEARPREP_SIM_ITER() charges one
+// iteration at the loop's II, NEARPREP_SIM_EVENT("Process.event", n) n units
+// of a sequential event; the cycles come from fpga_kernels/host/loop_timing.cc.
+#define NEARPREP_SIM_LOOP(id) \
+  if (::hls_sim::LoopScope nearprep_loop_scope_{id}) { \
+  } else
+#define NEARPREP_SIM_ITER() ::hls_sim::Iter()
+#define NEARPREP_SIM_EVENT(id, n) ::hls_sim::Event(id, n)
 #define NEARPREP_DATAFLOW_END()                                        \
   do {                                                                 \
     const std::string nearprep_report_ = nearprep_region_.Join();      \

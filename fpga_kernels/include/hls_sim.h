@@ -93,8 +93,10 @@ class Region {
   Region& operator=(const Region&) = delete;
   ~Region() { Join(); }
 
-  // Starts `process` on its own thread.
-  void Spawn(std::function<void()> process);
+  // Starts `process` on its own thread; `name` (the process's call text,
+  // "Fn(args)") names its clock in the timed simulation.
+  void Spawn(std::function<void()> process) { Spawn("process", std::move(process)); }
+  void Spawn(const char* name, std::function<void()> process);
 
   // Waits for every process. Returns "" or the deadlock report of the root
   // region (also kept in report()).
@@ -145,16 +147,162 @@ inline void Waiter::Ready() {
 // Optional backstop timeout for one blocking operation (ms; 0: none).
 int64_t TimeoutMs();
 
-// Work counters for the cycle model: per process, the iterations of its
-// pipelined loops (each is one initiation at II=1) and how many times such a
-// loop was entered (each entry pays the pipeline's fill and drain). Summed
-// over every region of the process (thread-safe); TakeWork returns the sums
-// and resets them.
-struct Work {
-  uint64_t images = 0, iterations = 0, loop_entries = 0;
+// ---------------------------------------------------------------------------
+// Timed C simulation (bench/fpga/timed_model.cc; off unless EnableTiming).
+// Each dataflow process has its own clock, one per case (optimistic and
+// expected IIs, kCases). A pipelined loop of the kernel is bracketed by
+// NEARPREP_SIM_LOOP(id) (hls_compat.h; nothing under __SYNTHESIS__) and each
+// of its iterations starts with NEARPREP_SIM_ITER(): an iteration advances
+// the clock by the loop's II, the end of the loop by its pipeline depth
+// (drain); a value written inside the loop is available to its reader
+// `depth` cycles after the iteration issued. The II and depth of every loop,
+// and the cycles of the sequential events (NEARPREP_SIM_EVENT: DDR burst
+// latency, segment parsing, ...), come from one reviewed table,
+// fpga_kernels/host/loop_timing.cc, each entry with its reason.
+// hls::stream tokens carry the time they become available; a reader stalls
+// until then (stall_in); a writer into a FIFO of DEPTH tokens stalls until
+// the token DEPTH places earlier was read (back-pressure, stall_out). Blocks
+// of a stream_of_blocks carry the time they were released. A stream
+// operation outside any loop costs one cycle (an FSM state).
+constexpr int kCases = 2;  // 0: optimistic, 1: expected
+struct Stamp {
+  uint64_t t[kCases] = {0, 0};
 };
-void AddWork(const char* stage, uint64_t iterations, uint64_t loop_entries);
-std::vector<std::pair<std::string, Work>> TakeWork();
+
+struct LoopTiming {
+  const char* id;             // "Process.loop" or "Process.event"
+  uint32_t ii[kCases];        // loop: initiation interval; event: cycles per unit
+  uint32_t depth[kCases];     // loop: pipeline depth (fill/drain); event: unused
+  const char* reason;         // why these values (the review)
+};
+// The table (loop_timing.cc). Find aborts on an id it lacks: every loop the
+// kernel brackets has a reviewed entry.
+const std::vector<LoopTiming>& TimingTable();
+std::vector<LoopTiming>& MutableTimingTable();  // loop_timing.cc
+const LoopTiming* FindTiming(const char* id);
+// Overrides an entry's cycles (e.g. DDR latency from the command line).
+void OverrideTiming(const char* id, uint32_t opt, uint32_t exp);
+
+struct ProcClock {
+  std::string name;
+  uint64_t t[kCases] = {0, 0};
+  uint64_t busy[kCases] = {0, 0}, stall_in[kCases] = {0, 0}, stall_out[kCases] = {0, 0};
+  const LoopTiming* loop = nullptr;  // innermost bracketed loop running
+  bool pending = false;              // its drain not yet paid
+
+  uint32_t Depth(int c) const { return loop != nullptr && pending ? loop->depth[c] : 0; }
+  void Advance(int c, uint64_t n) {
+    t[c] += n;
+    busy[c] += n;
+  }
+  // A token written now: available to the reader at the returned time.
+  // `freed`: when the slot it needs was freed (the read DEPTH tokens back).
+  Stamp OnWrite(const Stamp* freed) {
+    Stamp s;
+    for (int c = 0; c < kCases; ++c) {
+      if (loop == nullptr || !pending) Advance(c, 1);
+      const uint64_t d = Depth(c);
+      if (freed != nullptr && freed->t[c] + 1 > t[c] + d) {
+        stall_out[c] += freed->t[c] + 1 - d - t[c];
+        t[c] = freed->t[c] + 1 - d;
+      }
+      s.t[c] = t[c] + d;
+    }
+    return s;
+  }
+  // A token available at `avail` read now; returns the read time.
+  Stamp OnRead(const Stamp& avail) {
+    Stamp s;
+    for (int c = 0; c < kCases; ++c) {
+      if (loop == nullptr || !pending) Advance(c, 1);
+      if (avail.t[c] > t[c]) {
+        stall_in[c] += avail.t[c] - t[c];
+        t[c] = avail.t[c];
+      }
+      s.t[c] = t[c];
+    }
+    return s;
+  }
+  // Waits for a block released at `at` (input side or output side).
+  void WaitFor(const Stamp& at, bool input) {
+    for (int c = 0; c < kCases; ++c) {
+      if (at.t[c] > t[c]) {
+        (input ? stall_in : stall_out)[c] += at.t[c] - t[c];
+        t[c] = at.t[c];
+      }
+    }
+  }
+  Stamp Now() const {
+    Stamp s;
+    for (int c = 0; c < kCases; ++c) s.t[c] = t[c] + Depth(c);
+    return s;
+  }
+};
+
+// Timing on or off (a relaxed atomic: set by the caller between kernel
+// calls, never while a kernel runs). Off, the streams keep no stamps.
+inline std::atomic<bool>& TimingFlag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline void EnableTiming(bool on) { TimingFlag().store(on); }
+inline bool TimingEnabled() { return TimingFlag().load(std::memory_order_relaxed); }
+// The clock of the calling process's thread; nullptr when timing is off or
+// the caller is no dataflow process.
+ProcClock*& CurrentClock();
+
+// A bracketed loop (NEARPREP_SIM_LOOP): scoped to the loop statement.
+class LoopScope {
+ public:
+  explicit LoopScope(const char* id) : pc_(CurrentClock()) {
+    if (pc_ == nullptr) return;
+    prev_ = pc_->loop;
+    prev_pending_ = pc_->pending;
+    pc_->loop = FindTiming(id);
+    pc_->pending = true;
+  }
+  ~LoopScope() {
+    if (pc_ == nullptr) return;
+    for (int c = 0; c < kCases; ++c) pc_->Advance(c, pc_->Depth(c));  // drain
+    pc_->loop = prev_;
+    pc_->pending = prev_pending_;
+  }
+  LoopScope(const LoopScope&) = delete;
+  LoopScope& operator=(const LoopScope&) = delete;
+  explicit operator bool() const { return false; }  // for the macro's if/else
+
+ private:
+  ProcClock* pc_;
+  const LoopTiming* prev_ = nullptr;
+  bool prev_pending_ = false;
+};
+
+// One iteration of the innermost bracketed loop: its II.
+inline void Iter() {
+  ProcClock* pc = CurrentClock();
+  if (pc == nullptr || pc->loop == nullptr) return;
+  for (int c = 0; c < kCases; ++c) pc->Advance(c, pc->loop->ii[c]);
+}
+// `n` units of a sequential event of the table.
+void Event(const char* id, uint64_t n);
+
+// Per process (summed over the kernel calls since the last TakeTiming) and
+// the kernel's end: the latest end of any process, per call, summed.
+struct ProcTiming {
+  std::string name;
+  uint64_t busy[kCases] = {0, 0}, stall_in[kCases] = {0, 0}, stall_out[kCases] = {0, 0};
+  uint64_t end[kCases] = {0, 0};  // summed over calls
+};
+struct KernelTiming {
+  std::vector<ProcTiming> procs;
+  uint64_t cycles[kCases] = {0, 0};  // sum over calls of the last process end
+  uint64_t calls = 0;
+};
+// Called by the bench after each kernel call: folds that call's clocks in.
+void EndKernelCall();
+KernelTiming TakeTiming();
+// A process's thread ended: its clock joins the current call's accounting.
+void RecordClock(const ProcClock& pc);
 
 }  // namespace hls_sim
 
@@ -180,6 +328,7 @@ class stream final : public hls_sim::Wakeable {
     Block(lock, [this] { return q_.size() < static_cast<size_t>(DEPTH); }, "write (full)",
           &writer_waiting_, &writer_);
     q_.push_back(v);
+    StampWrite();
     if (q_.size() > max_fill_) max_fill_ = q_.size();
     ++writes_;
     reader_.Ready();
@@ -190,6 +339,7 @@ class stream final : public hls_sim::Wakeable {
     Block(lock, [this] { return !q_.empty(); }, "read (empty)", &reader_waiting_, &reader_);
     T v = q_.front();
     q_.pop_front();
+    StampRead();
     ++reads_;
     writer_.Ready();
     if (writer_waiting_) Wake(lock, q_.size() + kHalf <= static_cast<size_t>(DEPTH));
@@ -200,6 +350,7 @@ class stream final : public hls_sim::Wakeable {
     if (q_.empty()) return false;
     v = q_.front();
     q_.pop_front();
+    StampRead();
     ++reads_;
     writer_.Ready();
     if (writer_waiting_) Wake(lock, true);
@@ -209,6 +360,7 @@ class stream final : public hls_sim::Wakeable {
     std::unique_lock<std::mutex> lock(mu_);
     if (q_.size() >= static_cast<size_t>(DEPTH)) return false;
     q_.push_back(v);
+    StampWrite();
     ++writes_;
     reader_.Ready();
     if (reader_waiting_) Wake(lock, true);
@@ -251,6 +403,32 @@ class stream final : public hls_sim::Wakeable {
   }
 
  private:
+  // Timed simulation (hls_sim::ProcClock): every token carries the time it
+  // is available; `freed_` holds the read times of the tokens read and not
+  // yet matched by a later write (the write DEPTH tokens on needs the slot
+  // the read freed). Nothing when timing is off (streams live for one kernel
+  // call; timing is switched between calls).
+  void StampWrite() {
+    if (!hls_sim::TimingEnabled()) return;
+    hls_sim::ProcClock* pc = hls_sim::CurrentClock();
+    hls_sim::Stamp freed;
+    bool have_freed = false;
+    if (stamped_writes_ >= static_cast<uint64_t>(DEPTH) && !freed_.empty()) {
+      freed = freed_.front();
+      freed_.pop_front();
+      have_freed = true;
+    }
+    ++stamped_writes_;
+    stamps_.push_back(pc != nullptr ? pc->OnWrite(have_freed ? &freed : nullptr)
+                                    : hls_sim::Stamp());
+  }
+  void StampRead() {
+    if (!hls_sim::TimingEnabled() || stamps_.empty()) return;
+    hls_sim::ProcClock* pc = hls_sim::CurrentClock();
+    const hls_sim::Stamp avail = stamps_.front();
+    stamps_.pop_front();
+    freed_.push_back(pc != nullptr ? pc->OnRead(avail) : hls_sim::Stamp());
+  }
   void Wake(std::unique_lock<std::mutex>& lock, bool now) {
     if (now) {
       cv_.notify_all();
@@ -289,6 +467,8 @@ class stream final : public hls_sim::Wakeable {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<T> q_;
+  std::deque<hls_sim::Stamp> stamps_, freed_;
+  uint64_t stamped_writes_ = 0;
   size_t max_fill_ = 0;
   uint64_t writes_ = 0, reads_ = 0;
   bool reader_waiting_ = false, writer_waiting_ = false;  // for the wake economy
@@ -353,10 +533,14 @@ class stream_of_blocks final : public hls_sim::Wakeable {
     }
     const int b = q.front();
     q.pop_front();
+    // Timed simulation: a block is usable once the other side released it.
+    if (hls_sim::ProcClock* pc = hls_sim::CurrentClock()) pc->WaitFor(stamp_[b], !for_write);
     return b;
   }
   void Release(int b, bool from_write) {
     std::lock_guard<std::mutex> lock(mu_);
+    hls_sim::ProcClock* pc = hls_sim::CurrentClock();
+    stamp_[b] = pc != nullptr ? pc->Now() : hls_sim::Stamp();
     (from_write ? full_ : free_).push_back(b);
     if (from_write) ++written_;
     (from_write ? reader_ : writer_).Ready();
@@ -370,6 +554,7 @@ class stream_of_blocks final : public hls_sim::Wakeable {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> free_, full_;  // block indices: empty ones, filled ones in order
+  hls_sim::Stamp stamp_[DEPTH];  // timed simulation: when each block was released
   hls_sim::Waiter reader_, writer_;
   uint64_t written_ = 0;
 };

@@ -38,7 +38,9 @@ inline const char* KernelStatusName(uint32_t s) {
 }
 
 // Kernel arguments, in order. `kind` 1 = global memory pointer (m_axi),
-// 0 = scalar (s_axilite). `port` is the m_axi bundle.
+// 0 = scalar (s_axilite). `port` is the m_axi bundle. `type` is the C type
+// of the kernel's parameter as v++ writes it into the xclbin (jpeg and out
+// are WideWord = ap_uint<512> pointers).
 struct KernelArg {
   const char* name;
   int kind;
@@ -48,12 +50,12 @@ struct KernelArg {
 };
 constexpr int kNumArgs = 7;
 constexpr KernelArg kKernelArgs[kNumArgs] = {
-    {"jpeg", 1, "M_AXI_GMEM0", "unsigned char*", 8},     // JPEG bytes (P2P target)
+    {"jpeg", 1, "M_AXI_GMEM0", "ap_uint<512>*", 8},      // JPEG bytes (P2P target), 64-byte words
     {"desc", 1, "M_AXI_GMEM1", "unsigned int*", 8},      // per-image descriptors
     {"cfg", 1, "M_AXI_GMEM1", "unsigned int*", 8},       // job configuration
-    {"out", 1, "M_AXI_GMEM2", "unsigned char*", 8},      // finished tensors
+    {"out", 1, "M_AXI_GMEM2", "ap_uint<512>*", 8},       // finished tensors, 64-byte words
     {"status", 1, "M_AXI_GMEM1", "unsigned int*", 8},    // per-image status records
-    {"scratch", 1, "M_AXI_GMEM3", "unsigned char*", 8},  // decoded planes
+    {"scratch", 1, "M_AXI_GMEM3", "unsigned char*", 8},  // unused (kept in the ABI)
     {"num_images", 0, "S_AXI_CONTROL", "unsigned int", 4},
 };
 enum ArgIndex { kArgJpeg = 0, kArgDesc, kArgCfg, kArgOut, kArgStatus, kArgScratch, kArgNumImages };

@@ -32,7 +32,8 @@ void DecodeToRgb(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
   hls::stream<CoefToken, kTokenDepth> coefs("coefs");
   hls::stream<Block, kBlockDepth> blocks("blocks");
   hls::stream<SampleRow, kRowDepth> rows("rows");
-  McuRowStream mcu_rows("mcu_rows");
+  McuLumaStream luma_rows("luma_rows");
+  McuChromaStream cb_rows("cb_rows"), cr_rows("cr_rows");
   hls::stream<uint8_t, kPixelDepth> luma("luma");
   hls::stream<ChromaPair, kPixelDepth> chroma("chroma");
   // FIFO depths (the template argument; restated for the reports).
@@ -60,8 +61,10 @@ void DecodeToRgb(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
       HuffmanDecode(num_images, j_huff, tables, tokens, j_assemble, coefs, huff_status));
   NEARPREP_PROCESS(AssembleBlocks(num_images, j_assemble, coefs, j_idct, blocks));
   NEARPREP_PROCESS(Idct(num_images, j_idct, quant, blocks, j_raster, rows, idct_status));
-  NEARPREP_PROCESS(McuRowReceive(num_images, j_raster, rows, j_emit, mcu_rows));
-  NEARPREP_PROCESS(RasterEmit(num_images, j_emit, mcu_rows, j_upsample, luma, chroma));
+  NEARPREP_PROCESS(
+      McuRowReceive(num_images, j_raster, rows, j_emit, luma_rows, cb_rows, cr_rows));
+  NEARPREP_PROCESS(
+      RasterEmit(num_images, j_emit, luma_rows, cb_rows, cr_rows, j_upsample, luma, chroma));
   NEARPREP_PROCESS(UpsampleColor(num_images, j_upsample, luma, chroma, job_out, rgb));
   NEARPREP_DATAFLOW_END();
 }
@@ -91,23 +94,30 @@ extern "C" void nearprep_preprocess(const WideWord* jpeg, const uint32_t* desc,
   // unused: nothing of an image goes through DDR between stages.
   (void)scratch;
   hls::stream<ImageJob, kJobDepth> j_read("j_read"), j_header("j_header"), j_resize("j_resize"),
-      j_pack("j_pack"), j_write("j_write"), j_status("j_status");
+      j_math("j_math"), j_pack("j_pack"), j_words("j_words"), j_write("j_write"),
+      j_status("j_status");
   hls::stream<uint8_t, kByteDepth> jpeg_bytes("jpeg_bytes");
   hls::stream<Rgb, kPixelDepth> rgb("rgb");
+  hls::stream<BilinearSample, kPixelDepth> samples("samples");
   hls::stream<PixelF, kPixelDepth> pixels("pixels");
   hls::stream<OutChunk, kPixelDepth> chunks("chunks");
+  hls::stream<OutWord, kWordDepth> words("words");
   hls::stream<StageStatus, kStatusDepth> huff_status("huff_status"), idct_status("idct_status");
   // FIFO depths (the template argument; restated for the reports).
 #pragma HLS STREAM variable = j_read depth = kJobDepth
 #pragma HLS STREAM variable = j_header depth = kJobDepth
 #pragma HLS STREAM variable = j_resize depth = kJobDepth
+#pragma HLS STREAM variable = j_math depth = kJobDepth
 #pragma HLS STREAM variable = j_pack depth = kJobDepth
+#pragma HLS STREAM variable = j_words depth = kJobDepth
 #pragma HLS STREAM variable = j_write depth = kJobDepth
 #pragma HLS STREAM variable = j_status depth = kJobDepth
 #pragma HLS STREAM variable = jpeg_bytes depth = kByteDepth
 #pragma HLS STREAM variable = rgb depth = kPixelDepth
+#pragma HLS STREAM variable = samples depth = kPixelDepth
 #pragma HLS STREAM variable = pixels depth = kPixelDepth
 #pragma HLS STREAM variable = chunks depth = kPixelDepth
+#pragma HLS STREAM variable = words depth = kWordDepth
 #pragma HLS STREAM variable = huff_status depth = kStatusDepth
 #pragma HLS STREAM variable = idct_status depth = kStatusDepth
   NEARPREP_DATAFLOW_BEGIN("nearprep_preprocess");
@@ -115,9 +125,11 @@ extern "C" void nearprep_preprocess(const WideWord* jpeg, const uint32_t* desc,
   NEARPREP_PROCESS(BurstRead(jpeg, num_images, j_read, j_header, jpeg_bytes));
   NEARPREP_PROCESS(
       DecodeToRgb(num_images, j_header, jpeg_bytes, j_resize, rgb, huff_status, idct_status));
-  NEARPREP_PROCESS(CropResize(num_images, j_resize, rgb, j_pack, pixels));
-  NEARPREP_PROCESS(PackOutput(num_images, j_pack, pixels, j_write, chunks));
-  NEARPREP_PROCESS(BurstWrite(out, num_images, j_write, chunks, j_status));
+  NEARPREP_PROCESS(CropResize(num_images, j_resize, rgb, j_math, samples));
+  NEARPREP_PROCESS(ResizeMath(num_images, j_math, samples, j_pack, pixels));
+  NEARPREP_PROCESS(PackOutput(num_images, j_pack, pixels, j_words, chunks));
+  NEARPREP_PROCESS(PackWords(num_images, j_words, chunks, j_write, words));
+  NEARPREP_PROCESS(BurstWrite(out, num_images, j_write, words, j_status));
   NEARPREP_PROCESS(WriteStatus(status, num_images, j_status, huff_status, idct_status));
   NEARPREP_DATAFLOW_END();
 }

@@ -1,5 +1,6 @@
 // Dataflow processes of entropy decoding: HuffmanDecode (scan tokens ->
-// coefficient tokens, one symbol per iteration of one flat loop) and
+// coefficient tokens, one symbol per iteration of one flat loop; a code
+// longer than 9 bits takes two) and
 // AssembleBlocks (coefficient tokens -> 8x8 blocks). See dataflow.h.
 #include <cstdint>
 
@@ -10,61 +11,87 @@
 namespace nearprep_fpga {
 namespace {
 
-// Decode tables of one Huffman table. look[] is indexed by the next 9 bits:
-// (code length << 8) | symbol, 0 when the code is longer than 9 bits. The
-// symbol is the run/size byte, so one entry gives code length, run and value
-// length together. maxcode/valoffset resolve 10..16-bit codes.
-struct HuffLookup {
-  uint16_t look[512];
-  int32_t maxcode[17];    // largest code of length l, -1 if none
-  int32_t valoffset[17];  // vals index = code + valoffset[l]
-  uint8_t vals[256];
-};
+// Decode tables of the six Huffman tables of an image (table t = 2 x
+// component + 0 for DC, 1 for AC), one memory per table (dim 1 partitioned):
+// the decoder indexes them by table number, never through a pointer into a
+// run-time-chosen partition.
+//  - look[t][] (LUTRAM: read in the same cycle as the bit-count update) is
+//    indexed by the next 9 bits: (total length << 12) | (code length << 8) |
+//    symbol, where total = code length + value length (DC: the symbol; AC:
+//    its low nibble), so one read gives the bits the symbol consumes, its run
+//    and its value length; 0 when the code is longer than 9 bits.
+//  - maxcode/valoffset resolve 10..16-bit codes (registers: the seven
+//    compares read them in parallel); vals[t][] (BRAM) is read once per long
+//    code, in the iteration after the compares.
+constexpr int kTables = 6;
 
-// Reads one table (16 counts, 256 values) and builds its lookups. The first
+// Reads table t (16 counts, 256 values) and builds its lookups. The first
 // l with code(l) <= maxcode[l] is the code length, as in jdhuff.c's decoder;
 // for the validated tables that ParseHeader sends this is the canonical code.
-void ReadTable(hls::stream<uint8_t, kTableDepth>& tables, HuffLookup* t) {
+// INLINE: t indexes the partitioned arrays of the caller's process.
+inline void ReadTable(hls::stream<uint8_t, kTableDepth>& tables, int t, bool dc,
+                      uint32_t look[kTables][512], int32_t maxcode[kTables][17],
+                      int32_t valoffset[kTables][17], uint8_t vals[kTables][256]) {
+#pragma HLS INLINE
   uint8_t bits[17];
+#pragma HLS ARRAY_PARTITION variable = bits complete
   bits[0] = 0;
+  NEARPREP_SIM_LOOP("HuffmanDecode.read_bits")
 read_bits:
   for (int l = 1; l <= 16; ++l) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+    NEARPREP_SIM_ITER();
     bits[l] = tables.read();
   }
+  NEARPREP_SIM_LOOP("HuffmanDecode.read_vals")
 read_vals:
   for (int k = 0; k < 256; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 256 max = 256
-    t->vals[k] = tables.read();
+    NEARPREP_SIM_ITER();
+    vals[t][k] = tables.read();
   }
   int32_t code = 0;
   int k = 0;
-  t->maxcode[0] = -1;
-  t->valoffset[0] = 0;
+  maxcode[t][0] = -1;
+  valoffset[t][0] = 0;
+  NEARPREP_SIM_LOOP("HuffmanDecode.lengths")
 lengths:
   for (int l = 1; l <= 16; ++l) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
-    t->valoffset[l] = k - code;
+    NEARPREP_SIM_ITER();
+    valoffset[t][l] = k - code;
     code += bits[l];
     k += bits[l];
-    t->maxcode[l] = bits[l] ? code - 1 : -1;
+    maxcode[t][l] = bits[l] ? code - 1 : -1;
     code <<= 1;
   }
+  // Per entry: the shortest matching length by nine parallel compares on
+  // the registers, then ONE vals read.
+  NEARPREP_SIM_LOOP("HuffmanDecode.lookahead")
 lookahead:
   for (int i = 0; i < 512; ++i) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 512 max = 512
-    uint16_t e = 0;
+    NEARPREP_SIM_ITER();
+    int sel = 0, idx = 0;
     for (int l = 9; l >= 1; --l) {  // shortest length wins: checked last
+#pragma HLS UNROLL
       const int32_t c = i >> (9 - l);
-      if (c <= t->maxcode[l]) {
-        e = static_cast<uint16_t>((l << 8) | t->vals[(c + t->valoffset[l]) & 255]);
+      if (c <= maxcode[t][l]) {
+        sel = l;
+        idx = (c + valoffset[t][l]) & 255;
       }
     }
-    t->look[i] = e;
+    uint32_t e = 0;
+    if (sel != 0) {
+      const uint32_t sym = vals[t][idx];
+      const uint32_t size = dc ? sym : (sym & 15);
+      e = ((static_cast<uint32_t>(sel) + size) << 12) | (static_cast<uint32_t>(sel) << 8) | sym;
+    }
+    look[t][i] = e;
   }
 }
 
@@ -82,19 +109,24 @@ void HuffmanDecode(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in
                    hls::stream<ImageJob, kJobDepth>& job_out,
                    hls::stream<CoefToken, kTokenDepth>& coefs,
                    hls::stream<StageStatus, kStatusDepth>& status) {
-  HuffLookup dc[3], ac[3];
-#pragma HLS ARRAY_PARTITION variable = dc complete dim = 1
-#pragma HLS ARRAY_PARTITION variable = ac complete dim = 1
+  uint32_t look[kTables][512];
+  int32_t maxcode[kTables][17];    // largest code of length l, -1 if none
+  int32_t valoffset[kTables][17];  // vals index = code + valoffset[l]
+  uint8_t vals[kTables][256];
+#pragma HLS ARRAY_PARTITION variable = look complete dim = 1
+#pragma HLS BIND_STORAGE variable = look type = ram_1p impl = lutram
+#pragma HLS ARRAY_PARTITION variable = maxcode complete dim = 0
+#pragma HLS ARRAY_PARTITION variable = valoffset complete dim = 0
+#pragma HLS ARRAY_PARTITION variable = vals complete dim = 1
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
   load_tables:
-    for (int c = 0; c < j.ncomp; ++c) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
-      ReadTable(tables, &dc[c]);
-      ReadTable(tables, &ac[c]);
+    for (int t = 0; t < 2 * j.ncomp; ++t) {
+#pragma HLS LOOP_TRIPCOUNT min = 2 max = 6
+      ReadTable(tables, t, (t & 1) == 0, look, maxcode, valoffset, vals);
     }
     // Components of the blocks of one MCU, in scan order.
     uint8_t block_comp[4 + 1 + 1];
@@ -117,6 +149,7 @@ images:
     ScanToken held_tok = kTokEnd;
     bool ended = false;  // kTokEnd was read
     int pred[3] = {0, 0, 0};
+#pragma HLS ARRAY_PARTITION variable = pred complete
     int k = 0;       // next zig-zag position of the block (0: DC)
     int bi = 0;      // block of the MCU
     uint32_t mcu = 0, blocks_out = 0;
@@ -124,11 +157,18 @@ images:
     int next_rst = 0;
     uint32_t result = kStatusOk;
     uint32_t iterations = 0;
+    // A code longer than 9 bits takes two iterations: the first finds its
+    // length and vals index (compares on registers), the second reads the
+    // symbol and consumes the bits.
+    bool long_pending = false;
+    int long_len = 0, long_idx = 0;
     Phase phase = total_mcus == 0 ? kFinal : kMcuStart;
+  NEARPREP_SIM_LOOP("HuffmanDecode.symbols")
   symbols:
     while (phase != kDone) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1000 max = 400000
+      NEARPREP_SIM_ITER();
       ++iterations;
       // Input: at most one token per iteration.
       const bool need_bits = phase == kDecode || phase == kMcuStart;
@@ -196,68 +236,88 @@ images:
         }
       } else if (phase == kDecode && nbits >= 32) {
         const int c = block_comp[bi];
-        const HuffLookup& t = k == 0 ? dc[c] : ac[c];
+        const int t = 2 * c + (k == 0 ? 0 : 1);
         const uint32_t bits32 = static_cast<uint32_t>(acc >> (nbits - 32));
-        const uint16_t e = t.look[bits32 >> 23];
-        int len = e >> 8;
-        int sym = e & 0xFF;
-        if (len == 0) {
+        const uint32_t e = look[t][bits32 >> 23];
+        int len = static_cast<int>((e >> 8) & 15);
+        int sym = static_cast<int>(e & 0xFF);
+        bool consume = true;
+        bool from_look = len != 0;  // the total length comes from the table
+        if (long_pending) {  // second iteration of a long code
+          len = long_len;
+          sym = long_idx >= 0 && long_idx <= 255 ? vals[t][long_idx] : -1;
+          long_pending = false;
+          from_look = false;
+        } else if (len == 0) {  // first iteration of a long code
           const uint32_t bits16 = bits32 >> 16;
+          int sel = 0, idx = 0;
           for (int l = 16; l >= 10; --l) {  // shortest length wins: checked last
             const int32_t code = static_cast<int32_t>(bits16 >> (16 - l));
-            if (code <= t.maxcode[l]) {
-              len = l;
-              const int idx = code + t.valoffset[l];
-              sym = idx >= 0 && idx <= 255 ? t.vals[idx] : -1;
+            if (code <= maxcode[t][l]) {
+              sel = l;
+              idx = code + valoffset[t][l];
             }
           }
+          if (sel != 0) {
+            long_pending = true;
+            long_len = sel;
+            long_idx = idx;
+            consume = false;
+          }
         }
-        const int size = k == 0 ? sym : (sym & 15);
-        const uint32_t raw =
-            size == 0 ? 0u : static_cast<uint32_t>((bits32 << len) >> (32 - size));
-        nbits -= len + size;
-        if (len == 0 || sym < 0) {
-          result = kStatusCorrupt;  // no such code (JWRN_HUFF_BAD_CODE)
-          phase = kPad;
-        } else if (nbits < fake) {
-          result = kStatusCorrupt;  // consumed supplied zeros: overrun
-          phase = kPad;
-        } else if (k == 0) {
-          const int64_t next =
-              static_cast<int64_t>(pred[c]) + (size != 0 ? Extend(raw, size) : 0);
-          if (next > INT32_MAX || next < INT32_MIN) {
-            result = kStatusCorrupt;  // libjpeg-turbo: JERR_BAD_DCT_COEF
-            phase = kPad;
-          } else {
-            pred[c] = static_cast<int>(next);
-            coefs.write(CoefToken{static_cast<int16_t>(pred[c]), 0, static_cast<uint8_t>(c),
-                                  true, false});
-            k = 1;
-          }
+        if (!consume) {
+          // the symbol is resolved in the next iteration
         } else {
-          const int run = sym >> 4;
-          bool last = false;
-          if (size != 0) {
-            const int pos = k + run;
-            coefs.write(CoefToken{static_cast<int16_t>(Extend(raw, size)),
-                                  kNatural[pos < 79 ? pos : 79], static_cast<uint8_t>(c), true,
-                                  pos + 1 >= 64});
-            k = pos + 1;
-            last = k >= 64;
-          } else if (run == 15) {  // ZRL
-            k += 16;
-            last = k >= 64;
-            if (last) coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
-          } else {  // EOB
-            coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
-            last = true;
-          }
-          if (last) {
-            ++blocks_out;
-            k = 0;
-            if (++bi == per_mcu) {
-              bi = 0;
-              phase = ++mcu == total_mcus ? kFinal : kMcuStart;
+          const int size = k == 0 ? sym : (sym & 15);
+          const uint32_t raw =
+              size == 0 ? 0u : static_cast<uint32_t>((bits32 << len) >> (32 - size));
+          // Short codes: code + value length straight from the table entry
+          // (the only arithmetic between the table read and the next
+          // window); long codes: added here, in their second iteration.
+          nbits -= from_look ? static_cast<int>(e >> 12) : len + size;
+          if (len == 0 || sym < 0) {
+            result = kStatusCorrupt;  // no such code (JWRN_HUFF_BAD_CODE)
+            phase = kPad;
+          } else if (nbits < fake) {
+            result = kStatusCorrupt;  // consumed supplied zeros: overrun
+            phase = kPad;
+          } else if (k == 0) {
+            const int64_t next =
+                static_cast<int64_t>(pred[c]) + (size != 0 ? Extend(raw, size) : 0);
+            if (next > INT32_MAX || next < INT32_MIN) {
+              result = kStatusCorrupt;  // libjpeg-turbo: JERR_BAD_DCT_COEF
+              phase = kPad;
+            } else {
+              pred[c] = static_cast<int>(next);
+              coefs.write(CoefToken{static_cast<int16_t>(pred[c]), 0, static_cast<uint8_t>(c),
+                                    true, false});
+              k = 1;
+            }
+          } else {
+            const int run = sym >> 4;
+            bool last = false;
+            if (size != 0) {
+              const int pos = k + run;
+              coefs.write(CoefToken{static_cast<int16_t>(Extend(raw, size)),
+                                    kNatural[pos < 79 ? pos : 79], static_cast<uint8_t>(c), true,
+                                    pos + 1 >= 64});
+              k = pos + 1;
+              last = k >= 64;
+            } else if (run == 15) {  // ZRL
+              k += 16;
+              last = k >= 64;
+              if (last) coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
+            } else {  // EOB
+              coefs.write(CoefToken{0, 0, static_cast<uint8_t>(c), false, true});
+              last = true;
+            }
+            if (last) {
+              ++blocks_out;
+              k = 0;
+              if (++bi == per_mcu) {
+                bi = 0;
+                phase = ++mcu == total_mcus ? kFinal : kMcuStart;
+              }
             }
           }
         }
@@ -273,9 +333,6 @@ images:
       }
       if (phase == kDrain && ended) phase = kDone;
     }
-    // Table loads: per table 16 + 256 values, 16 lengths, 512 lookahead entries.
-    NEARPREP_SIM_WORK("HuffmanDecode", iterations + j.ncomp * 2 * (16 + 256 + 16 + 512),
-                      1 + j.ncomp * 2 * 4);
     status.write(StageStatus{result, iterations});
   }
 }
@@ -297,10 +354,12 @@ images:
     uint64_t valid = 0;
     uint8_t comp = 0;
     uint32_t b = 0, n_tokens = 0;
+  NEARPREP_SIM_LOOP("AssembleBlocks.tokens")
   tokens_loop:
     while (b < j.blocks) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 6400000
+      NEARPREP_SIM_ITER();
       const CoefToken t = coefs.read();
       ++n_tokens;
       if (t.has_value) {
@@ -321,7 +380,6 @@ images:
         ++b;
       }
     }
-    NEARPREP_SIM_WORK("AssembleBlocks", n_tokens, 1);
   }
 }
 

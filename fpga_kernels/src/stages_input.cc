@@ -67,16 +67,20 @@ markers:
     const uint32_t n = len - 2;
     const bool keep = SegmentIsParsed(m);
     if (keep && n > static_cast<uint32_t>(kSegMax)) return kStatusUnsupported;
+  NEARPREP_SIM_LOOP("ParseHeader.segment")
   segment:
     for (uint32_t i = 0; i < n; ++i) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 2 max = 1024
+      NEARPREP_SIM_ITER();
       uint8_t v = 0;
       NextByte(bytes, size, consumed, &v);
       if (keep) seg[i] = v;
     }
     ++*segments;
     const uint32_t s = ParseSegment(m, seg, n, hdr);
+    NEARPREP_SIM_EVENT("ParseHeader.parse_segment", 1);
+    NEARPREP_SIM_EVENT("ParseHeader.parse_segment_byte", keep ? n : 0);
     if (s != kStatusOk) return s;
     if (hdr->done) return kStatusOk;
   }
@@ -88,10 +92,13 @@ markers:
 void ReadControl(const uint32_t* desc, const uint32_t* cfg, uint32_t num_images,
                  hls::stream<ImageJob, kJobDepth>& job_out) {
   uint32_t c[kCfgWords];
+NEARPREP_SIM_EVENT("DDR.read_latency", 1);
+NEARPREP_SIM_LOOP("ReadControl.cfg_copy")
 cfg_copy:
   for (int i = 0; i < kCfgWords; ++i) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 24 max = 24
+    NEARPREP_SIM_ITER();
     c[i] = cfg[i];
   }
   const uint64_t jpeg_bytes = U64(c[kCfgJpegBytesLo], c[kCfgJpegBytesHi]);
@@ -100,10 +107,13 @@ images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
     uint32_t d[kDescWords];
+    NEARPREP_SIM_EVENT("DDR.read_latency", 1);
+  NEARPREP_SIM_LOOP("ReadControl.desc_copy")
   desc_copy:
     for (int k = 0; k < kDescWords; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 16
+      NEARPREP_SIM_ITER();
       d[k] = desc[static_cast<uint64_t>(i) * kDescWords + k];
     }
     ImageJob j = ImageJob();
@@ -163,21 +173,25 @@ images:
     const uint32_t skip = static_cast<uint32_t>(j.jpeg_off & 63);
     const uint64_t words = (static_cast<uint64_t>(skip) + j.jpeg_size + 63) >> 6;
     uint32_t emitted = 0;
-    NEARPREP_SIM_WORK("BurstRead", words + words * 64, 2 * ((words + kBurstWords - 1) / kBurstWords));
   bursts:
     for (uint64_t w0 = 0; w0 < words; w0 += kBurstWords) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
       const uint32_t n = static_cast<uint32_t>(words - w0 < kBurstWords ? words - w0 : kBurstWords);
+      NEARPREP_SIM_EVENT("DDR.read_latency", 1);
+    NEARPREP_SIM_LOOP("BurstRead.burst")
     burst:
       for (uint32_t k = 0; k < n; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+        NEARPREP_SIM_ITER();
         buf[k] = jpeg[first_word + w0 + k];
       }
+    NEARPREP_SIM_LOOP("BurstRead.split")
     split:
       for (uint32_t k = 0; k < n * 64; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 64 max = 4096
+        NEARPREP_SIM_ITER();
         const bool lead = w0 == 0 && k < skip;
         if (!lead && emitted < j.jpeg_size) {
           bytes.write(WordByte(buf[k >> 6], static_cast<int>(k & 63)));
@@ -252,28 +266,30 @@ images:
     j.status = s;
     job_out.write(j);
     if (s != kStatusOk) {
+    NEARPREP_SIM_LOOP("ParseHeader.drain")
     drain:
       for (; consumed < j.jpeg_size; ++consumed) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 0 max = 200000
+        NEARPREP_SIM_ITER();
         bytes.read();
       }
       continue;
     }
     // Header bytes (one per iteration, one loop entry per segment), tables,
     // multipliers, then the scan's bytes.
-    NEARPREP_SIM_WORK("ParseHeader", consumed + j.ncomp * (2 * 272 + 64) + j.scan_bytes,
-                      segments + j.ncomp * 3 + 1);
     // Huffman tables of each component (DC then AC: 16 counts + 256 values).
   table_comps:
     for (int c = 0; c < j.ncomp; ++c) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
       for (int t = 0; t < 2; ++t) {
         const HuffSpec& h = t == 0 ? hdr.dc[hdr.comp[c].td] : hdr.ac[hdr.comp[c].ta];
+      NEARPREP_SIM_LOOP("ParseHeader.table_bytes")
       table_bytes:
         for (int k = 0; k < 16 + 256; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 272 max = 272
+          NEARPREP_SIM_ITER();
           tables.write(k < 16 ? h.bits[k + 1] : h.vals[k - 16]);
         }
       }
@@ -284,17 +300,22 @@ images:
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 3
       int16_t qmul[64];
       IfastMultipliers(hdr.qt[hdr.comp[c].tq], qmul);
+      NEARPREP_SIM_EVENT("ParseHeader.ifast_multipliers", 1);
+    NEARPREP_SIM_LOOP("ParseHeader.quant_values")
     quant_values:
       for (int k = 0; k < 64; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 64 max = 64
+        NEARPREP_SIM_ITER();
         quant.write(qmul[k]);
       }
     }
+  NEARPREP_SIM_LOOP("ParseHeader.forward")
   forward:
     for (uint32_t k = 0; k < j.scan_bytes; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1000 max = 200000
+      NEARPREP_SIM_ITER();
       scan.write(bytes.read());
     }
   }
@@ -311,11 +332,12 @@ images:
     // 0: data; 1: after FF (fill bytes FF skipped); 2: after a marker that
     // is not RSTn: the scan is over, the rest is dropped.
     int state = 0;
-    NEARPREP_SIM_WORK("Destuff", j.scan_bytes, 1);
+  NEARPREP_SIM_LOOP("Destuff.bytes")
   bytes:
     for (uint32_t k = 0; k < j.scan_bytes; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1000 max = 200000
+      NEARPREP_SIM_ITER();
       const uint8_t b = scan.read();
       if (state == 0) {
         if (b == 0xFF) {

@@ -18,6 +18,7 @@ struct PartialWord {
 };
 
 inline void ClearWord(WideWord* w) {
+#pragma HLS INLINE
   for (int k = 0; k < 64; ++k) {
 #pragma HLS UNROLL
     SetWordByte(*w, k, 0);
@@ -26,6 +27,7 @@ inline void ClearWord(WideWord* w) {
 
 // dst gets src's bytes (the two cover disjoint bytes of the same word).
 inline void MergeWord(PartialWord* dst, const PartialWord& src) {
+#pragma HLS INLINE
   for (int k = 0; k < 64; ++k) {
 #pragma HLS UNROLL
     if ((src.mask >> k) & 1) SetWordByte(dst->w, k, WordByte(src.w, k));
@@ -33,45 +35,28 @@ inline void MergeWord(PartialWord* dst, const PartialWord& src) {
   dst->mask |= src.mask;
 }
 
-// Complete words go out in bursts of consecutive addresses.
-struct BurstBuffer {
-  WideWord words[kBurstWords];
-  uint64_t start;
-  int count;
-  uint64_t words_out, bursts;  // work counters (C-simulation model)
-};
-
-void FlushBurst(WideWord* out, BurstBuffer* b) {
-  b->words_out += b->count;
-  if (b->count > 0) ++b->bursts;
-flush:
-  for (int k = 0; k < b->count; ++k) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
-    out[b->start + k] = b->words[k];
-  }
-  b->count = 0;
+inline uint32_t PackRgb(const Rgb& px) {
+  return static_cast<uint32_t>(px.c[0]) | (static_cast<uint32_t>(px.c[1]) << 8) |
+         (static_cast<uint32_t>(px.c[2]) << 16);
 }
-
-void PushWord(WideWord* out, BurstBuffer* b, uint64_t addr, const WideWord& w) {
-  if (b->count > 0 && (addr != b->start + b->count || b->count == kBurstWords)) FlushBurst(out, b);
-  if (b->count == 0) b->start = addr;
-  b->words[b->count++] = w;
+inline float Channel(uint32_t packed, int c) {
+  return static_cast<float>((packed >> (8 * c)) & 0xFF) * kInv255;
 }
 
 }  // namespace
 
 void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<Rgb, kPixelDepth>& rgb, hls::stream<ImageJob, kJobDepth>& job_out,
-                hls::stream<PixelF, kPixelDepth>& pixels) {
+                hls::stream<BilinearSample, kPixelDepth>& samples) {
   Tap col_taps[kMaxOutWidth];  // computed once per image
-  Tap row_taps[kMaxOutHeight + 1];
+  Tap row_taps[kMaxOutHeight + 2];
   // Three source rows (the one arriving and the two an output row may
   // blend), in four copies: one per bilinear read (top-left, top-right,
   // bottom-left, bottom-right), so each copy sees one read and one write per
-  // cycle. The row being written is never one being read (an output row is
-  // emitted while the source row after its lower row arrives).
-  Rgb lines[4][3][kMaxWidth];
+  // cycle. Entries are RGB packed in 24 bits (one memory word, not a struct
+  // split per byte). The row being written is never one being read (an
+  // output row is emitted while the source row after its lower row arrives).
+  uint32_t lines[4][3][kMaxWidth];
 #pragma HLS ARRAY_PARTITION variable = lines complete dim = 1
 #pragma HLS ARRAY_PARTITION variable = lines complete dim = 2
 #pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram
@@ -88,23 +73,29 @@ images:
     const float sx = static_cast<float>(cw) / static_cast<float>(ow);
     const bool copy = ch == oh && cw == ow;
     const bool flip = (j.flags & kFlagFlip) != 0;
-    const bool saturation = (j.flags & kFlagSaturation) != 0;
+    NEARPREP_SIM_LOOP("CropResize.column_taps")
   column_taps:
     for (int x = 0; x < ow; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      NEARPREP_SIM_ITER();
       col_taps[x] = copy ? Tap{x, x, 0.0f} : MakeTap(x, sx, cw);
     }
+    NEARPREP_SIM_LOOP("CropResize.row_taps")
   row_taps_loop:
     for (int y = 0; y < oh; ++y) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096 avg = 224
+      NEARPREP_SIM_ITER();
       row_taps[y] = copy ? Tap{y, y, 0.0f} : MakeTap(y, sy, ch);
     }
-    row_taps[oh] = Tap{ch, ch, 0.0f};  // sentinel: never ready
-    uint64_t work = 2 * static_cast<uint64_t>(ow > oh ? ow : oh), entries = 2;
+    row_taps[oh] = Tap{ch, ch, 0.0f};  // sentinels: never ready
+    row_taps[oh + 1] = Tap{ch, ch, 0.0f};
     int next = 0;  // next output row
+    // The current output row's tap and the next one's, read ahead: the row
+    // change inside the loop takes a register, not a memory read.
     Tap ty = row_taps[0];
+    Tap ty_next = row_taps[1];
     // Pass r reads source row r (r < ch) and, in the same loop, emits every
     // output row whose lower source row is r - 1 or earlier; pass ch only
     // emits (the rows that need the last source row).
@@ -116,12 +107,14 @@ images:
       int x = 0, ox = 0;
       bool emitting = ty.hi <= r - 1;
       int top = ty.lo % 3, bot = ty.hi % 3;
+      NEARPREP_SIM_LOOP("CropResize.fused")
     fused:
       for (int t = 0; x < reads || emitting; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32768 avg = 500
+        NEARPREP_SIM_ITER();
         if (x < reads) {
-          const Rgb px = rgb.read();
+          const uint32_t px = PackRgb(rgb.read());
           for (int k = 0; k < 4; ++k) {
 #pragma HLS UNROLL
             lines[k][wr][x] = px;
@@ -130,37 +123,66 @@ images:
         }
         if (emitting) {
           const Tap tx = col_taps[flip ? ow - 1 - ox : ox];
-          PixelF out;
-          for (int c = 0; c < 3; ++c) {
-#pragma HLS UNROLL
-            const float tl = static_cast<float>(lines[0][top][tx.lo].c[c]) * kInv255;
-            if (copy) {
-              out.c[c] = tl;
-              continue;
-            }
-            const float tr = static_cast<float>(lines[1][top][tx.hi].c[c]) * kInv255;
-            const float bl = static_cast<float>(lines[2][bot][tx.lo].c[c]) * kInv255;
-            const float br = static_cast<float>(lines[3][bot][tx.hi].c[c]) * kInv255;
-            const float tv = tl + (tr - tl) * tx.lerp;
-            const float bv = bl + (br - bl) * tx.lerp;
-            out.c[c] = tv + (bv - tv) * ty.lerp;
-          }
-          AugmentPixel(out.c, j.delta, saturation, j.factor, j.clip, j.normalize, j.mean, j.std);
-          pixels.write(out);
+          BilinearSample smp;
+          smp.tl = lines[0][top][tx.lo];
+          smp.tr = lines[1][top][tx.hi];
+          smp.bl = lines[2][bot][tx.lo];
+          smp.br = lines[3][bot][tx.hi];
+          smp.lx = tx.lerp;
+          smp.ly = ty.lerp;
+          samples.write(smp);
           if (++ox == ow) {  // the next output row, if it is ready too
             ox = 0;
             ++next;
-            ty = row_taps[next];
+            ty = ty_next;
+            ty_next = row_taps[next + 1 <= oh + 1 ? next + 1 : oh + 1];
             top = ty.lo % 3;
             bot = ty.hi % 3;
             emitting = next < oh && ty.hi <= r - 1;
           }
         }
-        ++work;
       }
-      ++entries;
     }
-    NEARPREP_SIM_WORK("CropResize", work, entries);
+  }
+}
+
+void ResizeMath(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<BilinearSample, kPixelDepth>& samples,
+                hls::stream<ImageJob, kJobDepth>& job_out,
+                hls::stream<PixelF, kPixelDepth>& pixels) {
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
+    ImageJob j;
+    if (!StartImage(job_in, job_out, &j)) continue;
+    const bool copy = j.crop_h == j.out_h && j.crop_w == j.out_w;
+    const bool saturation = (j.flags & kFlagSaturation) != 0;
+    const uint64_t n = static_cast<uint64_t>(j.out_h) * static_cast<uint64_t>(j.out_w);
+    NEARPREP_SIM_LOOP("ResizeMath.pixels")
+  pixels_loop:
+    for (uint64_t k = 0; k < n; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 16777216 avg = 50176
+      NEARPREP_SIM_ITER();
+      const BilinearSample smp = samples.read();
+      PixelF out;
+      for (int c = 0; c < 3; ++c) {
+#pragma HLS UNROLL
+        const float tl = Channel(smp.tl, c);
+        if (copy) {
+          out.c[c] = tl;
+          continue;
+        }
+        const float tr = Channel(smp.tr, c);
+        const float bl = Channel(smp.bl, c);
+        const float br = Channel(smp.br, c);
+        const float tv = tl + (tr - tl) * smp.lx;
+        const float bv = bl + (br - bl) * smp.lx;
+        out.c[c] = tv + (bv - tv) * smp.ly;
+      }
+      AugmentPixel(out.c, j.delta, saturation, j.factor, j.clip, j.normalize, j.mean, j.std);
+      pixels.write(out);
+    }
   }
 }
 
@@ -168,25 +190,28 @@ void PackOutput(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<PixelF, kPixelDepth>& pixels,
                 hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<OutChunk, kPixelDepth>& chunks) {
-  PixelF row[kMaxOutWidth];  // NCHW: one output row, emitted plane by plane
+  // NCHW: one output row, emitted plane by plane: one array per channel,
+  // each in three banks (x % 3) so that a chunk's three reads hit three
+  // banks.
+  float row[3][kMaxOutWidth];
+#pragma HLS ARRAY_PARTITION variable = row complete dim = 1
+#pragma HLS ARRAY_PARTITION variable = row cyclic factor = 3 dim = 2
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
     const int el = ElementBytes(j.dtype);
-    const uint64_t px = static_cast<uint64_t>(j.out_h) * j.out_w;
-    NEARPREP_SIM_WORK("PackOutput",
-                      j.layout != 1 ? px : px + static_cast<uint64_t>(j.out_h) * 3 * ((j.out_w + 2) / 3),
-                      j.layout != 1 ? j.out_h : 4 * j.out_h);
   out_rows:
     for (int y = 0; y < j.out_h; ++y) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
       if (j.layout != 1) {  // NHWC: one chunk per pixel, in address order
+      NEARPREP_SIM_LOOP("PackOutput.nhwc")
       nhwc:
         for (int x = 0; x < j.out_w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
+          NEARPREP_SIM_ITER();
           const PixelF p = pixels.read();
           OutChunk ch;
           for (int c = 0; c < 3; ++c) PackElement(p.c[c], j.dtype, &ch.b[c * el]);
@@ -196,22 +221,30 @@ images:
         }
         continue;
       }
+    NEARPREP_SIM_LOOP("PackOutput.nchw_in")
     nchw_in:
       for (int x = 0; x < j.out_w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
-        row[x] = pixels.read();
+        NEARPREP_SIM_ITER();
+        const PixelF px = pixels.read();
+        for (int c = 0; c < 3; ++c) {
+#pragma HLS UNROLL
+          row[c][x] = px.c[c];
+        }
       }
     nchw_planes:
       for (int c = 0; c < 3; ++c) {
+      NEARPREP_SIM_LOOP("PackOutput.nchw_out")
       nchw_out:
         for (int x = 0; x < j.out_w; x += 3) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1366
+          NEARPREP_SIM_ITER();
           OutChunk ch;
           const int n = j.out_w - x < 3 ? j.out_w - x : 3;
           for (int k = 0; k < 3; ++k) {
-            if (k < n) PackElement(row[x + k].c[c], j.dtype, &ch.b[k * el]);
+            if (k < n) PackElement(row[c][x + k], j.dtype, &ch.b[k * el]);
           }
           ch.n = static_cast<uint8_t>(n * el);
           ch.plane = static_cast<uint8_t>(c);
@@ -222,14 +255,9 @@ images:
   }
 }
 
-void BurstWrite(WideWord* out, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                hls::stream<OutChunk, kPixelDepth>& chunks,
-                hls::stream<ImageJob, kJobDepth>& job_out) {
-  BurstBuffer burst;
-  burst.count = 0;
-  burst.start = 0;
-  burst.words_out = 0;
-  burst.bursts = 0;
+void PackWords(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+               hls::stream<OutChunk, kPixelDepth>& chunks,
+               hls::stream<ImageJob, kJobDepth>& job_out, hls::stream<OutWord, kWordDepth>& words) {
   // The last word of the previous image when it is partial: the next image
   // may own the rest of it (adjacent slots).
   PartialWord carry;
@@ -257,9 +285,13 @@ images:
     // Otherwise the image's output is consumed but not written.
     const bool write = j.out_off >= written_end;
     done.out_rejected = !write;
+    job_out.write(done);  // BurstWrite forwards it after the image's words
     uint64_t cur[3];
     PartialWord stage[3];
+#pragma HLS ARRAY_PARTITION variable = cur complete
+#pragma HLS ARRAY_PARTITION variable = stage complete
     for (int p = 0; p < 3; ++p) {
+#pragma HLS UNROLL
       cur[p] = j.out_off + static_cast<uint64_t>(p) * plane_bytes;
       ClearWord(&stage[p].w);
       stage[p].mask = 0;
@@ -267,42 +299,60 @@ images:
     }
     // Partial words (a plane's first and last word), written after merging.
     PartialWord held[7];
+#pragma HLS ARRAY_PARTITION variable = held complete
     int nheld = 0;
     const uint64_t n_chunks =
         nchw ? static_cast<uint64_t>(j.out_h) * 3 * ((j.out_w + 2) / 3)
              : static_cast<uint64_t>(j.out_h) * j.out_w;
+    // One chunk (at most 12 bytes) per iteration: its first n1 bytes finish
+    // the plane's current word, the rest (if the word completed) start the
+    // next; at most one word completes per chunk, so one stream write site.
+    NEARPREP_SIM_LOOP("PackWords.chunks")
   chunks_loop:
     for (uint64_t k = 0; k < n_chunks; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 200000
+      NEARPREP_SIM_ITER();
       const OutChunk ch = chunks.read();
       const int p = ch.plane < 3 ? ch.plane : 0;
+      const int n = ch.n <= 12 ? ch.n : 12;
+      const int pos = static_cast<int>(cur[p] & 63);
+      const int n1 = n < 64 - pos ? n : 64 - pos;  // bytes into the current word
+      PartialWord cw = stage[p];
       for (int b = 0; b < 12; ++b) {
-        if (b >= ch.n) break;
-        const int pos = static_cast<int>(cur[p] & 63);
-        SetWordByte(stage[p].w, pos, ch.b[b]);
-        stage[p].mask |= uint64_t{1} << pos;
-        ++cur[p];
-        if ((cur[p] & 63) == 0) {  // word complete
-          if (!write) {
-            // dropped
-          } else if (stage[p].mask == ~uint64_t{0}) {
-            PushWord(out, &burst, stage[p].addr, stage[p].w);
-          } else {
-            held[nheld++] = stage[p];  // the plane began inside this word
-          }
-          ClearWord(&stage[p].w);
-          stage[p].mask = 0;
-          stage[p].addr = cur[p] >> 6;
+#pragma HLS UNROLL
+        if (b < n1) {
+          SetWordByte(cw.w, pos + b, ch.b[b]);
+          cw.mask |= uint64_t{1} << (pos + b);
         }
       }
+      cur[p] += static_cast<uint64_t>(n);
+      if (pos + n1 == 64) {  // word complete
+        if (!write) {
+          // dropped
+        } else if (cw.mask == ~uint64_t{0}) {
+          words.write(OutWord{cw.w, cw.addr, false});
+        } else {
+          held[nheld++] = cw;  // the plane began inside this word
+        }
+        PartialWord nw;
+        ClearWord(&nw.w);
+        nw.mask = 0;
+        nw.addr = cw.addr + 1;
+        for (int b = 0; b < 12; ++b) {
+#pragma HLS UNROLL
+          if (b >= n1 && b < n) {
+            SetWordByte(nw.w, b - n1, ch.b[b]);
+            nw.mask |= uint64_t{1} << (b - n1);
+          }
+        }
+        stage[p] = nw;
+      } else {
+        stage[p] = cw;
+      }
     }
-    FlushBurst(out, &burst);
-    NEARPREP_SIM_WORK("BurstWrite", n_chunks + burst.words_out, 1 + burst.bursts);
-    burst.words_out = 0;
-    burst.bursts = 0;
     if (!write) {
-      job_out.write(done);
+      words.write(OutWord{carry.w, 0, true});  // the image's (no) words end
       continue;
     }
     written_end = j.out_off + plane_bytes * planes;
@@ -312,7 +362,7 @@ images:
     }
     // Merge partial words that share an address (plane boundaries, and the
     // previous image's last word), keep this image's last word if partial,
-    // write the rest.
+    // send the rest.
     if (have_carry) {
       bool merged = false;
       for (int h = 0; h < nheld; ++h) {
@@ -322,7 +372,7 @@ images:
           merged = true;
         }
       }
-      if (!merged) out[carry.addr] = carry.w;
+      if (!merged) words.write(OutWord{carry.w, carry.addr, false});
       have_carry = false;
     }
     const uint64_t last_word = (j.out_off + plane_bytes * planes - 1) >> 6;
@@ -341,12 +391,70 @@ images:
         carry = held[h];
         have_carry = true;
       } else {
-        out[held[h].addr] = held[h].w;
+        words.write(OutWord{held[h].w, held[h].addr, false});
       }
     }
-    job_out.write(done);  // the image's words are all out: its status may follow
+    words.write(OutWord{carry.w, 0, true});  // the image's words end
   }
-  if (have_carry) out[carry.addr] = carry.w;
+  // The run's last partial word, then the run's end.
+  if (have_carry) words.write(OutWord{carry.w, carry.addr, false});
+  words.write(OutWord{carry.w, 0, true});
+}
+
+namespace {
+
+// Writes the words up to the next end token, runs of consecutive addresses
+// as bursts of up to kBurstWords: a gather loop (one word per cycle) fills
+// the burst buffer until the run breaks, then the burst goes out (one beat
+// per cycle). The word that broke the run starts the next burst.
+void WriteWords(WideWord* out, hls::stream<OutWord, kWordDepth>& words) {
+  WideWord buf[kBurstWords];
+  OutWord t = words.read();
+bursts:
+  while (!t.end) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 200
+    const uint64_t start = t.addr;
+    buf[0] = t.w;
+    int n = 1;
+    bool more = true;
+    NEARPREP_SIM_LOOP("BurstWrite.gather")
+  gather:
+    while (more) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+      NEARPREP_SIM_ITER();
+      t = words.read();
+      if (!t.end && n < kBurstWords && t.addr == start + static_cast<uint64_t>(n)) {
+        buf[n++] = t.w;
+      } else {
+        more = false;
+      }
+    }
+    NEARPREP_SIM_EVENT("DDR.write_burst", 1);
+    NEARPREP_SIM_LOOP("BurstWrite.flush")
+  flush:
+    for (int k = 0; k < n; ++k) {
+#pragma HLS PIPELINE II = 1
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+      NEARPREP_SIM_ITER();
+      out[start + static_cast<uint64_t>(k)] = buf[k];
+    }
+  }
+}
+
+}  // namespace
+
+void BurstWrite(WideWord* out, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
+                hls::stream<OutWord, kWordDepth>& words,
+                hls::stream<ImageJob, kJobDepth>& job_out) {
+images:
+  for (uint32_t i = 0; i < num_images; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    const ImageJob j = job_in.read();
+    if (j.status == kStatusOk) WriteWords(out, words);
+    job_out.write(j);  // the image's words are all out: its status may follow
+  }
+  WriteWords(out, words);  // the run's last partial word
 }
 
 void WriteStatus(uint32_t* status, uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
@@ -375,11 +483,12 @@ images:
       }
     }
     st[kStCode] = code;
-    NEARPREP_SIM_WORK("WriteStatus", kStatusWords, 1);
+  NEARPREP_SIM_LOOP("WriteStatus.record")
   record:
     for (int k = 0; k < kStatusWords; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 8 max = 8
+      NEARPREP_SIM_ITER();
       status[static_cast<uint64_t>(j.index) * kStatusWords + k] = st[k];
     }
   }

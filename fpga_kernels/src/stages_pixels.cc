@@ -1,4 +1,4 @@
-// Dataflow processes from blocks to RGB pixels: Idct, McuRowsToRaster,
+// Dataflow processes from blocks to RGB pixels: Idct,
 // McuRowReceive, RasterEmit, UpsampleColor. See dataflow.h.
 #include <cstdint>
 
@@ -26,28 +26,43 @@ struct RowPlan {
   bool save;  // keep luma row 15 and this row's nearer chroma as pending lines
 };
 
+// Sample x of a row stored as 8-sample words.
+inline uint8_t WordSample(uint64_t w, int x) { return static_cast<uint8_t>(w >> (8 * (x & 7))); }
+
 // One raster row: w luma samples and the chroma pairs it needs (a pair every
 // pixel for 4:4:4, every second for 4:2:x), in one loop; optionally copies
-// the pending lines in the same pass.
-void EmitRow(McuRowBlock& blk, uint8_t pend[3][kMcuRowWidth], const RowPlan& p, int w,
-             int sampling, hls::stream<uint8_t, kPixelDepth>& luma,
+// the pending lines in the same pass. INLINE: the locked blocks stay in the
+// process that holds the locks. Per iteration each memory sees at most two
+// accesses: luma block 2 reads (the row, row 15 for the save), each chroma
+// block 2 reads (near, far), each pending line 1 read + 1 write (near and
+// far never both come from the pending line with different values: one
+// read serves both).
+void EmitRow(McuLumaBlock& yb, McuChromaBlock& cbb, McuChromaBlock& crb,
+             uint8_t pend[3][kMcuRowWidth], const RowPlan& p, int w, int sampling,
+             hls::stream<uint8_t, kPixelDepth>& luma,
              hls::stream<ChromaPair, kPixelDepth>& chroma) {
+#pragma HLS INLINE
+  NEARPREP_SIM_LOOP("RasterEmit.emit_row")
 emit_row:
   for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384 avg = 500
 #pragma HLS DEPENDENCE variable = pend inter false
-    const uint8_t yv = p.y_pend ? pend[kPendLuma][x] : blk[kMcuLumaRow0 + p.y_row][x];
+    NEARPREP_SIM_ITER();
+    const uint8_t ypend = pend[kPendLuma][x];
+    const uint8_t yv = p.y_pend ? ypend : WordSample(yb[p.y_row][x >> 3], x);
     if (p.emit) luma.write(yv);
-    if (p.save) pend[kPendLuma][x] = blk[kMcuLumaRow0 + 15][x];
+    if (p.save) pend[kPendLuma][x] = WordSample(yb[15][x >> 3], x);
     if (sampling == kSamplingGray) continue;
     const bool sub = sampling != kSampling444;
     if (sub && (x & 1)) continue;
     const int c = sub ? x >> 1 : x;
-    const uint8_t cbn = p.n_pend ? pend[kPendCb][c] : blk[kMcuCbRow0 + p.n_row][c];
-    const uint8_t crn = p.n_pend ? pend[kPendCr][c] : blk[kMcuCrRow0 + p.n_row][c];
-    const uint8_t cbf = p.f_pend ? pend[kPendCb][c] : blk[kMcuCbRow0 + p.f_row][c];
-    const uint8_t crf = p.f_pend ? pend[kPendCr][c] : blk[kMcuCrRow0 + p.f_row][c];
+    const uint8_t cbp = pend[kPendCb][c];
+    const uint8_t crp = pend[kPendCr][c];
+    const uint8_t cbn = p.n_pend ? cbp : WordSample(cbb[p.n_row][c >> 3], c);
+    const uint8_t crn = p.n_pend ? crp : WordSample(crb[p.n_row][c >> 3], c);
+    const uint8_t cbf = p.f_pend ? cbp : WordSample(cbb[p.f_row][c >> 3], c);
+    const uint8_t crf = p.f_pend ? crp : WordSample(crb[p.f_row][c >> 3], c);
     if (p.emit) chroma.write(ChromaPair{cbn, cbf, crn, crf});
     if (p.save) {
       pend[kPendCb][c] = cbn;
@@ -71,29 +86,48 @@ images:
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
     ImageJob j;
     if (!StartImage(job_in, job_out, &j)) continue;
+  NEARPREP_SIM_LOOP("Idct.load_quant")
   load_quant:
     for (int k = 0; k < j.ncomp * 64; ++k) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 64 max = 192
+      NEARPREP_SIM_ITER();
       qmul[k >> 6][k & 63] = quant.read();
     }
     // One flat loop, software-pipelined by hand: step t runs column pass
     // t % 8 of block t / 8 and row pass t % 8 of the block before it, with
     // the workspace double-buffered: 8 steps per block (+ 8 to drain).
     bool out_of_range = false;
-    Block cur = Block();
+    // The block being transformed: the column pass reads 8 coefficients per
+    // step, so every coefficient is its own register.
+    int16_t cur[64];
+#pragma HLS ARRAY_PARTITION variable = cur complete
+    uint8_t cur_comp = 0;
+    for (int k = 0; k < 64; ++k) {
+#pragma HLS UNROLL
+      cur[k] = 0;
+    }
     int ws[2][64];
 #pragma HLS ARRAY_PARTITION variable = ws complete dim = 0
     const uint32_t steps = (j.blocks + 1) * 8;
+  NEARPREP_SIM_LOOP("Idct.passes")
   passes:
     for (uint32_t t = 0; t < steps; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 16 max = 800000
+      NEARPREP_SIM_ITER();
       const uint32_t b = t >> 3;
       const int s8 = static_cast<int>(t & 7);
-      if (s8 == 0 && b < j.blocks) cur = blocks.read();
+      if (s8 == 0 && b < j.blocks) {
+        const Block in = blocks.read();
+        for (int k = 0; k < 64; ++k) {
+#pragma HLS UNROLL
+          cur[k] = in.coef[k];
+        }
+        cur_comp = in.comp;
+      }
       if (b < j.blocks) {
-        IdctColumn(cur.coef, qmul[cur.comp < 3 ? cur.comp : 0], s8, ws[b & 1], &out_of_range);
+        IdctColumn(cur, qmul[cur_comp < 3 ? cur_comp : 0], s8, ws[b & 1], &out_of_range);
       }
       if (b >= 1) {
         SampleRow row;
@@ -101,7 +135,6 @@ images:
         rows.write(row);
       }
     }
-    NEARPREP_SIM_WORK("Idct", j.ncomp * 64 + steps, 2);
     status.write(StageStatus{out_of_range ? static_cast<uint32_t>(kStatusUnsupported)
                                           : static_cast<uint32_t>(kStatusOk),
                              steps});
@@ -110,7 +143,8 @@ images:
 
 void McuRowReceive(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                    hls::stream<SampleRow, kRowDepth>& rows,
-                   hls::stream<ImageJob, kJobDepth>& job_out, McuRowStream& mcu_rows) {
+                   hls::stream<ImageJob, kJobDepth>& job_out, McuLumaStream& luma_rows,
+                   McuChromaStream& cb_rows, McuChromaStream& cr_rows) {
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
@@ -119,27 +153,42 @@ images:
     const int nl = j.comp_h[0] * j.comp_v[0];
     const int per_mcu = nl + (j.ncomp == 3 ? 2 : 0);
     const int n_rows = j.mcus_x * per_mcu * 8;
-    NEARPREP_SIM_WORK("McuRowReceive", static_cast<uint64_t>(j.mcus_y) * n_rows, j.mcus_y);
   mcu_rows_loop:
     for (int m = 0; m < j.mcus_y; ++m) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024 avg = 24
-      hls::write_lock<McuRowBlock> lock(mcu_rows);
-      McuRowBlock& blk = lock;
-      // Every block's 8 rows into its plane, in one flat loop that walks
-      // (MCU, block, row): luma blocks first (row-major by, bx), then Cb,
-      // then Cr.
+      hls::write_lock<McuLumaBlock> y_lock(luma_rows);
+      hls::write_lock<McuChromaBlock> cb_lock(cb_rows);
+      hls::write_lock<McuChromaBlock> cr_lock(cr_rows);
+      McuLumaBlock& yb = y_lock;
+      McuChromaBlock& cbb = cb_lock;
+      McuChromaBlock& crb = cr_lock;
+      // Every block's 8 rows into its plane, one 8-sample word per
+      // iteration, in one flat loop that walks (MCU, block, row): luma
+      // blocks first (row-major by, bx), then Cb, then Cr.
       int mx = 0, b = 0, r = 0;
+      NEARPREP_SIM_LOOP("McuRowReceive.receive")
     receive:
       for (int t = 0; t < n_rows; ++t) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 8 max = 98304 avg = 1500
+        NEARPREP_SIM_ITER();
         const SampleRow row = rows.read();
+        uint64_t word = 0;
+        for (int k = 0; k < 8; ++k) {
+#pragma HLS UNROLL
+          word |= static_cast<uint64_t>(row.s[k]) << (8 * k);
+        }
         const int c = b < nl ? 0 : b - nl + 1;
         const int by = c == 0 ? b / j.comp_h[0] : 0;
         const int bx = c == 0 ? b % j.comp_h[0] : 0;
-        const int col = (mx * (c == 0 ? j.comp_h[0] : 1) + bx) * 8;
-        const int dst = c == 0 ? kMcuLumaRow0 + by * 8 + r : (c == 1 ? kMcuCbRow0 : kMcuCrRow0) + r;
-        for (int k = 0; k < 8; ++k) blk[dst][col + k] = row.s[k];
+        const int col = mx * (c == 0 ? j.comp_h[0] : 1) + bx;  // word column
+        if (c == 0) {
+          yb[by * 8 + r][col] = word;
+        } else if (c == 1) {
+          cbb[r][col] = word;
+        } else {
+          crb[r][col] = word;
+        }
         if (++r == 8) {
           r = 0;
           if (++b == per_mcu) {
@@ -153,11 +202,13 @@ images:
 }
 
 void RasterEmit(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
-                McuRowStream& mcu_rows, hls::stream<ImageJob, kJobDepth>& job_out,
+                McuLumaStream& luma_rows, McuChromaStream& cb_rows, McuChromaStream& cr_rows,
+                hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<uint8_t, kPixelDepth>& luma,
                 hls::stream<ChromaPair, kPixelDepth>& chroma) {
   uint8_t pend[3][kMcuRowWidth];
 #pragma HLS ARRAY_PARTITION variable = pend complete dim = 1
+#pragma HLS BIND_STORAGE variable = pend type = ram_2p impl = bram
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32
@@ -167,12 +218,15 @@ images:
     const int rows_per_mcu_row = j.ncomp == 3 ? 8 * j.comp_v[0] : 8;
     const bool h2v2 = j.sampling == kSampling420;
     const int ds_h = j.ds_h[1];
-    uint64_t work = 0, entries = 0;
   mcu_rows_loop:
     for (int m = 0; m < j.mcus_y; ++m) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024 avg = 24
-      hls::read_lock<McuRowBlock> lock(mcu_rows);
-      McuRowBlock& blk = lock;
+      hls::read_lock<McuLumaBlock> y_lock(luma_rows);
+      hls::read_lock<McuChromaBlock> cb_lock(cb_rows);
+      hls::read_lock<McuChromaBlock> cr_lock(cr_rows);
+      McuLumaBlock& yb = y_lock;
+      McuChromaBlock& cbb = cb_lock;
+      McuChromaBlock& crb = cr_lock;
       const int y0 = m * rows_per_mcu_row;
       if (!h2v2) {
       plain_rows:
@@ -180,9 +234,7 @@ images:
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 8 avg = 8
           if (!InCrop(j, y0 + r)) continue;
           const RowPlan p{r, false, r, false, r, false, true, false};
-          EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
-          work += w;
-          ++entries;
+          EmitRow(yb, cbb, crb, pend, p, w, j.sampling, luma, chroma);
         }
         continue;
       }
@@ -191,9 +243,7 @@ images:
       // chroma row were kept as the pending lines.
       if (m > 0 && InCrop(j, y0 - 1)) {
         const RowPlan p{0, true, 0, true, 0, false, true, false};
-        EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
-        work += w;
-        ++entries;
+        EmitRow(yb, cbb, crb, pend, p, w, j.sampling, luma, chroma);
       }
     h2v2_rows:
       for (int r = 0; r < 16 && y0 + r < h; ++r) {
@@ -213,12 +263,9 @@ images:
         if (!emit && !save) continue;
         const RowPlan p{r, false, near_local, false, far_local < 0 ? 0 : far_local,
                         far_local < 0, emit, save};
-        EmitRow(blk, pend, p, w, j.sampling, luma, chroma);
-        work += w;
-        ++entries;
+        EmitRow(yb, cbb, crb, pend, p, w, j.sampling, luma, chroma);
       }
     }
-    NEARPREP_SIM_WORK("RasterEmit", work, entries);
   }
 }
 
@@ -239,9 +286,6 @@ images:
     // Per row: the pixels, plus up to two chroma columns read ahead.
     // Only the crop box's rows arrive (RasterEmit drops the others), whole;
     // only the crop box's columns leave.
-    NEARPREP_SIM_WORK("UpsampleColor",
-                      static_cast<uint64_t>(j.crop_h) * (w + (sub ? (ds_w > 1 ? 2 : 1) : 0)),
-                      j.crop_h);
     const int x_end = j.crop_x + j.crop_w;
   rows_loop:
     for (int y = 0; y < j.crop_h; ++y) {
@@ -264,10 +308,12 @@ images:
         cb_prev = cb_cur;
         cr_prev = cr_cur;
       }
+    NEARPREP_SIM_LOOP("UpsampleColor.pixels")
     pixels:
       for (int x = 0; x < w; ++x) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 16384
+        NEARPREP_SIM_ITER();
         const int yy = luma.read();
         int cb = yy, cr = yy;
         if (j.sampling == kSampling444) {

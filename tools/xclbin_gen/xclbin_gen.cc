@@ -57,6 +57,25 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
+// An XML attribute value: the kernel's pointer types are "ap_uint<512>*".
+std::string XmlEscape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else if (c == '&') {
+      out += "&amp;";
+    } else if (c == '"') {
+      out += "&quot;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string KernelXml(const std::string& vbnv) {
   const std::string k = nf::kKernelName;
   std::string x;
@@ -90,7 +109,7 @@ std::string KernelXml(const std::string& vbnv) {
     x += "          <arg name=\"" + std::string(a.name) + "\" addressQualifier=\"" +
          std::to_string(a.kind) + "\" id=\"" + std::to_string(i) + "\" port=\"" + a.port +
          "\" size=\"" + Hex(a.size) + "\" offset=\"" + Hex(ArgOffset(i)) + "\" hostOffset=\"0x0\" hostSize=\"" +
-         Hex(a.size) + "\" type=\"" + a.type + "\"/>\n";
+         Hex(a.size) + "\" type=\"" + XmlEscape(a.type) + "\"/>\n";
   }
   x += "          <instance name=\"" + k + "_1\">\n";
   x += "            <addrRemap base=\"" + Hex(kCuBase) +

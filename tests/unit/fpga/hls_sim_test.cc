@@ -260,4 +260,135 @@ TEST(HlsSimTest, DeadlockedDataflowRegionThrowsNotAborts) {
   EXPECT_THROW(DeadlockedKernel(), hls_sim::Deadlock);
 }
 
+// ---- Timed C simulation (hls_sim.h, bench/fpga/timed_model.cc) ----
+
+void AddTestTimings() {
+  static bool added = false;
+  if (added) return;
+  added = true;
+  auto& t = hls_sim::MutableTimingTable();
+  t.push_back({"Test.fast", {1, 1}, {2, 2}, "test: II 1"});
+  t.push_back({"Test.slow", {3, 4}, {5, 5}, "test: II 3 / 4"});
+  t.push_back({"Test.event", {7, 9}, {0, 0}, "test: an event"});
+}
+
+const hls_sim::ProcTiming* Proc(const hls_sim::KernelTiming& t, const std::string& name) {
+  for (const auto& p : t.procs) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+// One producer at `producer_loop`'s II writes n tokens into a FIFO of depth
+// 4, one consumer at `consumer_loop`'s II reads them.
+hls_sim::KernelTiming RunTimedPair(const char* producer_loop, const char* consumer_loop, int n) {
+  AddTestTimings();
+  hls_sim::TakeTiming();
+  hls_sim::EnableTiming(true);
+  hls::stream<int, 4> s("s");
+  int sum = 0;
+  {
+    hls_sim::Region region("timed_pair");
+    region.Spawn("Producer(s)", [&] {
+      NEARPREP_SIM_LOOP(producer_loop)
+      for (int i = 0; i < n; ++i) {
+        NEARPREP_SIM_ITER();
+        s.write(i);
+      }
+    });
+    region.Spawn("Consumer(s)", [&] {
+      NEARPREP_SIM_LOOP(consumer_loop)
+      for (int i = 0; i < n; ++i) {
+        NEARPREP_SIM_ITER();
+        sum += s.read();
+      }
+    });
+    EXPECT_EQ(region.Join(), "");
+  }
+  hls_sim::EndKernelCall();
+  hls_sim::EnableTiming(false);
+  EXPECT_EQ(sum, n * (n - 1) / 2);
+  return hls_sim::TakeTiming();
+}
+
+TEST(HlsSimTimingTest, SlowConsumerBackPressuresAFastProducerThroughADepth4Fifo) {
+  const int n = 200;
+  const hls_sim::KernelTiming t = RunTimedPair("Test.fast", "Test.slow", n);
+  const hls_sim::ProcTiming* prod = Proc(t, "Producer");
+  const hls_sim::ProcTiming* cons = Proc(t, "Consumer");
+  ASSERT_NE(prod, nullptr);
+  ASSERT_NE(cons, nullptr);
+  for (int c = 0; c < hls_sim::kCases; ++c) {
+    const uint64_t ii = c == 0 ? 3 : 4;
+    // The consumer sets the pace: n x its II plus fill and drain.
+    EXPECT_GE(t.cycles[c], ii * n);
+    EXPECT_LE(t.cycles[c], ii * n + 20);
+    EXPECT_EQ(cons->busy[c], ii * n + 5);  // n iterations + the drain
+    EXPECT_LE(cons->stall_in[c], 5u);      // only the first token's latency
+    // The producer is held back by the full FIFO: it ends a few tokens
+    // before the consumer, not after n cycles.
+    EXPECT_GE(prod->stall_out[c], (ii - 1) * n - 30);
+    EXPECT_GE(prod->end[c] + 4 * ii + 10, cons->end[c]);
+  }
+}
+
+TEST(HlsSimTimingTest, FastConsumerStallsOnItsInput) {
+  const int n = 200;
+  const hls_sim::KernelTiming t = RunTimedPair("Test.slow", "Test.fast", n);
+  const hls_sim::ProcTiming* prod = Proc(t, "Producer");
+  const hls_sim::ProcTiming* cons = Proc(t, "Consumer");
+  ASSERT_NE(prod, nullptr);
+  ASSERT_NE(cons, nullptr);
+  for (int c = 0; c < hls_sim::kCases; ++c) {
+    const uint64_t ii = c == 0 ? 3 : 4;
+    EXPECT_EQ(prod->stall_out[c], 0u);  // never full
+    EXPECT_GE(cons->stall_in[c], (ii - 1) * n - 10);
+    // Each token is available `depth` (5) cycles after its iteration issued.
+    EXPECT_GE(cons->end[c], prod->end[c]);
+    EXPECT_LE(cons->end[c], prod->end[c] + 5);
+  }
+}
+
+TEST(HlsSimTimingTest, BlocksAndEventsCarryTheirTimes) {
+  AddTestTimings();
+  hls_sim::TakeTiming();
+  hls_sim::EnableTiming(true);
+  hls::stream_of_blocks<int[4][8]> blocks("blocks");
+  {
+    hls_sim::Region region("timed_blocks");
+    region.Spawn("Writer()", [&] {
+      for (int b = 0; b < 3; ++b) {
+        hls::write_lock<int[4][8]> lock(blocks);
+        NEARPREP_SIM_LOOP("Test.slow")
+        for (int i = 0; i < 10; ++i) {
+          NEARPREP_SIM_ITER();
+          lock[0][i % 8] = i;
+        }
+      }
+    });
+    region.Spawn("Reader()", [&] {
+      NEARPREP_SIM_EVENT("Test.event", 2);  // 14 / 18 cycles before the first block
+      for (int b = 0; b < 3; ++b) {
+        hls::read_lock<int[4][8]> lock(blocks);
+      }
+    });
+    EXPECT_EQ(region.Join(), "");
+  }
+  hls_sim::EndKernelCall();
+  hls_sim::EnableTiming(false);
+  const hls_sim::KernelTiming t = hls_sim::TakeTiming();
+  const hls_sim::ProcTiming* w = Proc(t, "Writer");
+  const hls_sim::ProcTiming* r = Proc(t, "Reader");
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(r, nullptr);
+  for (int c = 0; c < hls_sim::kCases; ++c) {
+    const uint64_t block = (c == 0 ? 3 : 4) * 10 + 5;  // 10 iterations + drain
+    EXPECT_EQ(w->end[c], 3 * block);
+    // The reader gets the last block when the writer released it.
+    EXPECT_EQ(r->end[c], 3 * block);
+    EXPECT_EQ(r->busy[c], c == 0 ? 14u : 18u);
+    EXPECT_EQ(r->stall_in[c], 3 * block - r->busy[c]);
+  }
+}
+
 }  // namespace

@@ -18,8 +18,19 @@ silently get wrong, found without Vitis.
             streams declared in a kernel source without a STREAM pragma
             whose depth is the declared one (streams of blocks take their
             depth from the template only).
+  structure (issue 24) what keeps a pipelined loop from its II or the design
+            from the device, read from the source text: (a) port budget,
+            (b) a call containing a variable-bound loop inside a pipelined
+            loop, (c) arrays of structs with array members in RAM, (d) a
+            pointer into a partitioned array at a run-time index passed to a
+            non-inlined function, (e) URAM/BRAM budget of the KU15P for the
+            buffers and FIFOs as declared (and the kMaxWidth that would fit);
+            and the ABI table's argument types against the top function's
+            parameters, the clock set only in the Makefile.
+            See the comment above structure_findings() for the limits.
   selftest  plants one violation of each kind in a scratch source and checks
-            that `ir` / `lint` catch it (and that the clean kernel passes).
+            that `ir` / `lint` / `structure` catch it (and that the clean
+            variants pass).
 
 Exit status 0 when clean; 1 with one line per finding otherwise.
 """
@@ -257,6 +268,531 @@ def _strip_keep_strings(src):
     return re.sub(r"//[^\n]*", "", src)
 
 
+
+# ---------------------------------------------------------------------------
+# Structure checks (issue 24), on the kernel sources as text (comments
+# stripped): what keeps a pipelined loop from its II or the design from the
+# device, as a reviewer reads it. Heuristics with stated limits: accesses
+# inside inlined callees are not counted (a callee's own pipelined loops are
+# checked in the callee), and pragmas apply to the function they are in.
+#  (a) port budget: an array accessed more than twice per iteration of a
+#      pipelined loop in one memory bank (accesses grouped by the index text
+#      of its partitioned dimensions; an access in an unrolled inner loop
+#      counts once per copy unless the unrolled variable indexes a
+#      partitioned dimension); a completely partitioned array is registers;
+#  (b) a call inside a pipelined loop to a kernel function that (itself or
+#      through its callees) contains a loop with a variable bound and no
+#      UNROLL: HLS builds no pipeline around it;
+#  (c) a local array of structs that have array members, not completely
+#      partitioned: HLS splits the struct per member (per byte) in RAM;
+#  (d) a pointer into a partitioned array at a run-time index (&a[i], or a
+#      sub-array a[i] of a multi-dimensional a partitioned on dim 1) passed
+#      to a function without INLINE;
+#  (e) resources: see resource_budget().
+
+CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "catch", "do"}
+FUNC_DEF = re.compile(r'^[A-Za-z_][\w:<>,\s\*&"]*?\b([A-Za-z_]\w*)\s*\(', re.M)
+PRAGMA = re.compile(r"#\s*pragma\s+HLS\s+(\w+)([^\n]*)", re.I)
+INT_OR_CONST = re.compile(r"^\s*(\d+|k[A-Z]\w*)\s*$")
+
+
+def parse_functions(code):
+    """{name: {params, body, start}} for the definitions at column 0."""
+    fns = {}
+    for m in FUNC_DEF.finditer(code):
+        name = m.group(1)
+        if name in CONTROL_WORDS:
+            continue
+        po = code.index("(", m.end() - 1)
+        pe = _close(code, po, "(", ")")
+        mm = re.match(r"\s*(const\s*)?\{", code[pe:])
+        if not mm:
+            continue
+        bo = pe + mm.end() - 1
+        be = _close(code, bo, "{", "}")
+        fns[name] = {"params": code[po + 1:pe - 1], "body": code[bo + 1:be - 1], "start": bo + 1,
+                     "code": code}
+    return fns
+
+
+def _leading_pragmas(text):
+    out = []
+    for line in text.split("\n"):
+        t = line.strip()
+        if not t:
+            continue
+        if not t.startswith("#"):
+            break
+        out.append(t)
+    return out
+
+
+def is_inline(fn):
+    return any(re.search(r"HLS\s+INLINE\b(?!\s+off)", p, re.I) for p in _leading_pragmas(fn["body"]))
+
+
+def loops(body):
+    """(kind, header, body text, offset, pragmas, is_const, var, trips) for every loop; a
+    brace-less body runs to its ';'."""
+    out = []
+    for m in LOOP_HEAD.finditer(body):
+        if m.group(0).startswith("do"):
+            bo = m.end() - 1
+            be = _close(body, bo, "{", "}")
+            text = body[bo + 1:be - 1]
+            out.append(("do", "", text, bo + 1, _leading_pragmas(text), False, None, None))
+            continue
+        po = body.index("(", m.start())
+        pe = _close(body, po, "(", ")")
+        rest = body[pe:]
+        if rest.lstrip().startswith(";"):
+            continue  # the while of a do-while
+        header = body[po + 1:pe - 1]
+        if rest.lstrip().startswith("{"):
+            bo = pe + rest.index("{")
+            be = _close(body, bo, "{", "}")
+            text = body[bo + 1:be - 1]
+            start = bo + 1
+        else:
+            text = rest[:rest.index(";") + 1]
+            start = pe
+        const, var, trips = False, None, None
+        if m.group(1) == "for":
+            parts = header.split(";")
+            if len(parts) == 3:
+                cm = CONST_BOUND.match(parts[1])
+                vm = re.search(r"(\w+)\s*=", parts[0])
+                var = vm.group(1) if vm else None
+                if cm:
+                    const = True
+                    trips = int(cm.group(2)) if cm.group(2).isdigit() else None
+        out.append((m.group(1), header, text, start, _leading_pragmas(text), const, var, trips))
+    return out
+
+
+def pipelined(lp):
+    return any(re.search(r"HLS\s+PIPELINE\b", p, re.I) for p in lp[4])
+
+
+def unrolled(lp):
+    return lp[5] or any(re.search(r"HLS\s+UNROLL\b", p, re.I) for p in lp[4])
+
+
+def partitions(body):
+    """{array: {dim: kind}} from the ARRAY_PARTITION pragmas (dim 0: all)."""
+    out = {}
+    for m in PRAGMA.finditer(body):
+        if m.group(1).upper() != "ARRAY_PARTITION":
+            continue
+        args = m.group(2)
+        v = re.search(r"variable\s*=\s*(\w+)", args)
+        if not v:
+            continue
+        kind = "complete" if re.search(r"\bcomplete\b", args) else (
+            "cyclic" if re.search(r"\bcyclic\b", args) else "block")
+        d = re.search(r"\bdim\s*=\s*(\d+)", args)
+        out.setdefault(v.group(1), {})[int(d.group(1)) if d else 1] = kind
+    return out
+
+
+def bindings(body):
+    out = {}
+    for m in PRAGMA.finditer(body):
+        if m.group(1).upper() != "BIND_STORAGE":
+            continue
+        v = re.search(r"variable\s*=\s*(\w+)", m.group(2))
+        impl = re.search(r"impl\s*=\s*(\w+)", m.group(2))
+        if v:
+            out[v.group(1)] = impl.group(1).lower() if impl else "auto"
+    return out
+
+
+ARRAY_DECL = re.compile(r"(?:^|[;{}(,])\s*(?:const\s+)?(?!(?:return|else|case|do|goto)\b)"
+                        r"([A-Za-z_][\w:]*(?:<[^;<>()]*>)?)(?:\s+|\s*&\s*)"
+                        r"(\w+)\s*((?:\[[^\]\n]*\])+)\s*(?=[;,)=])", re.M)
+TYPEDEF_ARRAY = re.compile(r"typedef\s+(\w+)\s+(\w+)\s*((?:\[[^\]]*\])+)\s*;")
+TYPEDEF_REF = re.compile(r"\b(\w+)\s*&\s*(\w+)\b")
+
+
+def arrays_of(fn, typedefs):
+    """{name: (elem type, [dim texts])} declared in the function or its parameters."""
+    out = {}
+    for text in (fn["params"], fn["body"]):
+        for m in ARRAY_DECL.finditer(text):
+            if m.group(1) in ("return", "delete", "new"):
+                continue
+            out[m.group(2)] = (m.group(1), re.findall(r"\[([^\]]*)\]", m.group(3)))
+        for m in TYPEDEF_REF.finditer(text):
+            if m.group(1) in typedefs:
+                out[m.group(2)] = typedefs[m.group(1)]
+    return out
+
+
+def accesses(text, name):
+    """(offset, [index texts]) of every `name[..]..` in text."""
+    out = []
+    for m in re.finditer(r"(?<![\w.>])%s\s*\[" % re.escape(name), text):
+        i = m.end() - 1
+        idx = []
+        while i < len(text) and text[i] == "[":
+            e = _close(text, i, "[", "]")
+            idx.append(text[i + 1:e - 1].strip())
+            j = e
+            while j < len(text) and text[j] in " \t":
+                j += 1
+            i = j
+        out.append((m.start(), idx))
+    return out
+
+
+def fully_partitioned(parts, ndims):
+    if not parts:
+        return False
+    if parts.get(0) == "complete":
+        return True
+    return all(parts.get(d) == "complete" for d in range(1, ndims + 1))
+
+
+def check_ports(rel, fn, typedefs):
+    findings = []
+    arrays = arrays_of(fn, typedefs)
+    # A parameter array takes the partitions its caller declared (same file).
+    parts = dict(partitions(fn["code"]))
+    parts.update(partitions(fn["body"]))
+    for lp in loops(fn["body"]):
+        if not pipelined(lp):
+            continue
+        text = lp[2]
+        inner = [l for l in loops(text) if unrolled(l)]
+        for name, (_, dims) in arrays.items():
+            p = parts.get(name, {})
+            if fully_partitioned(p, len(dims)):
+                continue
+            banks = {}
+            for off, idx in accesses(text, name):
+                mult, uvars = 1, set()
+                for il in inner:
+                    if il[3] <= off < il[3] + len(il[2]) and il[6]:
+                        uvars.add(il[6])
+                        mult *= il[7] or 2
+                key, distinct = [], False
+                for d, ix in enumerate(idx, 1):
+                    if p.get(d) or p.get(0):
+                        key.append(ix)
+                        if any(re.search(r"\b%s\b" % v, ix) for v in uvars):
+                            distinct = True
+                    else:
+                        key.append("-")
+                n = 1 if distinct else mult
+                k = tuple(key)
+                banks[k] = banks.get(k, 0) + n
+            for k, n in banks.items():
+                if n > 2:
+                    ln = fn["code"].count("\n", 0, fn["start"] + lp[3]) + 1
+                    findings.append("%s:%d: (a) port budget: array %s accessed %d times per "
+                                    "iteration of a pipelined loop in one bank (%s); 2 ports"
+                                    % (rel, ln, name, n, "][".join(k)))
+    return findings
+
+
+def _has_variable_loop(name, fns, seen, depth=0):
+    if name in seen or name not in fns or depth > 6:
+        return None
+    seen.add(name)
+    for lp in loops(fns[name]["body"]):
+        if not unrolled(lp):
+            return name
+    for c in set(re.findall(r"\b([A-Z]\w*)\s*\(", fns[name]["body"])):
+        r = _has_variable_loop(c, fns, seen, depth + 1)
+        if r:
+            return r
+    return None
+
+
+def check_calls_in_pipelines(rel, fn, fns):
+    findings = []
+    for lp in loops(fn["body"]):
+        if not pipelined(lp):
+            continue
+        for c in sorted(set(re.findall(r"\b([A-Z]\w*)\s*\(", lp[2]))):
+            r = _has_variable_loop(c, fns, set())
+            if r:
+                ln = fn["code"].count("\n", 0, fn["start"] + lp[3]) + 1
+                findings.append("%s:%d: (b) call of %s inside a pipelined loop: %s has a loop "
+                                "with a variable bound (no pipeline is built)" % (rel, ln, c, r))
+    return findings
+
+
+STRUCT_DEF = re.compile(r"\bstruct\s+(\w+)\s*\{([^{}]*)\}\s*;")
+
+
+def structs_with_arrays(code):
+    return {m.group(1) for m in STRUCT_DEF.finditer(code) if "[" in m.group(2)}
+
+
+def check_struct_arrays(rel, fn, struct_arrays, typedefs):
+    findings = []
+    parts = partitions(fn["body"])
+    for m in ARRAY_DECL.finditer(fn["body"]):
+        t, name = m.group(1), m.group(2)
+        if t not in struct_arrays:
+            continue
+        dims = re.findall(r"\[([^\]]*)\]", m.group(3))
+        if fully_partitioned(parts.get(name, {}), len(dims)):
+            continue
+        ln = fn["code"].count("\n", 0, fn["start"] + m.start()) + 1
+        findings.append("%s:%d: (c) array %s of struct %s (which has array members) in RAM: "
+                        "HLS splits it per member; pack the entries into one word"
+                        % (rel, ln, name, t))
+    return findings
+
+
+def _split_args(s):
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def check_partition_pointers(rel, fn, fns, typedefs):
+    findings = []
+    arrays = arrays_of(fn, typedefs)
+    parts = partitions(fn["body"])
+    for m in re.finditer(r"\b([A-Z]\w*)\s*\(", fn["body"]):
+        callee = m.group(1)
+        if callee not in fns or is_inline(fns[callee]):
+            continue
+        po = m.end() - 1
+        args = _split_args(fn["body"][po + 1:_close(fn["body"], po, "(", ")") - 1])
+        for a in args:
+            am = re.match(r"^(&\s*)?(\w+)\s*\[(.*)\]$", a)
+            if not am or am.group(2) not in arrays:
+                continue
+            name = am.group(2)
+            n_idx = len(accesses(a.lstrip("& "), name)[0][1]) if accesses(a.lstrip("& "), name) else 1
+            pointer = am.group(1) is not None or n_idx < len(arrays[name][1])
+            p = parts.get(name, {})
+            first = accesses(a.lstrip("& "), name)[0][1][0]
+            if pointer and (p.get(1) or p.get(0)) and not INT_OR_CONST.match(first):
+                ln = fn["code"].count("\n", 0, fn["start"] + m.start()) + 1
+                findings.append("%s:%d: (d) %s passes a pointer into partitioned array %s at a "
+                                "run-time index (%s) to %s, which is not INLINE"
+                                % (rel, ln, "call", name, first, callee))
+    return findings
+
+
+def kernel_texts(makefile):
+    """[(rel, code)] of the kernel sources and headers (comments stripped,
+    strings kept)."""
+    kdir = os.path.dirname(os.path.abspath(makefile))
+    files = [os.path.join(kdir, s) for s in makefile_vars(makefile)["SRCS"]]
+    inc = os.path.join(kdir, "include")
+    files += [os.path.join(inc, f) for f in sorted(os.listdir(inc))
+              if f.endswith(".h") and f not in LINT_SKIP]
+    return [(os.path.relpath(f, kdir), _strip_keep_strings(open(f).read())) for f in files]
+
+
+def structure_findings(texts):
+    alltext = "\n".join(c for _, c in texts)
+    typedefs = {m.group(2): (m.group(1), re.findall(r"\[([^\]]*)\]", m.group(3)))
+                for m in TYPEDEF_ARRAY.finditer(alltext)}
+    struct_arrays = structs_with_arrays(alltext)
+    fns, per_file = {}, []
+    for rel, code in texts:
+        f = parse_functions(code)
+        per_file.append((rel, f))
+        fns.update(f)
+    findings = []
+    for rel, f in per_file:
+        for name, fn in f.items():
+            findings += check_ports(rel, fn, typedefs)
+            findings += check_calls_in_pipelines(rel, fn, fns)
+            findings += check_struct_arrays(rel, fn, struct_arrays, typedefs)
+            findings += check_partition_pointers(rel, fn, fns, typedefs)
+    return findings
+
+
+# (e) Resource budget of the buffers and FIFOs as declared, on the KU15P
+# (xcku15p: 128 URAM, 984 BRAM36). Per local array: the partitioned
+# dimensions give banks (complete: one per index, cyclic/block: factor); a
+# completely partitioned array is registers; a struct element is split per
+# member (Vitis disaggregates structs in local arrays; an array member gives
+# one memory per element - Rgb's c[3] is three byte arrays); a bank is URAM
+# when bound to URAM (72 bits x 4096 per URAM), LUTRAM when bound to LUTRAM
+# (no BRAM) or when it holds <= 1024 bits, else BRAM36 in the cheapest of
+# its aspect ratios (1x32K ... 72x512). Streams of blocks: the block type x
+# the depth (2). FIFOs: depth x token bits; <= 32 deep or <= 16 Kbit: SRL,
+# else BRAM. Limits: token and struct widths are the C member widths (no
+# ap_uint narrowing), FIFO implementation thresholds are Vitis defaults as
+# read in UG1399, not a synthesis report.
+URAM_LIMIT, BRAM_LIMIT = 128, 984
+SCALAR_BITS = {"bool": 1, "char": 8, "uint8_t": 8, "int8_t": 8, "uint16_t": 16, "int16_t": 16,
+               "int": 32, "unsigned": 32, "uint32_t": 32, "int32_t": 32, "float": 32,
+               "uint64_t": 64, "int64_t": 64, "double": 64, "WideWord": 512, "ScanToken": 16}
+BRAM_SHAPES = [(1, 32768), (2, 16384), (4, 8192), (9, 4096), (18, 2048), (36, 1024), (72, 512)]
+CONSTEXPR = re.compile(r"constexpr\s+(?:int|uint32_t|uint64_t|int64_t)\s+(\w+)\s*=\s*([^;]+);")
+
+
+def constants(alltext, overrides=None):
+    raw = {m.group(1): m.group(2) for m in CONSTEXPR.finditer(alltext)}
+    raw.update({k: str(v) for k, v in (overrides or {}).items()})
+    vals = {}
+    for _ in range(10):
+        for k, e in raw.items():
+            if k in vals:
+                continue
+            expr = re.sub(r"\b([A-Za-z_]\w*)\b",
+                          lambda m: str(vals[m.group(1)]) if m.group(1) in vals else m.group(0), e)
+            expr = expr.replace("/", "//")
+            if re.fullmatch(r"[\d\s+\-*/()]+", expr):
+                vals[k] = int(eval(expr))  # digits and operators only
+    return vals
+
+
+def struct_members(alltext):
+    """{struct: [(type, [dims])]}"""
+    out = {}
+    for m in STRUCT_DEF.finditer(alltext):
+        members = []
+        for decl in m.group(2).split(";"):
+            decl = decl.strip()
+            dm = re.match(r"^([A-Za-z_][\w:]*)\s+(.+)$", decl)
+            if not dm or "(" in decl:
+                continue
+            for name in dm.group(2).split(","):
+                members.append((dm.group(1), re.findall(r"\[([^\]]*)\]", name)))
+        out[m.group(1)] = members
+    return out
+
+
+def _eval_dim(d, consts):
+    expr = re.sub(r"\b([A-Za-z_]\w*)\b",
+                  lambda m: str(consts[m.group(1)]) if m.group(1) in consts else m.group(0), d)
+    expr = expr.replace("/", "//")
+    if re.fullmatch(r"[\d\s+\-*/()]+", expr):
+        return int(eval(expr))
+    return None
+
+
+def element_memories(t, structs, consts):
+    """[(bits, copies)] of the memories one array element of type t becomes."""
+    if t in SCALAR_BITS:
+        return [(SCALAR_BITS[t], 1)]
+    if t in structs:
+        out = []
+        for mt, dims in structs[t]:
+            n = 1
+            for d in dims:
+                n *= _eval_dim(d, consts) or 1
+            for bits, copies in element_memories(mt, structs, consts):
+                out.append((bits, copies * n))
+        return out
+    return [(32, 1)]
+
+
+def bram36(depth, bits):
+    return min(-(-bits // w) * -(-depth // d) for w, d in BRAM_SHAPES)
+
+
+def memory_cost(depth, bits, impl):
+    if impl == "uram":
+        return -(-bits // 72) * -(-depth // 4096), 0
+    if impl == "lutram" or depth * bits <= 1024:
+        return 0, 0
+    return 0, bram36(depth, bits)
+
+
+def resource_budget(texts, overrides=None):
+    """(uram, bram36, [(what, uram, bram)])"""
+    alltext = "\n".join(c for _, c in texts)
+    consts = constants(alltext, overrides)
+    structs = struct_members(alltext)
+    typedefs = {m.group(2): (m.group(1), re.findall(r"\[([^\]]*)\]", m.group(3)))
+                for m in TYPEDEF_ARRAY.finditer(alltext)}
+    sob = {m.group(3): (m.group(1), int(m.group(2) or 2)) for m in re.finditer(
+        r"typedef\s+hls::stream_of_blocks<\s*(\w+)\s*(?:,\s*(\d+)\s*)?>\s*(\w+)\s*;", alltext)}
+    items = []
+
+    def add_array(what, t, dims, parts, impl, copies=1):
+        sizes = [_eval_dim(d, consts) for d in dims]
+        if any(s is None for s in sizes):
+            items.append((what + " (size unknown)", 0, 0))
+            return
+        if fully_partitioned(parts, len(sizes)):
+            return
+        banks, depth = 1, 1
+        for d, n in enumerate(sizes, 1):
+            kind = parts.get(d) or parts.get(0)
+            if kind == "complete":
+                banks *= n
+            else:
+                depth *= n
+        u = b = 0
+        for bits, per in element_memories(t, structs, consts):
+            cu, cb = memory_cost(depth, bits, impl)
+            u += cu * banks * per * copies
+            b += cb * banks * per * copies
+        items.append((what, u, b))
+
+    for rel, code in texts:
+        for name, fn in parse_functions(code).items():
+            parts_all = partitions(fn["body"])
+            binds = bindings(fn["body"])
+            for m in ARRAY_DECL.finditer(fn["body"]):
+                t, var = m.group(1), m.group(2)
+                if t in ("return", "new", "delete"):
+                    continue
+                add_array("%s %s::%s" % (rel, name, var), t,
+                          re.findall(r"\[([^\]]*)\]", m.group(3)), parts_all.get(var, {}),
+                          binds.get(var, "auto"))
+            for m in re.finditer(r"\b(\w+)\s+([^;]*);", fn["body"]):
+                if m.group(1) not in sob:
+                    continue
+                block, depth = sob[m.group(1)]
+                et, dims = typedefs.get(block, ("uint8_t", []))
+                for var in re.findall(r"(\w+)\s*\(\s*\"", m.group(2)):
+                    add_array("%s %s::%s (stream of blocks x%d)" % (rel, name, var, depth),
+                              et, dims, {}, binds.get(var, "auto"), copies=depth)
+            for m in STREAM_DECL.finditer(fn["body"]):
+                tm = re.match(r"\bhls::stream<\s*([\w:]+)", m.group(0))
+                depth = _eval_dim(m.group(1), consts) or 2
+                for var in re.findall(r"(\w+)\s*\(\s*\"", m.group(2)):
+                    bits = sum(b * c for b, c in element_memories(tm.group(1), structs, consts))
+                    if depth <= 32 or depth * bits <= 16384:
+                        continue
+                    items.append(("%s %s::%s (FIFO %d x %d bit)" % (rel, name, var, depth, bits),
+                                  0, bram36(depth, bits)))
+    return sum(u for _, u, _ in items), sum(b for _, _, b in items), items
+
+
+def check_resources(texts):
+    uram, bram, items = resource_budget(texts)
+    findings = []
+    if uram > URAM_LIMIT or bram > BRAM_LIMIT:
+        findings.append("(e) resources: %d URAM (limit %d), %d BRAM36 (limit %d) for the buffers "
+                        "and FIFOs as declared" % (uram, URAM_LIMIT, bram, BRAM_LIMIT))
+        for what, u, b in sorted(items, key=lambda x: -(x[1] * 10 + x[2]))[:6]:
+            findings.append("    %s: %d URAM, %d BRAM36" % (what, u, b))
+        consts = constants("\n".join(c for _, c in texts))
+        w = consts.get("kMaxWidth")
+        while w and w > 64:
+            w //= 2
+            u2, b2, _ = resource_budget(texts, {"kMaxWidth": w})
+            if u2 <= URAM_LIMIT and b2 <= BRAM_LIMIT:
+                findings.append("    fits with kMaxWidth = %d (%d URAM, %d BRAM36)" % (w, u2, b2))
+                break
+    return findings, uram, bram, items
+
 # Each planted violation: (label, source, check) where check is "ir" or "lint".
 PLANTED = [
     ("memcmp", '#include <cstring>\nint F(const char* s) { return std::memcmp(s, "Adobe", 5); }\n',
@@ -303,6 +839,143 @@ CLEAN_LOOPS = (
     "  return s;\n}\n")
 
 
+# Each planted structure violation: (label, source, clean variant). The
+# violation must be caught, the clean variant must pass.
+PLANTED_STRUCTURE = [
+    ("(a) array read 3 times per pipelined iteration",
+     "void F(hls::stream<int, 4>& s, int n) {\n  int a[64];\nloop:\n"
+     "  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+     "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 60\n    s.write(a[i] + a[i + 1] + a[i + 2]);\n  }\n}\n",
+     "void F(hls::stream<int, 4>& s, int n) {\n  int a[64];\n"
+     "#pragma HLS ARRAY_PARTITION variable = a cyclic factor = 4\nloop:\n"
+     "  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+     "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 60\n    s.write(a[i] + a[i + 1] + a[i + 2]);\n  }\n}\n"),
+    ("(a) 8 byte writes per iteration (unrolled inner loop)",
+     "void F(uint8_t row[4][64], int n) {\n  for (int i = 0; i < n; ++i) {\n"
+     "#pragma HLS PIPELINE II = 1\n#pragma HLS LOOP_TRIPCOUNT min = 1 max = 8\n"
+     "    for (int k = 0; k < 8; ++k) row[0][i * 8 + k] = k;\n  }\n}\n",
+     "void F(uint64_t row[4][8], int n) {\n  for (int i = 0; i < n; ++i) {\n"
+     "#pragma HLS PIPELINE II = 1\n#pragma HLS LOOP_TRIPCOUNT min = 1 max = 8\n"
+     "    row[0][i] = 0x0706050403020100ull;\n  }\n}\n"),
+    ("(b) call with a variable-bound loop inside a pipelined loop",
+     "void G(int* o, int n) {\n  for (int k = 0; k < n; ++k) {\n"
+     "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4\n    o[k] = 0;\n  }\n}\n"
+     "void F(int* o, int n) {\n  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+     "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4\n    G(o, i);\n  }\n}\n",
+     "void G(int* o, int n) {\n  for (int k = 0; k < 4; ++k) {\n#pragma HLS UNROLL\n"
+     "    if (k < n) o[k] = 0;\n  }\n}\n"
+     "void F(int* o, int n) {\n  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+     "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4\n    G(o, i);\n  }\n}\n"),
+    ("(c) array of structs with an array member in RAM",
+     "struct P {\n  uint8_t c[3];\n};\nvoid F(int x) {\n  P line[1024];\n  line[x].c[0] = 1;\n}\n",
+     "struct P {\n  uint8_t c[3];\n};\nvoid F(int x) {\n  uint32_t line[1024];\n  line[x] = 1;\n}\n"),
+    ("(d) pointer into a partitioned array at a run-time index, callee not INLINE",
+     "void G(int* a) {\n  a[0] = 1;\n}\nvoid F(int c) {\n  int t[4][16];\n"
+     "#pragma HLS ARRAY_PARTITION variable = t complete dim = 1\n  G(&t[c][0]);\n}\n",
+     "void G(int* a) {\n#pragma HLS INLINE\n  a[0] = 1;\n}\nvoid F(int c) {\n  int t[4][16];\n"
+     "#pragma HLS ARRAY_PARTITION variable = t complete dim = 1\n  G(&t[c][0]);\n}\n"),
+    ("(e) 144 URAM: Rgb line buffers split per byte",
+     "struct Rgb {\n  uint8_t c[3];\n};\nconstexpr int kW = 16384;\nvoid F() {\n"
+     "  Rgb lines[4][3][kW];\n#pragma HLS ARRAY_PARTITION variable = lines complete dim = 1\n"
+     "#pragma HLS ARRAY_PARTITION variable = lines complete dim = 2\n"
+     "#pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram\n}\n",
+     "constexpr int kW = 16384;\nvoid F() {\n"
+     "  uint32_t lines[4][3][kW];\n#pragma HLS ARRAY_PARTITION variable = lines complete dim = 1\n"
+     "#pragma HLS ARRAY_PARTITION variable = lines complete dim = 2\n"
+     "#pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram\n}\n"),
+    ("(e) BRAM over 984: a 40 Mbit buffer",
+     "constexpr int kN = 655360;\nvoid F() {\n  uint64_t big[kN];\n}\n",
+     "constexpr int kN = 65536;\nvoid F() {\n  uint64_t big[kN];\n}\n"),
+]
+
+
+# (f') The kernel's ABI table (nearprep_kernel_abi.h kKernelArgs: what the
+# host and the test xclbin believe) against the top function's parameters,
+# and the clock set in one place (the Makefile's KERNEL_MHZ, not again in
+# connectivity.cfg).
+C_TYPE_NAMES = {"WideWord": "ap_uint<512>", "uint32_t": "unsigned int", "uint8_t": "unsigned char",
+                "uint64_t": "unsigned long", "int": "int", "float": "float"}
+
+
+def abi_findings(top_code, abi_code, connectivity=""):
+    findings = []
+    m = re.search(r"void\s+nearprep_preprocess\s*\(([^)]*)\)", top_code)
+    table = re.findall(r"\{\s*\"(\w+)\"\s*,\s*\d+\s*,\s*\"\w+\"\s*,\s*\"([^\"]+)\"", abi_code)
+    if not m or not table:
+        return ["(abi) top function or kKernelArgs not found"]
+    params = []
+    for p in _split_args(m.group(1)):
+        pm = re.match(r"^(?:const\s+)?(\w+)\s*(\*?)\s*(\w+)$", p.strip())
+        if pm:
+            params.append((pm.group(3), C_TYPE_NAMES.get(pm.group(1), pm.group(1)) + pm.group(2)))
+    if [n for n, _ in params] != [n for n, _ in table]:
+        findings.append("(abi) argument names/order differ: kernel %s, kKernelArgs %s"
+                        % ([n for n, _ in params], [n for n, _ in table]))
+    for (n, t), (_, want) in zip(params, table):
+        if t.replace(" ", "") != want.replace(" ", ""):
+            findings.append("(abi) argument %s: the kernel's type is %s, kKernelArgs says %s"
+                            % (n, t, want))
+    if re.search(r"^\s*\[clock\]|freqHz", connectivity, re.M | re.I):
+        findings.append("(abi) connectivity.cfg sets a clock: the clock is set in one place, "
+                        "KERNEL_MHZ in the Makefile (--kernel_frequency)")
+    return findings
+
+
+def run_structure(makefile):
+    texts = kernel_texts(makefile)
+    kdir = os.path.dirname(os.path.abspath(makefile))
+    findings = structure_findings(texts)
+    conn = os.path.join(kdir, "connectivity.cfg")
+    findings += abi_findings(strip_comments_keep(os.path.join(kdir, "src", "preprocess_kernel.cc")),
+                             open(os.path.join(kdir, "include", "nearprep_kernel_abi.h")).read(),
+                             open(conn).read() if os.path.exists(conn) else "")
+    res, uram, bram, _ = check_resources(texts)
+    print("resources as declared: %d URAM (limit %d), %d BRAM36 (limit %d)"
+          % (uram, URAM_LIMIT, bram, BRAM_LIMIT))
+    return findings + res
+
+
+def strip_comments_keep(path):
+    return _strip_keep_strings(open(path).read())
+
+
+ABI_TOP = ('extern "C" void nearprep_preprocess(const WideWord* jpeg, const uint32_t* desc, '
+           'uint32_t num_images) {}\n')
+ABI_GOOD = ('{"jpeg", 1, "M_AXI_GMEM0", "ap_uint<512>*", 8}, {"desc", 1, "M_AXI_GMEM1", '
+            '"unsigned int*", 8}, {"num_images", 0, "S_AXI_CONTROL", "unsigned int", 4},')
+
+
+def selftest_structure():
+    failures = []
+    planted_abi = [
+        ("(abi) jpeg declared unsigned char* while the port is ap_uint<512>*",
+         ABI_TOP, ABI_GOOD.replace('"ap_uint<512>*"', '"unsigned char*"'), ""),
+        ("(abi) a clock in connectivity.cfg", ABI_TOP, ABI_GOOD,
+         "[connectivity]\nnk=k:1\n[clock]\ndefaultFreqHz=250000000\n"),
+    ]
+    for label, top, abi, conn in planted_abi:
+        found = abi_findings(top, abi, conn)
+        print("planted %-45s -> %s" % (label[:45], "caught" if found else "MISSED"))
+        if not found:
+            failures.append("planted violation not caught: " + label)
+    ok = abi_findings(ABI_TOP, ABI_GOOD, "[connectivity]\nnk=k:1\n")
+    if ok:
+        failures.append("clean ABI flagged: " + "; ".join(ok))
+    for label, bad, clean in PLANTED_STRUCTURE:
+        found = structure_findings([("planted.cc", _strip_keep_strings(bad))])
+        found += check_resources([("planted.cc", _strip_keep_strings(bad))])[0]
+        print("planted %-45s -> %s" % (label[:45], "caught" if found else "MISSED"))
+        for f in found[:2]:
+            print("    " + f.splitlines()[0])
+        if not found:
+            failures.append("planted violation not caught: " + label)
+        ok = structure_findings([("clean.cc", _strip_keep_strings(clean))])
+        ok += check_resources([("clean.cc", _strip_keep_strings(clean))])[0]
+        if ok:
+            failures.append("clean variant flagged (%s): %s" % (label, "; ".join(ok)))
+    return failures
+
+
 def selftest(clang, makefile):
     v = makefile_vars(makefile)
     failures = []
@@ -345,12 +1018,12 @@ def selftest(clang, makefile):
         bad += lint_loops("clean_loops.cc", code) + lint_streams("clean_loops.cc", code)
         if bad:
             failures.append("clean code flagged: " + "; ".join(bad))
-    return failures
+    return failures + selftest_structure()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["ir", "lint", "selftest"])
+    ap.add_argument("mode", choices=["ir", "lint", "structure", "selftest"])
     ap.add_argument("--makefile", required=True)
     ap.add_argument("--clang", default="clang++")
     a = ap.parse_args()
@@ -358,6 +1031,8 @@ def main():
         findings = run_ir(a.clang, a.makefile)
     elif a.mode == "lint":
         findings = run_lint(a.makefile)
+    elif a.mode == "structure":
+        findings = run_structure(a.makefile)
     else:
         findings = selftest(a.clang, a.makefile)
     for f in findings:
