@@ -80,7 +80,8 @@ def _policy(audit_log, teams=("a", "b"), token_file=None):
     if "a" in teams:
         rules.append("    - name: team-a\n"
                      "      identities: ['spiffe://corp/team-a/*']\n"
-                     "      datasets: [alpha]\n")
+                     "      datasets: [alpha]\n"
+                     "      operations: [list, stream]\n")
     if "b" in teams:
         rules.append("    - name: team-b\n"
                      "      identities: ['spiffe://corp/team-b/*']\n"
@@ -423,7 +424,9 @@ def test_default_listen_is_loopback_without_tls_and_plaintext_elsewhere_warns(
         f.write(f"log_level: info\ndatasets:\n  - name: s\n    format: image_folder\n    root: {sample_dir}\n")
     d.start()
     try:
-        assert _listen_addresses(d.proc.pid, d.port) == ["0100007F"]  # 127.0.0.1
+        # 127.0.0.1, as IPv4 or as the IPv4-mapped IPv6 address gRPC may use.
+        addrs = _listen_addresses(d.proc.pid, d.port)
+        assert addrs and set(addrs) <= {"0100007F", "0000000000000000FFFF00000100007F"}, addrs
         assert "PLAINTEXT" not in open(d.log).read()
     finally:
         d.stop()
