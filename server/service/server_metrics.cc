@@ -76,9 +76,9 @@ void CollectServerMetrics(NearprepServer& server,
       CounterFamily("nearprep_authz_reloads_total",
                     "Reloads of the authorization policy (SIGHUP); failed: "
                     "the previous policy stayed in force.")
-          .Add({{"result", "ok"}},
+          .Add({{"kind", "ok"}},
                static_cast<double>(server.authorizer().reloads_ok()))
-          .Add({{"result", "failed"}},
+          .Add({{"kind", "failed"}},
                static_cast<double>(server.authorizer().reloads_failed())));
 
   // What was sent, per dataset.
