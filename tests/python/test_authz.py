@@ -470,3 +470,62 @@ def test_bad_policy_at_start_exits_2_naming_the_key(tmp_path, sample_dir):
     p = subprocess.run([NEARPREPD, "--config", str(cfg)], capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and "/nonexistent/tokens" in p.stderr
+
+
+def test_fleet_client_sends_the_token_to_every_node(tmp_path, certs):
+    """nearprep.fleet.FleetClient(token=...) reaches two nodes, each with a
+    policy that knows only that token; the explicit-id streams are audited
+    under its identity on both."""
+    if not CLI or NEARPREPD is None:
+        pytest.skip("NEARPREP_CLI / nearprepd not built")
+    from nearprep import fleet_plan as fp
+    from nearprep.fleet import FleetClient
+
+    def run(*args):
+        subprocess.run([CLI, *args], check=True, capture_output=True, text=True, timeout=120)
+
+    src, shards = str(tmp_path / "src"), str(tmp_path / "shards")
+    run("mkdataset", "--out", src, "--classes", "2", "--per-class", "6")
+    run("pack", "--source", src, "--out", shards, "--format", "tfrecord",
+        "--shard-size", "16KiB")
+    manifest = str(tmp_path / "ds.nearprep-manifest")
+    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", "2",
+        "--out", manifest)
+    m = fp.load_manifest(manifest)
+    total = m.num_samples
+    roots = []
+    for p in range(2):   # node n1 holds partition 0, n2 partition 1
+        root = tmp_path / f"root{p}"
+        root.mkdir()
+        for sh in m.shards[m.partition_shard[p]:m.partition_shard[p + 1]]:
+            os.link(os.path.join(shards, sh.name), root / sh.name)
+        roots.append(root)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"ci {hashlib.sha256(TOKEN_CI.encode()).hexdigest()}\n")
+    nodes = []
+    try:
+        for name, root in zip(("n1", "n2"), roots):
+            d = Daemon(tmp_path, {}, name=name, workers=1)
+            d.audit = tmp_path / f"{name}.audit.jsonl"
+            with open(d.config, "w") as f:
+                f.write(f"listen: 127.0.0.1\ndatasets:\n  - name: ds\n    format: tfrecord\n"
+                        f"    root: {root}\n    manifest: {manifest}\n"
+                        f"authorization:\n  token_file: {tokens}\n  audit_log: {d.audit}\n"
+                        "  rules:\n    - {identities: ['token:ci'], datasets: [ds]}\n")
+            nodes.append(d.start())
+        def on_wait(message):   # a node refused (no token): fail, do not wait
+            raise AssertionError(f"the fleet client waits: {message}")
+
+        with FleetClient([d.target for d in nodes], "ds", manifest=manifest, seed=1,
+                         block_samples=2, global_batch=4, height=16, width=16,
+                         dtype="uint8", token=TOKEN_CI, native=False,
+                         on_wait=on_wait) as fc:
+            got = sum(len(b.sample_ids) for b in fc.epoch(0))
+        assert got == total
+        for d in nodes:
+            records = [json.loads(line) for line in open(d.audit)]
+            assert records and all(r["identity"] == "token:ci" and r["decision"] == "allow"
+                                   for r in records), records
+    finally:
+        for d in nodes:
+            d.stop()
