@@ -529,3 +529,20 @@ def test_fleet_client_sends_the_token_to_every_node(tmp_path, certs):
     finally:
         for d in nodes:
             d.stop()
+
+
+def test_native_receive_path_sends_the_token(token_setup, monkeypatch):
+    """The native module (C++ client) sends the token too: straight to the
+    plaintext daemon on loopback, as a client beside a local proxy would."""
+    from nearprep import transport as tr
+    if tr.load_native() is None:
+        pytest.skip("nearprep._native not built")
+    monkeypatch.delenv("NEARPREP_TOKEN", raising=False)
+    monkeypatch.delenv("NEARPREP_TOKEN_FILE", raising=False)
+    d, _, _ = token_setup
+    with nearprep.Client(d.target, token=TOKEN_CI, native=True) as c:
+        assert c.transport == "native"
+        assert len(_one_batch(c, "beta").sample_ids) == 4
+    with nearprep.Client(d.target, token="wrong", native=True, reconnect_deadline=1) as c:
+        with pytest.raises(nearprep.UnauthenticatedError):
+            _one_batch(c, "beta")
