@@ -546,3 +546,47 @@ def test_native_receive_path_sends_the_token(token_setup, monkeypatch):
     with nearprep.Client(d.target, token="wrong", native=True, reconnect_deadline=1) as c:
         with pytest.raises(nearprep.UnauthenticatedError):
             _one_batch(c, "beta")
+
+
+def test_watchdog_keeps_pinging_under_a_deny_all_policy(tmp_path, sample_dir):
+    """systemd's watchdog check is the daemon's own GetServerInfo call: a
+    policy that denies everyone must not stop WATCHDOG=1 (nor fill the audit
+    log with the daemon's own calls)."""
+    import socket
+    sock_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(10)
+    d = Daemon(tmp_path, {}, name="watchdog", workers=1)
+    audit = tmp_path / "audit.jsonl"
+    with open(d.config, "w") as f:
+        f.write(f"listen: 127.0.0.1\ndatasets:\n  - name: s\n    format: image_folder\n"
+                f"    root: {sample_dir}\nauthorization:\n  audit_log: {audit}\n  rules: []\n")
+    old = {k: os.environ.get(k) for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    os.environ.update(NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="400000")  # ping every 0.2 s
+    try:
+        d.start()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        got = []
+        try:
+            while got.count("WATCHDOG=1") < 3:
+                got += sock.recv(4096).decode().split("\n")
+        except socket.timeout:
+            pass
+        if not any(m.startswith("READY=1") for m in got):
+            pytest.skip("nearprepd built without libsystemd: sends no notifications")
+        assert got.count("WATCHDOG=1") >= 3, got
+        # Everyone else is refused.
+        with nearprep.Client(d.target, rpc_timeout=3) as c:
+            with pytest.raises(nearprep.UnauthenticatedError):
+                c.info()
+        assert [json.loads(x)["operation"] for x in open(audit)] == ["info"]
+    finally:
+        d.stop()
+        sock.close()
