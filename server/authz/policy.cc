@@ -126,10 +126,10 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
                      ": not valid YAML: ", e.msg));
   }
   PolicyConfig config;
-  if (!root.IsMap() || !root["authorization"]) return config;
-  const YAML::Node a = root["authorization"];
-  config.enabled = true;
   try {
+    if (!root.IsMap() || !root["authorization"]) return config;
+    const YAML::Node a = root["authorization"];
+    config.enabled = true;
     if (a.IsNull()) return config;  // "authorization:" alone: deny all.
     if (absl::Status st = CheckKeys(a, source, "authorization",
                                     {"rules", "token_file", "audit_log"});
