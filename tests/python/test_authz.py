@@ -522,10 +522,32 @@ def test_fleet_client_sends_the_token_to_every_node(tmp_path, certs):
                          on_wait=on_wait) as fc:
             got = sum(len(b.sample_ids) for b in fc.epoch(0))
         assert got == total
-        for d in nodes:
-            records = [json.loads(line) for line in open(d.audit)]
-            assert records and all(r["identity"] == "token:ci" and r["decision"] == "allow"
-                                   for r in records), records
+
+        def check_audits():
+            for d in nodes:
+                records = [json.loads(line) for line in open(d.audit)]
+                assert records and all(r["identity"] == "token:ci" and r["decision"] == "allow"
+                                       for r in records), records
+                open(d.audit, "w").close()
+
+        check_audits()
+        # The C++ FleetClient (`nearprep fleet-read`), the token from the
+        # environment: FleetClientOptions::credentials reach both nodes.
+        token_file = tmp_path / "ci.token"
+        token_file.write_text(TOKEN_CI + "\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NEARPREP_TOKEN")}
+        try:
+          p = subprocess.run([CLI, "fleet-read", "--targets", ",".join(d.target for d in nodes),
+                            "--manifest", manifest, "--seed", "1", "--block", "2",
+                            "--global-batch", "4", "--height", "16", "--width", "16",
+                            "--dtype", "uint8"],
+                           env={**env, "NEARPREP_TOKEN_FILE": str(token_file)},
+                           capture_output=True, text=True, timeout=15)
+        except subprocess.TimeoutExpired as e:
+          raise AssertionError(str(e.stderr)[:1500] + open(nodes[0].audit).read()[-3000:])
+        assert p.returncode == 0, p.stderr
+        assert len(p.stdout.splitlines()) == total
+        check_audits()
     finally:
         for d in nodes:
             d.stop()
