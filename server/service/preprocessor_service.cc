@@ -313,10 +313,17 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
   if (authorizer_ != nullptr) {
     const auto& metadata = context->client_metadata();
     const auto internal = metadata.find(kInternalKeyHeader);
-    const bool own_watchdog =
-        internal != metadata.end() &&
-        std::string(internal->second.data(), internal->second.size()) ==
-            internal_key_;
+    // Compared in constant time: the key must not be guessable from timing.
+    bool own_watchdog = internal != metadata.end() &&
+                        internal->second.size() == internal_key_.size();
+    if (own_watchdog) {
+      unsigned char diff = 0;
+      for (size_t i = 0; i < internal_key_.size(); ++i) {
+        diff |= static_cast<unsigned char>(internal->second.data()[i] ^
+                                           internal_key_[i]);
+      }
+      own_watchdog = diff == 0;
+    }
     if (!own_watchdog) {
       if (absl::Status st = authorizer_->Authorize(
               CredentialsOf(*context), authz::Operation::kInfo, "");
