@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/version.h"
+#include "server/authz/policy.h"
 #include "server/metrics/http_endpoint.h"
 
 namespace nearprep {
@@ -314,8 +315,15 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
     NP_RETURN_IF_ERROR(CheckKeys(
         root, source, "",
         {"listen", "port", "port_file", "log_level", "drain_seconds",
-         "backend", "pipeline", "limits", "datasets", "tls", "metrics"}));
+         "backend", "pipeline", "limits", "datasets", "tls", "metrics",
+         "authorization"}));
     NP_RETURN_IF_ERROR(Get(root, "listen", source, "", &c->listen_address));
+    if (root["listen"]) c->listen_given = true;
+    // Who may read what (server/authz/policy.h parses the section).
+    absl::StatusOr<authz::PolicyConfig> authorization =
+        authz::ParsePolicyYaml(yaml, source);
+    if (!authorization.ok()) return authorization.status();
+    c->server.authorization = std::move(*authorization);
     NP_RETURN_IF_ERROR(GetInt(root, "port", source, "", &c->port, 0));
     NP_RETURN_IF_ERROR(Get(root, "port_file", source, "", &c->port_file));
     NP_RETURN_IF_ERROR(Get(root, "log_level", source, "", &c->log_level));
@@ -516,7 +524,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   auto* o_config = app.add_option("--config", config_path,
                                   "YAML config file (flags override it)");
   auto* o_listen = app.add_option("--listen", listen,
-                                  "Listen address (default 0.0.0.0)");
+                                  "Listen address (default 127.0.0.1 without TLS, 0.0.0.0 "
+                                  "with --tls-cert)");
   auto* o_port = app.add_option("--port", port,
                                 "TCP port; 0 picks a free one (default 7070)");
   auto* o_port_file = app.add_option(
@@ -623,7 +632,10 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
     absl::Status st = ApplyYamlConfig(ss.str(), config_path, &c);
     if (!st.ok()) return fail(st);
   }
-  if (o_listen->count()) c.listen_address = listen;
+  if (o_listen->count()) {
+    c.listen_address = listen;
+    c.listen_given = true;
+  }
   if (o_port->count()) c.port = port;
   if (o_port_file->count()) c.port_file = port_file;
   for (const std::string& d : datasets) {
@@ -671,9 +683,33 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (o_metrics_port_file->count()) c.metrics_port_file = metrics_port_file;
   if (o_log->count()) c.log_level = log_level;
   if (o_drain->count()) c.drain_seconds = drain;
+  // Safe default: plaintext only on loopback unless the operator says
+  // otherwise (NearprepServer::Start warns about plaintext elsewhere).
+  if (!c.listen_given) {
+    c.listen_address = c.server.tls.cert_file.empty() ? "127.0.0.1" : "0.0.0.0";
+  }
+  if (o_config->count() > 0) c.config_file = config_path;
 
   if (absl::Status st = ValidateDaemonConfig(c); !st.ok()) return fail(st);
   return result;
+}
+
+absl::Status ReloadAuthorization(const std::string& config_file,
+                                 authz::Authorizer* authorizer) {
+  if (config_file.empty()) {
+    return absl::FailedPreconditionError(
+        "no --config file to reload the authorization section from");
+  }
+  std::ifstream in(config_file);
+  if (!in) {
+    return absl::InvalidArgumentError("cannot read '" + config_file + "'");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<authz::PolicyConfig> policy =
+      authz::ParsePolicyYaml(ss.str(), config_file);
+  if (!policy.ok()) return policy.status();
+  return authorizer->Reload(*policy);
 }
 
 }  // namespace nearprep

@@ -15,13 +15,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/authz/authorizer.h"
 #include "server/daemon/backend_choice.h"
 #include "server/service/server.h"
 
 namespace nearprep {
 
 struct DaemonConfig {
-  std::string listen_address = "0.0.0.0";
+  // Without `listen` / --listen: 127.0.0.1 when serving plaintext, 0.0.0.0
+  // with TLS (ParseCommandLine decides once everything is merged).
+  std::string listen_address = "127.0.0.1";
+  bool listen_given = false;
   int port = 7070;
   // When set, the bound port is written there (atomically) once listening.
   std::string port_file;
@@ -35,6 +39,9 @@ struct DaemonConfig {
   std::string metrics_port_file;
   ServerOptions server;
   BackendOptions backend;
+  // The --config file ("" without one): SIGHUP re-reads its authorization
+  // section (ReloadAuthorization).
+  std::string config_file;
 };
 
 // Parses "123", "64K", "512M", "2G" (powers of 1024) into bytes.
@@ -63,6 +70,14 @@ struct CommandLine {
 
 // Parses argv: defaults, then --config FILE, then the other flags.
 CommandLine ParseCommandLine(int argc, const char* const* argv);
+
+// SIGHUP: reads `config_file` again and replaces the live authorization
+// policy and token file with its `authorization` section (the other keys
+// take effect only on restart). On any error (unreadable file, YAML syntax,
+// a bad rule, an unreadable token file) the policy in force stays and the
+// error, naming the file and key, is returned.
+absl::Status ReloadAuthorization(const std::string& config_file,
+                                 authz::Authorizer* authorizer);
 
 }  // namespace nearprep
 

@@ -89,7 +89,9 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  sigset_t blocked = signals;  // SIGHUP too: taken by the loop below.
+  sigaddset(&blocked, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 
   nearprep::CommandLine cl = nearprep::ParseCommandLine(argc, argv);
   if (cl.exit_now) {
@@ -187,7 +189,20 @@ int main(int argc, char** argv) {
       });
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sigwait(&blocked, &sig);
+    if (sig != SIGHUP) break;
+    // Streams already open keep running; new calls see the new policy.
+    if (absl::Status st = nearprep::ReloadAuthorization(
+            config.config_file, &(*server)->authorizer());
+        st.ok()) {
+      spdlog::info("SIGHUP: authorization policy reloaded from {}",
+                   config.config_file);
+    } else {
+      spdlog::error("SIGHUP: authorization policy NOT reloaded, the previous "
+                    "one stays in force: {}", std::string(st.message()));
+    }
+  }
   notifier->Notify("STOPPING=1\nSTATUS=draining streams");
   watchdog.Stop();
   spdlog::info("{} received: draining streams for up to {} s",

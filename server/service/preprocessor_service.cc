@@ -1,8 +1,11 @@
 #include "server/service/preprocessor_service.h"
 
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <grpc/grpc_security_constants.h>
 
 #include <spdlog/spdlog.h>
 
@@ -43,6 +46,35 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, Request* request) {
         " message");
   }
   return absl::OkStatus();
+}
+
+// What the transport established about the caller (server/authz decides
+// what it may do): the verified client certificate's SAN URIs, SAN DNS names
+// and CN, the `authorization` metadata, the peer address.
+authz::Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
+  authz::Credentials c;
+  c.peer = context.peer();
+  const std::shared_ptr<const grpc::AuthContext> auth =
+      context.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    const auto copy = [&auth](const char* property,
+                              std::vector<std::string>* out) {
+      for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+        out->emplace_back(v.data(), v.size());
+      }
+    };
+    copy(GRPC_PEER_URI_PROPERTY_NAME, &c.san_uris);
+    copy(GRPC_PEER_DNS_PROPERTY_NAME, &c.san_dns);
+    std::vector<std::string> cn;
+    copy(GRPC_X509_CN_PROPERTY_NAME, &cn);
+    if (!cn.empty()) c.common_name = cn.front();
+  }
+  const auto& metadata = context.client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    c.has_authorization = true;
+    c.authorization.assign(it->second.data(), it->second.size());
+  }
+  return c;
 }
 
 // Serializes a unary answer into the raw response buffer.
@@ -152,9 +184,11 @@ class PreprocessorService::BatchWriter
 PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
                                          Pipeline* pipeline,
                                          ServiceLimits limits,
-                                         std::string backend_why)
+                                         std::string backend_why,
+                                         authz::Authorizer* authorizer)
     : pipeline_(pipeline),
       limits_(limits),
+      authorizer_(authorizer),
       backend_why_(std::move(backend_why)),
       start_time_(std::chrono::steady_clock::now()),
       streams_(pipeline, limits.max_concurrent_streams) {
@@ -163,6 +197,8 @@ PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
     dataset_names_.push_back(d->name());
     dataset_counters_[d->name()] = std::make_unique<DatasetCounters>();
   }
+  std::random_device random;
+  for (int i = 0; i < 4; ++i) internal_key_ += std::to_string(random());
 }
 
 PreprocessorService::~PreprocessorService() = default;
@@ -182,9 +218,21 @@ grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
+  std::function<bool(const std::string&)> visible;
+  if (authorizer_ != nullptr) {
+    absl::StatusOr<std::function<bool(const std::string&)>> f =
+        authorizer_->ListFilter(CredentialsOf(*context));
+    if (!f.ok()) {
+      reactor->Finish(ToGrpc(f.status()));
+      return reactor;
+    }
+    visible = std::move(*f);
+  }
   v1::ListDatasetsResponse response_message;
   v1::ListDatasetsResponse* response = &response_message;
   for (const auto& [name, d] : datasets_) {
+    // Only what the caller may list (server/authz).
+    if (visible && !visible(name)) continue;
     v1::DatasetInfo* info = response->add_datasets();
     // String fields must be UTF-8; names from the file system or the
     // config are bytes (display_string.h).
@@ -263,6 +311,29 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
+  if (authorizer_ != nullptr) {
+    const auto& metadata = context->client_metadata();
+    const auto internal = metadata.find(kInternalKeyHeader);
+    // Compared in constant time: the key must not be guessable from timing.
+    bool own_watchdog = internal != metadata.end() &&
+                        internal->second.size() == internal_key_.size();
+    if (own_watchdog) {
+      unsigned char diff = 0;
+      for (size_t i = 0; i < internal_key_.size(); ++i) {
+        diff |= static_cast<unsigned char>(internal->second.data()[i] ^
+                                           internal_key_[i]);
+      }
+      own_watchdog = diff == 0;
+    }
+    if (!own_watchdog) {
+      if (absl::Status st = authorizer_->Authorize(
+              CredentialsOf(*context), authz::Operation::kInfo, "");
+          !st.ok()) {
+        reactor->Finish(ToGrpc(st));
+        return reactor;
+      }
+    }
+  }
   v1::ServerInfo info;
   FillServerInfo(&info);
   reactor->Finish(SerializeResponse(info, raw_response));
@@ -286,6 +357,17 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
   v1::StreamBatchesRequest request;
   if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
     return reject(st, /*invalid=*/true);
+  }
+  // Before validation: a caller the policy does not allow learns nothing
+  // about the dataset (not even whether it exists). Fleet explicit-id
+  // requests are StreamBatches calls too, checked the same way.
+  if (authorizer_ != nullptr) {
+    if (absl::Status st = authorizer_->Authorize(
+            CredentialsOf(*context), authz::Operation::kStream,
+            request.dataset());
+        !st.ok()) {
+      return reject(st, /*invalid=*/false);
+    }
   }
   absl::StatusOr<StreamRequest> validated = ValidateStreamRequest(
       request, [this](const std::string& n) { return FindDataset(n); },

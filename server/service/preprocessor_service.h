@@ -30,6 +30,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "nearprep/v1/nearprep.grpc.pb.h"
+#include "server/authz/authorizer.h"
 #include "server/data/dataset.h"
 #include "server/metrics/histogram.h"
 #include "server/pipeline/pipeline.h"
@@ -70,9 +71,12 @@ class PreprocessorService final
               v1::Preprocessor::WithRawCallbackMethod_GetServerInfo<
                   v1::Preprocessor::CallbackService>>> {
  public:
-  // `datasets` and `pipeline` must outlive the service.
+  // `datasets`, `pipeline` and `authorizer` must outlive the service.
+  // `authorizer` checks every ListDatasets, StreamBatches and GetServerInfo
+  // call (server/authz; nullptr: none is checked).
   PreprocessorService(std::vector<const Dataset*> datasets, Pipeline* pipeline,
-                      ServiceLimits limits, std::string backend_why);
+                      ServiceLimits limits, std::string backend_why,
+                      authz::Authorizer* authorizer = nullptr);
   ~PreprocessorService() override;
 
   grpc::ServerUnaryReactor* ListDatasets(
@@ -92,6 +96,12 @@ class PreprocessorService final
   StreamRegistry& streams() { return streams_; }
 
   const ServiceCounters& counters() const { return counters_; }
+
+  // Metadata key and per-process random value with which the server's own
+  // in-process GetServerInfo (NearprepServer::CheckServing, the watchdog)
+  // skips authorization; it never leaves the process.
+  static constexpr const char* kInternalKeyHeader = "nearprep-internal-key";
+  const std::string& internal_key() const { return internal_key_; }
   // Per dataset name, every configured dataset.
   const std::map<std::string, std::unique_ptr<DatasetCounters>>&
   dataset_counters() const {
@@ -107,6 +117,8 @@ class PreprocessorService final
   std::vector<std::string> dataset_names_;  // as configured, for messages
   Pipeline* pipeline_;
   ServiceLimits limits_;
+  authz::Authorizer* authorizer_;
+  std::string internal_key_;
   // Why the factory chose the backend; appended to the backend's live
   // detail() (which may carry counters) in GetServerInfo.
   std::string backend_why_;

@@ -83,11 +83,24 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
   const std::string& why = backend_why;
   spdlog::info("backend: {}{}{}", backend->name(), why.empty() ? "" : " (",
                why.empty() ? std::string() : why + ")");
-  s->pipeline_ = std::make_unique<Pipeline>(options.pipeline, backend);
   std::vector<const Dataset*> ptrs;
-  for (const auto& d : s->datasets_) ptrs.push_back(d.get());
+  std::vector<std::string> names;
+  for (const auto& d : s->datasets_) {
+    ptrs.push_back(d.get());
+    names.push_back(d->name());
+  }
+  absl::StatusOr<std::unique_ptr<authz::Authorizer>> authorizer =
+      authz::Authorizer::Create(options.authorization, std::move(names));
+  if (!authorizer.ok()) return authorizer.status();
+  s->authorizer_ = std::move(*authorizer);
+  if (options.authorization.enabled) {
+    spdlog::info("authorization: {} rule(s); whatever no rule allows is denied",
+                 options.authorization.rules.size());
+  }
+  s->pipeline_ = std::make_unique<Pipeline>(options.pipeline, backend);
   s->service_ = std::make_unique<PreprocessorService>(
-      std::move(ptrs), s->pipeline_.get(), options.limits, why);
+      std::move(ptrs), s->pipeline_.get(), options.limits, why,
+      s->authorizer_.get());
   s->tls_ = options.tls;
   s->grpc_memory_bytes_ = options.grpc_memory_bytes;
   s->max_connections_ = options.max_connections;
@@ -198,6 +211,18 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
+  const bool loopback = absl::StartsWith(address, "127.") ||
+                        address == "::1" || address == "[::1]" ||
+                        address == "localhost";
+  if (!tls && !loopback) {
+    spdlog::warn(
+        "serving PLAINTEXT on {}:{}, a non-loopback address: anyone who "
+        "reaches this port can read every dataset it may list, and no "
+        "client certificate identifies callers; configure tls (and an "
+        "authorization section), or listen on 127.0.0.1 behind a "
+        "TLS-terminating proxy (docs/operations.md, \"Access control\")",
+        address, selected);
+  }
   spdlog::info("nearprepd listening on {}:{} ({})", address, selected,
                !tls                            ? "plaintext"
                : tls_.client_ca_file.empty() ? "TLS"
@@ -280,6 +305,9 @@ absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    (deadline - std::chrono::steady_clock::now()));
+  // The server asking itself: not subject to the authorization policy.
+  ctx.AddMetadata(PreprocessorService::kInternalKeyHeader,
+                  service_->internal_key());
   v1::GetServerInfoRequest request;
   v1::ServerInfo info;
   const grpc::Status st = stub->GetServerInfo(&ctx, request, &info);

@@ -30,6 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/authz/authorizer.h"
+#include "server/authz/policy.h"
 #include "server/data/dataset.h"
 #include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
@@ -60,6 +62,9 @@ struct ServerOptions {
   // Most connections open on the gRPC port at once (plaintext only:
   // connection_listener.h); 0: derived from the descriptor limit.
   int64_t max_connections = 0;
+  // Who may read what (server/authz/policy.h; the config's authorization
+  // section). Disabled (the default): every caller may do everything.
+  authz::PolicyConfig authorization;
   // Memory gRPC itself may use for its buffers (a grpc::ResourceQuota on the
   // server: read buffers, frames being assembled, per-call arenas); near it,
   // gRPC pushes back (smaller reads; at the quota its reclaimers close idle
@@ -72,7 +77,8 @@ struct ServerOptions {
 
 class NearprepServer {
  public:
-  // Opens every dataset (errors name the dataset) and builds the pipeline
+  // Opens every dataset (errors name the dataset), loads the authorization
+  // policy (its token file and audit log: errors name the key) and builds the pipeline
   // over `backend` (chosen by the caller: nearprepd with CreateBackend of
   // server/daemon/backend_choice.h, tests and benchmarks directly).
   // `backend_why` says why that backend (ServerInfo.backend_detail; may be
@@ -109,6 +115,10 @@ class NearprepServer {
   ConnectionStats connection_stats() const;
 
   PreprocessorService& service() { return *service_; }
+  // The live policy: nearprepd reloads it on SIGHUP; metrics read its
+  // decision counters.
+  authz::Authorizer& authorizer() { return *authorizer_; }
+  const authz::Authorizer& authorizer() const { return *authorizer_; }
   Pipeline& pipeline() { return *pipeline_; }
   const std::vector<std::unique_ptr<Dataset>>& datasets() const {
     return datasets_;
@@ -126,6 +136,7 @@ class NearprepServer {
 
   std::vector<std::unique_ptr<Dataset>> datasets_;
   std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<authz::Authorizer> authorizer_;
   std::unique_ptr<PreprocessorService> service_;
   absl::Mutex mu_;
   // Set by Start; once shut_down_ is set it no longer changes (Shutdown then

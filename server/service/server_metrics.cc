@@ -77,6 +77,28 @@ void CollectServerMetrics(NearprepServer& server,
                                "max_concurrent_streams).")
                      .Add({}, Load(s.requests_rejected)));
 
+  // Authorization (server/authz): audited decisions (stream opens and
+  // denials). No identity label: one series per identity would grow
+  // without bound; the audit log has the identities.
+  MetricFamily authz = CounterFamily(
+      "nearprep_authz_decisions_total",
+      "Authorization decisions: every stream opened (allow) and every call "
+      "refused (deny, unauthenticated), per dataset (\"(other)\": a name "
+      "this daemon does not serve; empty: GetServerInfo, ListDatasets).");
+  for (const auto& [key, n] : server.authorizer().decision_counts()) {
+    authz.Add({{"decision", key.first}, {"dataset", key.second}},
+              static_cast<double>(n));
+  }
+  out->push_back(std::move(authz));
+  out->push_back(
+      CounterFamily("nearprep_authz_reloads_total",
+                    "Reloads of the authorization policy (SIGHUP); failed: "
+                    "the previous policy stayed in force.")
+          .Add({{"kind", "ok"}},
+               static_cast<double>(server.authorizer().reloads_ok()))
+          .Add({{"kind", "failed"}},
+               static_cast<double>(server.authorizer().reloads_failed())));
+
   // What was sent, per dataset.
   MetricFamily batches = CounterFamily(
       "nearprep_batches_sent_total", "Batches written to clients.");

@@ -158,9 +158,11 @@ def test_metrics_move_and_pass_promtool(metrics_daemon, tmp_path):
     assert value(after, "process_open_fds") > 3
     assert value(after, "process_cpu_seconds_total") > 0
     assert abs(value(after, "process_start_time_seconds") - time.time()) < 3600
-    # Labels stay bounded: dataset, backend, kind (+ le, version of build_info).
+    # Labels stay bounded: dataset, backend, kind (+ le, version of build_info,
+    # decision of nearprep_authz_decisions_total: allow, deny, unauthenticated).
     for name, labels in after:
-        assert {k for k, _ in labels} <= {"dataset", "backend", "kind", "le", "version"}, name
+        assert {k for k, _ in labels} <= {"dataset", "backend", "kind", "le", "version",
+                                          "decision"}, name
 
     promtool = shutil.which("promtool")
     if promtool is None:

@@ -173,6 +173,8 @@ def data(tmp_path_factory):
                     str(cert), "-days", "2", "-subj", "/CN=localhost"],
                    check=True, capture_output=True)
     d["tls"] = {"cert": str(cert), "key": str(key), "client_ca": str(cert)}
+    d["tokens"] = t / "tokens.sha256"
+    d["tokens"].write_text("ci " + "ab" * 32 + "\n")
     return d
 
 
@@ -210,6 +212,11 @@ def materialize(text, data):
         doc["metrics"].pop("port_file", None)
     if "tls" in doc:
         doc["tls"] = {k: data["tls"][k] for k in doc["tls"]}
+    authz = doc.get("authorization") or {}
+    if "token_file" in authz:
+        authz["token_file"] = str(data["tokens"])
+    if "audit_log" in authz:
+        authz["audit_log"] = str(data["tmp"] / "audit.jsonl")
     for ds in doc.get("datasets", []):
         fmt = ds.get("format", "image_folder")
         ds["root"] = data[fmt]

@@ -48,6 +48,7 @@ struct FleetCommands {
   int read_prefetch = 2;
   uint32_t read_response_batch = 0;
   int read_rpc_timeout_ms = 10000;
+  TlsFlags read_tls;  // --tls-*, --token-file: the same for every node
   uint32_t height = 224, width = 224;
   std::string crop = "none", dtype = "float32";
   float flip = 0;
@@ -295,6 +296,9 @@ int RunRead(const FleetCommands& c) {
   o.prefetch = c.read_prefetch;
   o.response_batch = c.read_response_batch;
   o.rpc_timeout = std::chrono::milliseconds(c.read_rpc_timeout_ms);
+  // TLS files and the bearer token ($NEARPREP_TOKEN_FILE / $NEARPREP_TOKEN
+  // or --token-file), sent to every node alike.
+  o.credentials = c.read_tls.ToClientOptions("");
   o.request.mutable_transform()->set_height(c.height);
   o.request.mutable_transform()->set_width(c.width);
   o.request.mutable_transform()->set_flip_probability(c.flip);
@@ -405,6 +409,7 @@ std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app) {
   c->read->add_option("--targets", c->read_targets, "host:port,host:port,...")
       ->check(TargetValidator(/*list=*/true))
       ->required();
+  c->read_tls.Register(c->read);
   c->read->add_option("--dataset", c->read_dataset)->capture_default_str();
   c->read->add_option("--manifest", c->read_manifest, "manifest file")->required();
   c->read->add_option("--seed", c->read_params.seed,

@@ -456,6 +456,13 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
   for (const std::string& t : impl->o.targets) {
     ClientOptions co;
     co.target = t;
+    const ClientOptions& cred = impl->o.credentials;
+    co.tls_root_ca_file = cred.tls_root_ca_file;
+    co.tls_client_cert_file = cred.tls_client_cert_file;
+    co.tls_client_key_file = cred.tls_client_key_file;
+    co.tls_target_name_override = cred.tls_target_name_override;
+    co.bearer_token_file = cred.bearer_token_file;
+    co.bearer_token = cred.bearer_token;
     co.reconnect_deadline = std::chrono::milliseconds(0);  // fail over instead
     co.keepalive_time = impl->o.keepalive_time;
     co.keepalive_timeout = impl->o.keepalive_timeout;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nearprep/client.h"
 #include "nearprep/v1/nearprep.pb.h"
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
@@ -68,6 +69,10 @@ struct FleetClientOptions {
   // Give up waiting for a live replica after this long (0: wait forever).
   std::chrono::milliseconds max_wait{0};
   std::function<void(const std::string&)> on_event;
+  // Credentials sent to every node alike: the tls_* and bearer_token*
+  // fields of this are copied into each node's ClientOptions (the others
+  // are ignored).
+  ClientOptions credentials;
 };
 
 struct FleetSample {

@@ -26,12 +26,14 @@
 #include <cctype>
 #include <string_view>
 #include <cstdint>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/pem.h"
 #include "batch_decoder.h"
@@ -100,6 +102,47 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     ssl.pem_private_key = *key;
   }
   return grpc::SslCredentials(ssl);
+}
+
+// Resolves bearer_token_file into o->bearer_token and checks the token.
+absl::Status ResolveBearerToken(ClientOptions* o) {
+  if (!o->bearer_token_file.empty()) {
+    if (!o->bearer_token.empty()) {
+      return absl::InvalidArgumentError(
+          "bearer_token / bearer_token_file: give one, not both");
+    }
+    std::ifstream in(o->bearer_token_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) {
+      return absl::InvalidArgumentError("bearer_token_file: cannot read '" +
+                                        o->bearer_token_file + "'");
+    }
+    o->bearer_token = std::string(absl::StripAsciiWhitespace(line));
+    if (o->bearer_token.empty()) {
+      return absl::InvalidArgumentError("bearer_token_file: '" +
+                                        o->bearer_token_file +
+                                        "' has no token on its first line");
+    }
+  }
+  for (char c : o->bearer_token) {
+    if (c <= 0x20 || c >= 0x7f) {
+      // Never echo the token itself.
+      return absl::InvalidArgumentError(
+          o->bearer_token_file.empty()
+              ? std::string("bearer_token: only printable ASCII without "
+                            "spaces allowed")
+              : "bearer_token_file: the token in '" + o->bearer_token_file +
+                    "' has characters other than printable ASCII");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Adds the call credentials every call carries (the bearer token).
+void AddCallCredentials(const ClientOptions& o, grpc::ClientContext* ctx) {
+  if (!o.bearer_token.empty()) {
+    ctx->AddMetadata("authorization", "Bearer " + o.bearer_token);
+  }
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(
@@ -388,6 +431,7 @@ class GrpcBatchReader : public BatchReader {
     {
       std::lock_guard<std::mutex> lock(context_mu_);
       context_ = std::make_unique<grpc::ClientContext>();
+      AddCallCredentials(options_, context_.get());
       if (deadline_) {
         // gRPC takes a system_clock time; what is left of the steady one.
         context_->set_deadline(
@@ -558,6 +602,7 @@ struct Client::Impl {
                     Response* response) const {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+    AddCallCredentials(options, &ctx);
     grpc::ByteBuffer sent;
     bool own_buffer = false;
     grpc::Status st = grpc::SerializationTraits<Request>::Serialize(
@@ -585,6 +630,10 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
       MakeCredentials(impl_->options);
   if (absl::Status target = ValidateTarget(impl_->options.target); !target.ok()) {
     creds = target;
+  }
+  if (absl::Status token = ResolveBearerToken(&impl_->options);
+      creds.ok() && !token.ok()) {
+    creds = token;
   }
   if (!creds.ok()) {
     // Keep a usable (never connected) channel; every call reports this.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -72,6 +73,11 @@ void TlsFlags::Register(CLI::App* app) {
   app->add_option("--tls-server-name", server_name,
                   "expect this name in the server certificate instead of the "
                   "target's host (e.g. for IP-address targets)");
+  app->add_option("--token-file", token_file,
+                  "send the bearer token in this file (first line) on every "
+                  "call; default $NEARPREP_TOKEN_FILE, else the token in "
+                  "$NEARPREP_TOKEN")
+      ->envname("NEARPREP_TOKEN_FILE");
 }
 
 ClientOptions TlsFlags::ToClientOptions(const std::string& target) const {
@@ -81,6 +87,10 @@ ClientOptions TlsFlags::ToClientOptions(const std::string& target) const {
   o.tls_client_cert_file = cert;
   o.tls_client_key_file = key;
   o.tls_target_name_override = server_name;
+  o.bearer_token_file = token_file;
+  if (token_file.empty()) {
+    if (const char* token = std::getenv("NEARPREP_TOKEN")) o.bearer_token = token;
+  }
   o.reconnect_deadline = std::chrono::milliseconds(
       static_cast<int64_t>(reconnect_deadline_s * 1000));
   // Say what the stream waits for: on a terminal one line rewritten every

@@ -55,6 +55,10 @@ struct TlsFlags {
   std::string cert;         // --tls-cert: client certificate (mTLS).
   std::string key;          // --tls-key: client private key (mTLS).
   std::string server_name;  // --tls-server-name: expected server name.
+  // --token-file (or $NEARPREP_TOKEN_FILE): a file holding a bearer token;
+  // without either, $NEARPREP_TOKEN is the token. Never a flag with the
+  // token itself: command lines are visible to every user (ps).
+  std::string token_file;
   double reconnect_deadline_s = 60;  // --reconnect-deadline / --connect-timeout
 
   void Register(CLI::App* app);

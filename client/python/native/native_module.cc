@@ -135,10 +135,11 @@ class PyStream {
 class PyChannel {
  public:
   PyChannel(const std::string& target, double keepalive_time_s,
-            double keepalive_timeout_s)
+            double keepalive_timeout_s, const std::string& token)
       : client_([&] {
           ClientOptions o;
           o.target = target;
+          o.bearer_token = token;  // "" = none
           o.reconnect_deadline = std::chrono::milliseconds(0);
           o.keepalive_time = std::chrono::milliseconds(
               static_cast<int64_t>(keepalive_time_s * 1000));
@@ -228,9 +229,9 @@ PYBIND11_MODULE(_native, m) {
       .def("status", &nearprep::PyStream::Status);
 
   py::class_<nearprep::PyChannel>(m, "Channel")
-      .def(py::init<const std::string&, double, double>(), py::arg("target"),
-           py::arg("keepalive_time") = 60.0,
-           py::arg("keepalive_timeout") = 20.0)
+      .def(py::init<const std::string&, double, double, const std::string&>(),
+           py::arg("target"), py::arg("keepalive_time") = 60.0,
+           py::arg("keepalive_timeout") = 20.0, py::arg("token") = "")
       .def("stream", &nearprep::PyChannel::Stream, py::arg("request"),
            py::arg("pool"), py::arg("timeout") = py::none());
 }

@@ -40,7 +40,8 @@ _extend_path()
 
 from nearprep.errors import (  # noqa: E402
     NearprepError, InvalidArgumentError, DatasetNotFoundError,
-    ResourceExhaustedError, DataLossError, UnavailableError, StubsMissingError)
+    ResourceExhaustedError, DataLossError, UnavailableError, StubsMissingError,
+    PermissionDeniedError, UnauthenticatedError)
 from nearprep.batch import Batch, SampleParams, CropBox, bfloat16_to_float32  # noqa: E402
 from nearprep.stats import Stats  # noqa: E402
 from nearprep.client import Client, BatchStream  # noqa: E402
@@ -85,6 +86,7 @@ __all__ = [
     "Client", "BatchStream", "DatasetInfo", "Batch", "SampleParams", "CropBox", "Stats",
     "bfloat16_to_float32", "NearprepError", "InvalidArgumentError",
     "DatasetNotFoundError", "ResourceExhaustedError", "DataLossError",
-    "UnavailableError", "StubsMissingError", "native_available",
+    "UnavailableError", "StubsMissingError", "PermissionDeniedError",
+    "UnauthenticatedError", "native_available",
     "native_missing_reason",
 ]

@@ -162,6 +162,51 @@ class _Targets:
             self._down_until[i] = 0.0
 
 
+# Client keyword arguments that say how to reach and authenticate to a node:
+# nearprep.fleet passes them to every node alike.
+CREDENTIAL_ARGS = ("tls", "root_certificates", "private_key", "certificate_chain",
+                   "tls_server_name", "token", "token_file")
+
+
+def _bearer_token(token, token_file):
+    """The bearer token to send (str) or None: `token`, else the first line
+    of `token_file`, else $NEARPREP_TOKEN_FILE's, else $NEARPREP_TOKEN. The
+    token itself never appears in an error message."""
+    if token is not None and token_file is not None:
+        raise InvalidArgumentError("token / token_file: give one, not both", field="token")
+    field = "token"
+    if token is None and token_file is None:
+        token_file = os.environ.get("NEARPREP_TOKEN_FILE") or None
+        field = "$NEARPREP_TOKEN_FILE"
+        if token_file is None:
+            token = os.environ.get("NEARPREP_TOKEN") or None
+            field = "$NEARPREP_TOKEN"
+    if token_file is not None:
+        field = "token_file" if field == "token" else field
+        try:
+            with open(token_file, encoding="ascii", errors="replace") as f:
+                token = f.readline()
+        except OSError as e:
+            raise InvalidArgumentError(f"{field}: cannot read {token_file!r}: {e.strerror}",
+                                       field="token_file") from None
+        if not token.strip():
+            raise InvalidArgumentError(f"{field}: {token_file!r} has no token on its first line",
+                                       field="token_file")
+    if token is None:
+        return None
+    if isinstance(token, (bytes, bytearray)):
+        token = bytes(token).decode("ascii", errors="replace")
+    if not isinstance(token, str):
+        raise InvalidArgumentError(f"token: must be a str, got {type(token).__name__}",
+                                   field="token")
+    token = token.strip()
+    if not token or not all(0x21 <= ord(c) <= 0x7e for c in token):
+        raise InvalidArgumentError(
+            f"{field}: the token must be non-empty printable ASCII without spaces",
+            field="token")
+    return token
+
+
 class Client:
     """A client of one or more nearprepd servers.
 
@@ -172,6 +217,12 @@ class Client:
                          grpc.ChannelCredentials
     tls_server_name      check the server certificate against this name
                          instead of the target's host (IP targets, tests)
+    token, token_file    a bearer token (or a file whose first line is one)
+                         sent as `authorization: Bearer ...` on every call,
+                         for daemons behind a TLS-terminating proxy
+                         (docs/operations.md "Access control"). Neither:
+                         $NEARPREP_TOKEN_FILE, else $NEARPREP_TOKEN, else
+                         none. Keep tokens off command lines.
     rpc_timeout          seconds for the unary calls
     reconnect_deadline   seconds a stream keeps retrying without progress
     initial_backoff, max_backoff   exponential backoff between retries
@@ -186,7 +237,8 @@ class Client:
 
     def __init__(self, target="localhost:7070", *, tls=False,
                  root_certificates=None, private_key=None,
-                 certificate_chain=None, tls_server_name=None, rpc_timeout=10.0,
+                 certificate_chain=None, tls_server_name=None, token=None,
+                 token_file=None, rpc_timeout=10.0,
                  reconnect_deadline=60.0, initial_backoff=0.1, max_backoff=5.0,
                  chunk_batches=16, prefetch=2, channel_options=(), native=None,
                  lock_memory=False):
@@ -217,6 +269,9 @@ class Client:
         self.chunk_batches = chunk_batches
         self.prefetch = prefetch
         self.channel_options = tuple(channel_options)  # the caller's extra options
+        self._token = _bearer_token(token, token_file)
+        # Call metadata every call carries (the bearer token); never logged.
+        self._metadata = (("authorization", "Bearer " + self._token),) if self._token else None
         if isinstance(tls, grpc.ChannelCredentials):
             self._creds = tls
         elif isinstance(tls, (bytes, bytearray)):
@@ -327,7 +382,7 @@ class Client:
                     f"/nearprep.v1.Preprocessor/{method}",
                     request_serializer=lambda r: r.SerializeToString(),
                     response_deserializer=None)
-                raw = call(request, timeout=self.rpc_timeout)
+                raw = call(request, timeout=self.rpc_timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 last = from_rpc_error(e, t)
                 if not _retryable(e):

@@ -42,6 +42,18 @@ class UnavailableError(NearprepError, ConnectionError):
     code = "UNAVAILABLE"
 
 
+class PermissionDeniedError(NearprepError, PermissionError):
+    """The daemon's authorization policy does not allow this identity the
+    operation on the dataset (the message names both)."""
+    code = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(NearprepError, PermissionError):
+    """The daemon could not establish who is calling (no client certificate
+    or bearer token, or a token it does not know)."""
+    code = "UNAUTHENTICATED"
+
+
 class StubsMissingError(NearprepError, ImportError):
     code = "FAILED_PRECONDITION"
 
@@ -54,6 +66,8 @@ _BY_CODE = {
     "DATA_LOSS": DataLossError,
     "UNAVAILABLE": UnavailableError,
     "DEADLINE_EXCEEDED": UnavailableError,
+    "PERMISSION_DENIED": PermissionDeniedError,
+    "UNAUTHENTICATED": UnauthenticatedError,
 }
 
 # "transform.height: must be ..." -> "transform.height"

@@ -77,7 +77,7 @@ import numpy as np
 
 from nearprep import fleet_plan as fp
 from nearprep import transport as _transport
-from nearprep.client import Client, _at_exit
+from nearprep.client import CREDENTIAL_ARGS, Client, _at_exit
 from nearprep.errors import NearprepError, from_rpc_error
 from nearprep.request import build_request
 
@@ -248,7 +248,11 @@ class FleetClient:
     of a record partition with one large read and serves its samples from
     memory as they are asked for. The bytes are the same either way.
 
-    native: the receive path (module docstring); `transport` says which."""
+    native: the receive path (module docstring); `transport` says which.
+
+    Credentials: Client's tls=, root_certificates=, private_key=,
+    certificate_chain=, tls_server_name=, token=, token_file= are sent to
+    every node alike (or pass a ready client=)."""
 
     def __init__(self, targets, dataset, *, manifest, seed=0, block_samples=64,
                  window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
@@ -275,7 +279,10 @@ class FleetClient:
         self.response_batch = response_batch
         self._targets = discover(targets)
         self._own_client = client is None
-        self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout)
+        # TLS and token keywords (nearprep.client.CREDENTIAL_ARGS) reach every node alike.
+        creds = {k: request_kw.pop(k) for k in CREDENTIAL_ARGS if k in request_kw}
+        self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout,
+                                        **creds)
         self._pb2 = self._client._pb2
         # Probes use the client's grpcio channels; streams this transport.
         try:

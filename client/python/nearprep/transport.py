@@ -129,8 +129,8 @@ class GrpcioTransport:
         method = channel.unary_stream(
             _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
             response_deserializer=None)
-        return channel, _GrpcioCall(method(request, timeout=timeout), self._client._pb2,
-                                    target)
+        call = method(request, timeout=timeout, metadata=self._client._metadata)
+        return channel, _GrpcioCall(call, self._client._pb2, target)
 
     def reset(self, target, channel):
         self._client._reset_channel(target, channel)
@@ -220,7 +220,8 @@ class NativeTransport:
             ch = self._channels.get(target)
             if ch is None:
                 ch = self._native.Channel(target, keepalive_time=self._keepalive[0],
-                                          keepalive_timeout=self._keepalive[1])
+                                          keepalive_timeout=self._keepalive[1],
+                                          token=self._client._token or "")
                 self._channels[target] = ch
             return ch
 

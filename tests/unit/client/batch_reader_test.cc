@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -50,6 +51,11 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
       std::lock_guard<std::mutex> l(mu_);
       call = static_cast<int>(requests_.size());
       requests_.push_back(*req);
+      const auto& md = ctx->client_metadata();
+      const auto auth = md.find("authorization");
+      authorizations_.push_back(
+          auth == md.end() ? "(none)"
+                           : std::string(auth->second.data(), auth->second.size()));
     }
     const bool failing = call < failing_calls;
     const int limit = call == 0 || fail_after_later < 0 ? fail_after
@@ -91,10 +97,16 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
     std::lock_guard<std::mutex> l(mu_);
     return requests_;
   }
+  // The `authorization` metadata of each call ("(none)" without one).
+  std::vector<std::string> authorizations() {
+    std::lock_guard<std::mutex> l(mu_);
+    return authorizations_;
+  }
 
  private:
   std::mutex mu_;
   std::vector<v1::StreamBatchesRequest> requests_;
+  std::vector<std::string> authorizations_;
 };
 
 std::unique_ptr<grpc::Server> StartServer(FakePreprocessor* service,
@@ -623,5 +635,60 @@ TEST(BatchReaderTest, ServersDeadlineExceededIsPassedThroughAsIs) {
   server->Shutdown();
 }
 
+// Issue 25: the bearer token from bearer_token_file goes with every call,
+// the resumed ones included; a bad file or token fails every call with
+// INVALID_ARGUMENT naming the file, never echoing the token.
+TEST(BearerTokenTest, SentOnEveryCallIncludingResumes) {
+  FakePreprocessor fake;
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  const std::string path = ::testing::TempDir() + "/np_token";
+  std::ofstream(path, std::ios::trunc) << "  s3cr3t-Token_1  \nsecond line\n";
+  ClientOptions o = FastOptions(port);
+  o.bearer_token_file = path;
+  Client client(o);
+  auto reader = client.StreamBatches(Request());
+  EXPECT_EQ(ReadAll(reader.get()), Range(0, 10));
+  EXPECT_EQ(reader->reconnects(), 1);  // the fake fails the first call once
+  EXPECT_EQ(fake.authorizations(),
+            (std::vector<std::string>{"Bearer s3cr3t-Token_1",
+                                      "Bearer s3cr3t-Token_1"}));
+  Client plain(FastOptions(port));
+  auto r2 = plain.StreamBatches(Request());
+  ReadAll(r2.get());
+  EXPECT_EQ(fake.authorizations().back(), "(none)");
+  server->Shutdown();
+}
+
+TEST(BearerTokenTest, BadTokenFileOrTokenFailsNamingTheFile) {
+  ClientOptions o;
+  o.target = "127.0.0.1:1";
+  o.bearer_token_file = "/nonexistent/np-token";
+  Client missing(o);
+  absl::Status st = missing.Info().status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("/nonexistent/np-token"), std::string::npos) << st;
+
+  const std::string empty = ::testing::TempDir() + "/np_token_empty";
+  std::ofstream(empty, std::ios::trunc) << "\n";
+  o.bearer_token_file = empty;
+  EXPECT_NE(Client(o).Info().status().message().find("no token"),
+            std::string::npos);
+
+  ClientOptions spaced;
+  spaced.target = "127.0.0.1:1";
+  spaced.bearer_token = "two words";
+  st = Client(spaced).Info().status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().find("two words"), std::string::npos) << st;
+
+  ClientOptions both = spaced;
+  both.bearer_token = "t";
+  both.bearer_token_file = empty;
+  EXPECT_NE(Client(both).Info().status().message().find("not both"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace nearprep
+

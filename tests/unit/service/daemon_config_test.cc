@@ -293,6 +293,78 @@ TEST(DaemonConfigTest, ExampleConfigInDeployIsValid) {
   EXPECT_EQ(c.metrics_listen, "0.0.0.0:9464");  // on in deploy/ configs
 }
 
+// Issue 25: without `listen`, plaintext stays on loopback; TLS keeps the old
+// default (every address); an explicit address is kept either way.
+TEST(DaemonConfigTest, DefaultListenIsLoopbackWithoutTls) {
+  const std::string plain =
+      WriteTemp("np_listen_plain.yaml", "datasets: [{name: a, root: /a}]\n");
+  EXPECT_EQ(Parse({"--config", plain}).config.listen_address, "127.0.0.1");
+  EXPECT_EQ(Parse({"--config", plain, "--listen", "0.0.0.0"})
+                .config.listen_address,
+            "0.0.0.0");
+  EXPECT_EQ(Parse({"--dataset", "a=/a"}).config.listen_address, "127.0.0.1");
+  EXPECT_EQ(Parse({"--dataset", "a=/a", "--tls-cert", "c.pem", "--tls-key",
+                   "k.pem"})
+                .config.listen_address,
+            "0.0.0.0");
+  const std::string given = WriteTemp(
+      "np_listen_given.yaml",
+      "listen: 10.1.2.3\ndatasets: [{name: a, root: /a}]\n");
+  EXPECT_EQ(Parse({"--config", given}).config.listen_address, "10.1.2.3");
+  std::filesystem::remove(plain);
+  std::filesystem::remove(given);
+}
+
+// Issue 25: the authorization section reaches ServerOptions; its errors exit
+// 2 naming the key; ReloadAuthorization reads it again from the file.
+TEST(DaemonConfigTest, AuthorizationSectionParsedAndReloaded) {
+  const std::string path = WriteTemp(
+      "np_authz.yaml",
+      "datasets: [{name: a, root: /a}]\n"
+      "authorization:\n"
+      "  rules:\n"
+      "    - {name: r, identities: ['spiffe://x/*'], datasets: [a]}\n");
+  CommandLine cl = Parse({"--config", path});
+  ASSERT_FALSE(cl.exit_now) << cl.message;
+  const authz::PolicyConfig& p = cl.config.server.authorization;
+  EXPECT_TRUE(p.enabled);
+  ASSERT_EQ(p.rules.size(), 1u);
+  EXPECT_EQ(p.rules[0].name, "r");
+  EXPECT_EQ(cl.config.config_file, path);
+  EXPECT_FALSE(Parse({"--dataset", "a=/a"}).config.server.authorization.enabled);
+
+  const std::string bad = WriteTemp(
+      "np_authz_bad.yaml",
+      "datasets: [{name: a, root: /a}]\nauthorization:\n  rulez: []\n");
+  CommandLine b = Parse({"--config", bad});
+  EXPECT_TRUE(b.exit_now);
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.message.find("authorization.rulez: unknown key"),
+            std::string::npos)
+      << b.message;
+
+  auto authorizer = authz::Authorizer::Create(p, {"a"});
+  ASSERT_TRUE(authorizer.ok());
+  authz::Credentials c;
+  c.san_uris = {"spiffe://x/job"};
+  EXPECT_TRUE((*authorizer)->Authorize(c, authz::Operation::kStream, "a").ok());
+  // A syntax error: not reloaded, the rule still applies.
+  std::ofstream(path, std::ios::app) << "    - name: [unclosed\n";
+  absl::Status st = ReloadAuthorization(path, authorizer->get());
+  EXPECT_NE(st.message().find("not valid YAML"), std::string::npos) << st;
+  EXPECT_TRUE((*authorizer)->Authorize(c, authz::Operation::kStream, "a").ok());
+  // The rule removed: denied from now on.
+  std::ofstream(path, std::ios::trunc)
+      << "datasets: [{name: a, root: /a}]\nauthorization:\n  rules: []\n";
+  EXPECT_TRUE(ReloadAuthorization(path, authorizer->get()).ok());
+  EXPECT_EQ((*authorizer)->Authorize(c, authz::Operation::kStream, "a").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReloadAuthorization("", authorizer->get()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}
+
 // Issue 20: block_cache_bytes is documented (example YAML, operations.md,
 // architecture.md, protocol.md); allow_empty serves an empty dataset.
 TEST(DaemonConfigTest, DatasetBlockCacheBytesAndAllowEmpty) {

@@ -116,8 +116,17 @@ struct ClientOptions {
   // Checks the server certificate against this name instead of the target's
   // host (tests, IP-address targets). Empty = the target's host.
   std::string tls_target_name_override{};
-  // A TLS file that cannot be read makes every call (and every reader)
-  // fail with INVALID_ARGUMENT naming the file. Handshake failures (bad or
+  // A bearer token, sent as `authorization: Bearer TOKEN` metadata on every
+  // call (daemons behind a TLS-terminating proxy, docs/operations.md
+  // "Access control"). bearer_token_file: a file whose first line is the
+  // token (read once, by the constructor; keep it out of command lines);
+  // bearer_token: the token itself. At most one of the two. Send tokens
+  // over TLS (tls_root_ca_file), or plaintext only to a proxy on this host.
+  std::string bearer_token_file{};
+  std::string bearer_token{};
+  // A TLS or token file that cannot be read, or a token that is empty or
+  // has characters other than printable ASCII without spaces, makes every
+  // call (and every reader) fail with INVALID_ARGUMENT naming the file. Handshake failures (bad or
   // missing certificates) surface as UNAVAILABLE, which readers retry until
   // reconnect_deadline.
 };

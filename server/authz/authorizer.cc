@@ -1,0 +1,235 @@
+#include "server/authz/authorizer.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace nearprep {
+namespace authz {
+namespace {
+
+void AppendJsonString(std::string* out, const std::string& s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20 || c >= 0x7f) {
+          // Bytes outside printable ASCII (names are bytes, maybe not
+          // UTF-8): \u00XX keeps every line valid JSON.
+          out->append("\\u00");
+          out->push_back(kHex[c >> 4]);
+          out->push_back(kHex[c & 15]);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+absl::StatusOr<std::FILE*> OpenAuditLog(const std::string& path) {
+  if (path.empty()) return nullptr;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(
+        "authorization.audit_log: cannot open '" + path + "' for appending");
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string AuditJson(const AuditRecord& r) {
+  std::string out = "{";
+  const auto field = [&out](const char* key, const std::string& value) {
+    if (out.size() > 1) out.push_back(',');
+    AppendJsonString(&out, key);
+    out.push_back(':');
+    AppendJsonString(&out, value);
+  };
+  field("time", r.time);
+  field("identity", r.identity);
+  field("peer", r.peer);
+  field("dataset", r.dataset);
+  field("operation", std::string(OperationName(r.operation)));
+  field("decision", r.decision);
+  field("rule", r.rule);
+  out.push_back('}');
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const Policy>> LoadPolicy(
+    const PolicyConfig& config) {
+  std::vector<TokenEntry> tokens;
+  if (!config.token_file.empty()) {
+    absl::StatusOr<std::vector<TokenEntry>> t =
+        LoadTokenFile(config.token_file);
+    if (!t.ok()) return t.status();
+    tokens = std::move(*t);
+  }
+  return Policy::Create(config, std::move(tokens));
+}
+
+absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
+    const PolicyConfig& config, std::vector<std::string> datasets) {
+  std::unique_ptr<Authorizer> a(new Authorizer());
+  a->datasets_ = std::move(datasets);
+  absl::StatusOr<std::shared_ptr<const Policy>> p = LoadPolicy(config);
+  if (!p.ok()) return p.status();
+  absl::StatusOr<std::FILE*> f = OpenAuditLog(config.audit_log);
+  if (!f.ok()) return f.status();
+  absl::MutexLock l(&a->mu_);
+  a->policy_ = std::move(*p);
+  a->audit_file_ = *f;
+  return a;
+}
+
+Authorizer::~Authorizer() {
+  absl::MutexLock l(&mu_);
+  if (audit_file_ != nullptr) std::fclose(audit_file_);
+}
+
+absl::Status Authorizer::Reload(const PolicyConfig& config) {
+  absl::StatusOr<std::shared_ptr<const Policy>> p = LoadPolicy(config);
+  absl::StatusOr<std::FILE*> f =
+      p.ok() ? OpenAuditLog(config.audit_log) : absl::StatusOr<std::FILE*>();
+  absl::MutexLock l(&mu_);
+  if (!p.ok() || !f.ok()) {
+    ++reloads_failed_;
+    return p.ok() ? f.status() : p.status();
+  }
+  if (policy_->enabled() && !(*p)->enabled()) {
+    spdlog::warn("authorization: the reloaded config has no authorization "
+                 "section: every client may now read every dataset");
+  }
+  policy_ = std::move(*p);
+  if (audit_file_ != nullptr) std::fclose(audit_file_);
+  audit_file_ = *f;
+  ++reloads_ok_;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const Policy> Authorizer::policy() const {
+  absl::MutexLock l(&mu_);
+  return policy_;
+}
+
+bool Authorizer::enabled() const { return policy()->enabled(); }
+
+void Authorizer::Record(const Credentials& c, const std::string& identity,
+                        Operation op, const std::string& dataset,
+                        const std::string& decision, const std::string& rule) {
+  AuditRecord r;
+  r.time = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                            absl::UTCTimeZone());
+  r.identity = identity;
+  r.peer = c.peer;
+  r.dataset = dataset;
+  r.operation = op;
+  r.decision = decision;
+  r.rule = rule;
+  const std::string line = AuditJson(r);
+  std::string label;
+  if (!dataset.empty()) {
+    label = std::find(datasets_.begin(), datasets_.end(), dataset) !=
+                    datasets_.end()
+                ? dataset
+                : "(other)";
+  }
+  absl::MutexLock l(&mu_);
+  ++counts_[{decision, label}];
+  if (audit_file_ != nullptr) {
+    std::fputs(line.c_str(), audit_file_);
+    std::fputc('\n', audit_file_);
+    std::fflush(audit_file_);
+  } else {
+    spdlog::info("audit {}", line);
+  }
+}
+
+absl::Status Authorizer::Authorize(const Credentials& c, Operation op,
+                                   const std::string& dataset) {
+  std::shared_ptr<const Policy> p = policy();
+  if (!p->enabled()) return absl::OkStatus();
+  const std::string shown = op == Operation::kInfo ? "" : dataset;
+  absl::StatusOr<std::string> identity = p->Identify(c);
+  if (!identity.ok()) {
+    Record(c, "", op, shown, "unauthenticated", "");
+    return identity.status();
+  }
+  const Decision d = p->Check(*identity, op, dataset);
+  if (!d.allowed) {
+    Record(c, *identity, op, shown, "deny", "");
+    if (op == Operation::kInfo) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "identity '", *identity,
+          "' may not call GetServerInfo (no authorization rule gives it "
+          "operation info)"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "identity '", *identity, "' may not ", std::string(OperationName(op)),
+        " dataset '", dataset,
+        "' (no authorization rule allows it)"));
+  }
+  if (op == Operation::kStream) {
+    Record(c, *identity, op, shown, "allow", d.rule);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::function<bool(const std::string&)>> Authorizer::ListFilter(
+    const Credentials& c) {
+  std::shared_ptr<const Policy> p = policy();
+  if (!p->enabled()) {
+    return std::function<bool(const std::string&)>(
+        [](const std::string&) { return true; });
+  }
+  absl::StatusOr<std::string> identity = p->Identify(c);
+  if (!identity.ok()) {
+    Record(c, "", Operation::kList, "", "unauthenticated", "");
+    return identity.status();
+  }
+  return std::function<bool(const std::string&)>(
+      [p, id = *identity](const std::string& name) {
+        return p->Check(id, Operation::kList, name).allowed;
+      });
+}
+
+std::map<std::pair<std::string, std::string>, uint64_t>
+Authorizer::decision_counts() const {
+  absl::MutexLock l(&mu_);
+  return counts_;
+}
+
+uint64_t Authorizer::reloads_failed() const {
+  absl::MutexLock l(&mu_);
+  return reloads_failed_;
+}
+
+uint64_t Authorizer::reloads_ok() const {
+  absl::MutexLock l(&mu_);
+  return reloads_ok_;
+}
+
+}  // namespace authz
+}  // namespace nearprep
