@@ -53,7 +53,7 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, Request* request) {
 // and CN, the `authorization` metadata, the peer address.
 authz::Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
   authz::Credentials c;
-  c.peer = context.peer();
+  c.peer = PeerName(context.peer());
   const std::shared_ptr<const grpc::AuthContext> auth =
       context.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
