@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -87,6 +88,22 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   ds->index_cache_ = std::move(index_cache);
   ds->block_cache_ = std::make_unique<BlockCache>(c.block_cache_bytes);
   ds->listed_ = std::move(listing->samples);
+  if (ds->manifest_) {
+    ds->listing_version_ = ds->manifest_->hash.substr(0, 16);
+  } else {
+    // FNV-1a 64 (stable across processes and machines, unlike absl::Hash).
+    uint64_t h = 14695981039346656037ull;
+    auto mix = [&h](absl::string_view bytes) {
+      for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+    };
+    for (const ListedSample& s : ds->listed_) {
+      mix(s.key);
+      mix(absl::StrCat("\n", s.size, " ", s.label, s.error.empty() ? "\n" : " bad\n"));
+    }
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    ds->listing_version_ = hex;
+  }
   ds->samples_.reserve(ds->listed_.size());
   for (size_t i = 0; i < ds->listed_.size(); ++i) {
     ds->samples_.push_back(Sample{static_cast<uint64_t>(i), ds->listed_[i].key,

@@ -188,6 +188,11 @@ class Dataset {
 
   // What the dataset's reads cost storage (read sizes: bytes / reads).
   const ReadCounters& read_counters() const { return counters_; }
+  // What the sample ids stand for, as 16 hex digits: with a manifest, the
+  // start of its hash; otherwise a hash of the listing (every sample's key,
+  // size and label, in id order). The same files give the same version on
+  // every daemon; resume tokens carry it (resume_token.h).
+  const std::string& listing_version() const { return listing_version_; }
   // Record formats: cached shard indexes refused at open (not bound to their
   // shard, malformed, a changed shard) and rebuilt.
   uint64_t indexes_rebuilt() const { return indexes_rebuilt_; }
@@ -246,6 +251,7 @@ class Dataset {
   uint64_t num_shards_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t indexes_rebuilt_ = 0;
+  std::string listing_version_;
   // Record formats: each shard as indexed (SampleListing::shards).
   std::map<std::string, FileInfo> shards_;
   std::shared_ptr<const Storage> index_cache_;
