@@ -320,8 +320,8 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
   // The last line is the checksum of everything before it.
   {
     const size_t end = text.size() >= 1 && text.back() == '\n' ? text.size() - 1 : text.size();
-    const size_t start = text.rfind('\n', end == 0 ? 0 : end - 1);
-    const size_t body = start == std::string::npos ? 0 : start + 1;
+    const size_t start = end == 0 ? std::string::npos : text.rfind('\n', end - 1);
+    const size_t body = start == std::string::npos ? 0 : start + 1;  // <= end
     const absl::string_view last(text.data() + body, end - body);
     uint32_t want = 0;
     if (!absl::StartsWith(last, "checksum ") ||

@@ -41,8 +41,8 @@ enum class FileType { kRegular, kDirectory, kSymlink, kOther };
 struct FileInfo {
   FileType type = FileType::kOther;
   uint64_t size = 0;  // bytes (regular files)
-  // Last modification, in ns since the epoch (posix: st_mtim); record
-  // shard indexes are trusted while size and mtime are unchanged.
+  // Last modification, in ns since the epoch (posix: st_mtim); part of what
+  // binds a record shard's index to the shard (shard_index.h).
   int64_t mtime_ns = 0;
   // Which file it is (posix: st_dev, st_ino; 0 where the storage cannot
   // tell): a shard replaced by a rename keeps its name, not its inode.

@@ -284,6 +284,12 @@ TEST(ShardIndexBindingTest, IndexIsBoundToTheShardBytes) {
   EXPECT_EQ(back->entries[0].data_crc, index.entries[0].data_crc);
 }
 
+TEST(ShardIndexBindingTest, ShortTextsAreRefusedNotACrash) {
+  for (const char* text : {"", "\n", "\n\n", "checksum 0\n", "x\nchecksum 0"}) {
+    EXPECT_FALSE(ParseShardIndex(text).ok()) << text;
+  }
+}
+
 TEST(ShardIndexBindingTest, OldVersionIndexIsNotParsed) {
   ShardIndex index;
   TfShard(2, &index);
