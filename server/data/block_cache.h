@@ -61,6 +61,10 @@ struct ReadCounters {
   std::atomic<uint64_t> block_bypasses{0};
   std::atomic<uint64_t> block_alone{0};
   std::atomic<uint64_t> block_idle_drops{0};
+  // Reads refused because the shard is no longer the file that was indexed
+  // (another inode, size or mtime: replaced in place) or a record's CRC is
+  // not the indexed one.
+  std::atomic<uint64_t> shard_changed{0};
 };
 
 class BlockCache {

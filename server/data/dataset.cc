@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -82,9 +83,27 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
   ds->num_refused_ = listing->refused;
   ds->num_shards_ = listing->num_shards;
   ds->total_bytes_ = listing->total_bytes;
+  ds->indexes_rebuilt_ = listing->indexes_rebuilt;
+  ds->shards_ = std::move(listing->shards);
   ds->index_cache_ = std::move(index_cache);
   ds->block_cache_ = std::make_unique<BlockCache>(c.block_cache_bytes);
   ds->listed_ = std::move(listing->samples);
+  if (ds->manifest_) {
+    ds->listing_version_ = ds->manifest_->hash.substr(0, 16);
+  } else {
+    // FNV-1a 64 (stable across processes and machines, unlike absl::Hash).
+    uint64_t h = 14695981039346656037ull;
+    auto mix = [&h](absl::string_view bytes) {
+      for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+    };
+    for (const ListedSample& s : ds->listed_) {
+      mix(s.key);
+      mix(absl::StrCat("\n", s.size, " ", s.label, s.error.empty() ? "\n" : " bad\n"));
+    }
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    ds->listing_version_ = hex;
+  }
   ds->samples_.reserve(ds->listed_.size());
   for (size_t i = 0; i < ds->listed_.size(); ++i) {
     ds->samples_.push_back(Sample{static_cast<uint64_t>(i), ds->listed_[i].key,
@@ -97,10 +116,36 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(
                    ? std::string()
                    : absl::StrCat(", ", ds->num_shards_, " shards, ",
                                   listing->indexes_cached,
-                                  " indexes from cache, scan read ",
+                                  " indexes from cache, ",
+                                  listing->indexes_rebuilt,
+                                  " cached indexes rebuilt, scan read ",
                                   listing->scan_bytes_read, " bytes in ",
                                   listing->scan_reads, " reads"));
   return ds;
+}
+
+absl::Status Dataset::CheckShardIdentity(const std::string& file,
+                                         const RandomAccessFile& f) const {
+  auto it = shards_.find(file);
+  if (it == shards_.end()) return absl::OkStatus();
+  const FileInfo& was = it->second;
+  const FileInfo now = f.info();
+  std::string what;
+  if (now.size != was.size) {
+    what = absl::StrCat("size ", was.size, " -> ", now.size);
+  } else if (now.inode != 0 && was.inode != 0 &&
+             (now.inode != was.inode || now.device != was.device)) {
+    what = absl::StrCat("inode ", was.inode, " -> ", now.inode);
+  } else if (now.mtime_ns != 0 && was.mtime_ns != 0 &&
+             now.mtime_ns != was.mtime_ns) {
+    what = absl::StrCat("mtime ", was.mtime_ns, " -> ", now.mtime_ns, " ns");
+  } else {
+    return absl::OkStatus();
+  }
+  counters_.shard_changed.fetch_add(1, std::memory_order_relaxed);
+  return absl::DataLossError(absl::StrCat(
+      "shard ", file, " was replaced or rewritten since it was indexed (", what,
+      "); none of it is served until the daemon re-indexes it (restart)"));
 }
 
 absl::StatusOr<size_t> Dataset::CheckRecord(uint64_t id, const uint8_t* record,
@@ -122,6 +167,17 @@ absl::StatusOr<size_t> Dataset::CheckRecord(uint64_t id, const uint8_t* record,
   const uint8_t* data = record + records::kTfRecordHeaderBytes;
   absl::Status crc = records::CheckTfRecordData(data, *length, data + *length);
   if (!crc.ok()) return at(crc.message());
+  if (where.has_data_crc) {
+    const uint8_t* f = data + *length;
+    const uint32_t footer = uint32_t{f[0]} | uint32_t{f[1]} << 8 |
+                            uint32_t{f[2]} << 16 | uint32_t{f[3]} << 24;
+    if (footer != where.data_crc) {
+      counters_.shard_changed.fetch_add(1, std::memory_order_relaxed);
+      return at("record changed since the shard was indexed (another "
+                "record's CRC): the shard was rewritten, its index no longer "
+                "holds");
+    }
+  }
   const uint64_t start = where.offset - where.record_offset;
   if (start < records::kTfRecordHeaderBytes ||
       start + where.size > records::kTfRecordHeaderBytes + *length) {
@@ -161,17 +217,21 @@ struct AlignedFree {
 
 absl::Status Dataset::ReadAlignedInto(const std::string& file, uint64_t begin,
                                       uint64_t end, uint8_t* dst, uint64_t* got) const {
+  absl::Status changed;
   auto read_with = [&](bool direct) -> absl::Status {
     OpenOptions o;
     o.direct = direct;
     absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(file, o);
     if (!f.ok()) return f.status();
+    changed = CheckShardIdentity(file, **f);
+    if (!changed.ok()) return changed;
     size_t n = 0;
     absl::Status s = (*f)->Read(begin, end - begin, dst, &n);
     if (s.ok()) *got = n;
     return s;
   };
   absl::Status s = read_with(/*direct=*/true);
+  if (!changed.ok()) return changed;
   if (s.ok()) {
     counters_.direct_reads.fetch_add(1, std::memory_order_relaxed);
   } else if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
@@ -398,6 +458,9 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         Where(id, file.status().message()));
+  }
+  if (absl::Status c = CheckShardIdentity(where.file, **file); !c.ok()) {
+    return absl::DataLossError(Where(id, c.message()));
   }
   SampleFile out;
   out.offset = where.whole_file ? 0 : where.offset;

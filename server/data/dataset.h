@@ -15,6 +15,7 @@
 #define NEARPREP_SERVER_DATA_DATASET_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -187,6 +188,14 @@ class Dataset {
 
   // What the dataset's reads cost storage (read sizes: bytes / reads).
   const ReadCounters& read_counters() const { return counters_; }
+  // What the sample ids stand for, as 16 hex digits: with a manifest, the
+  // start of its hash; otherwise a hash of the listing (every sample's key,
+  // size and label, in id order). The same files give the same version on
+  // every daemon; resume tokens carry it (resume_token.h).
+  const std::string& listing_version() const { return listing_version_; }
+  // Record formats: cached shard indexes refused at open (not bound to their
+  // shard, malformed, a changed shard) and rebuilt.
+  uint64_t indexes_rebuilt() const { return indexes_rebuilt_; }
   // Bytes of blocks held in memory now (record datasets' block reads).
   uint64_t block_cache_resident_bytes() const;
 
@@ -221,6 +230,13 @@ class Dataset {
   // CheckRecord, then keeps only the image bytes in *record.
   absl::Status CheckRecordAndKeepPayload(uint64_t id,
                                          std::vector<uint8_t>* record) const;
+  // Record formats: DATA_LOSS "shard FILE was replaced or rewritten ..."
+  // (counted; callers add the sample) when the open `f` of shard `file`
+  // is not the file that was indexed (inode, size or mtime differ: the shard
+  // was replaced or rewritten while the daemon runs); its index no longer
+  // says which bytes are which sample, so nothing of it is served.
+  absl::Status CheckShardIdentity(const std::string& file,
+                                  const RandomAccessFile& f) const;
   // "dataset 'NAME': PATH: " + what.
   std::string Where(uint64_t id, absl::string_view what) const;
 
@@ -234,6 +250,10 @@ class Dataset {
   uint64_t num_refused_ = 0;
   uint64_t num_shards_ = 0;
   uint64_t total_bytes_ = 0;
+  uint64_t indexes_rebuilt_ = 0;
+  std::string listing_version_;
+  // Record formats: each shard as indexed (SampleListing::shards).
+  std::map<std::string, FileInfo> shards_;
   std::shared_ptr<const Storage> index_cache_;
   mutable ReadCounters counters_;
   std::unique_ptr<BlockCache> block_cache_;

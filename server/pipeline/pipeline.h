@@ -95,6 +95,9 @@ struct StreamRequest {
   uint32_t num_shards = 1;
   uint64_t start_batch = 0;
   uint64_t start_position = 0;  // 0 with start_batch > 0: recompute.
+  // Non-empty: each batch carries a resume token (BatchData::resume_token)
+  // made of this binding (server/pipeline/resume_token.h: ResumeBinding).
+  std::string resume_binding;
   uint64_t max_batches = 0;     // 0: to the end of the shard.
   bool drop_remainder = false;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
@@ -146,6 +149,9 @@ struct BatchData {
   uint64_t epoch = 0;
   uint64_t batch_index = 0;
   uint64_t next_position = 0;
+  // With StreamRequest::resume_binding: the token for resuming at
+  // batch_index + 1 (ResumeToken).
+  std::string resume_token;
   uint32_t num_samples = 0;
   std::vector<int64_t> labels;
   std::vector<uint64_t> sample_ids;

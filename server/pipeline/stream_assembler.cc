@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/epoch_plan.h"
+#include "server/pipeline/resume_token.h"
 #include "spdlog/spdlog.h"
 
 namespace nearprep {
@@ -317,6 +318,10 @@ void StreamAssembler::Emit(uint32_t n) {
   bd->epoch = c.epoch;
   bd->batch_index = req_.start_batch + head;
   bd->next_position = assemble_pos_;
+  if (!req_.resume_binding.empty()) {
+    bd->resume_token =
+        ResumeToken(req_.resume_binding, bd->batch_index + 1, assemble_pos_);
+  }
   bd->num_samples = n;
   const uint64_t h = static_cast<uint64_t>(c.spec.height);
   const uint64_t w = static_cast<uint64_t>(c.spec.width);

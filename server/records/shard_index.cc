@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/records/crc32c.h"
 #include "server/records/tar_shard.h"
 #include "server/records/tf_example.h"
 #include "server/records/tfrecord.h"
@@ -14,7 +18,7 @@
 namespace nearprep::records {
 namespace {
 
-constexpr char kMagic[] = "nearprep-shard-index 1";
+constexpr char kMagic[] = "nearprep-shard-index 2";
 
 std::string Escape(const std::string& s) {
   if (s.empty()) return "-";
@@ -67,6 +71,11 @@ void TfRecordEntry(const RecordSpan& span, const uint8_t* data,
                             f.status().message());
     return;
   }
+  // The footer (after the data; the scan checked it): the record's CRC.
+  const uint8_t* footer = data + span.length;
+  e->has_data_crc = true;
+  e->data_crc = uint32_t{footer[0]} | uint32_t{footer[1]} << 8 |
+                uint32_t{footer[2]} << 16 | uint32_t{footer[3]} << 24;
   e->payload_offset = span.offset + kTfRecordHeaderBytes + f->image_offset;
   e->payload_bytes = f->image_size;
   e->has_label = f->has_label;
@@ -83,12 +92,53 @@ std::string IndexOptions::Fingerprint() const {
   return format;
 }
 
+absl::StatusOr<std::string> ShardCheck(uint64_t shard_bytes,
+                                       const RangeReader& read) {
+  uint32_t crc = 0;
+  std::vector<uint8_t> buf;
+  auto add = [&](uint64_t off, uint64_t n) -> absl::Status {
+    buf.resize(n);
+    uint64_t got = 0;
+    while (got < n) {
+      auto r = read(off + got, n - got, buf.data() + got);
+      if (!r.ok()) return r.status();
+      if (*r == 0) break;
+      got += *r;
+    }
+    if (got != n) return absl::DataLossError("shard shorter than its size");
+    crc = Crc32cExtend(crc, buf.data(), n);
+    return absl::OkStatus();
+  };
+  if (shard_bytes <= 2 * kShardCheckBytes) {
+    if (absl::Status s = add(0, shard_bytes); !s.ok()) return s;
+  } else {
+    if (absl::Status s = add(0, kShardCheckBytes); !s.ok()) return s;
+    if (absl::Status s = add(shard_bytes - kShardCheckBytes, kShardCheckBytes);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::string size = absl::StrCat(shard_bytes);
+  crc = Crc32cExtend(crc, size.data(), size.size());
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", crc);
+  return absl::StrCat("crc32c:", hex);
+}
+
 absl::StatusOr<ShardIndex> BuildShardIndex(const std::string& name,
                                            uint64_t shard_bytes,
                                            int64_t shard_mtime_ns,
                                            const RangeReader& read,
                                            const IndexOptions& options) {
   ShardIndex index;
+  {
+    absl::StatusOr<std::string> check = ShardCheck(shard_bytes, read);
+    if (!check.ok()) {
+      return absl::Status(check.status().code(),
+                          absl::StrCat(name, ": ", check.status().message()));
+    }
+    index.shard_check = *std::move(check);
+  }
   index.format = options.format;
   index.shard_bytes = shard_bytes;
   index.shard_mtime_ns = shard_mtime_ns;
@@ -160,6 +210,14 @@ absl::StatusOr<ShardIndex> BuildTfRecordIndexFromDali(
     const RangeReader& read, const IndexOptions& options,
     const std::string& dali_index_text) {
   ShardIndex index;
+  {
+    absl::StatusOr<std::string> check = ShardCheck(shard_bytes, read);
+    if (!check.ok()) {
+      return absl::Status(check.status().code(),
+                          absl::StrCat(name, ": ", check.status().message()));
+    }
+    index.shard_check = *std::move(check);
+  }
   index.format = "tfrecord";
   index.shard_bytes = shard_bytes;
   index.shard_mtime_ns = shard_mtime_ns;
@@ -228,6 +286,7 @@ std::string SerializeShardIndex(const ShardIndex& index) {
   std::string out = absl::StrCat(kMagic, "\nformat ", index.format,
                                  "\nshard_bytes ", index.shard_bytes,
                                  "\nshard_mtime_ns ", index.shard_mtime_ns,
+                                 "\nshard_check ", index.shard_check,
                                  "\noptions ", index.options, "\n");
   if (!index.damage.empty()) {
     absl::StrAppend(&out, "damage ", index.damaged_at, " ",
@@ -236,17 +295,43 @@ std::string SerializeShardIndex(const ShardIndex& index) {
   absl::StrAppend(&out, "entries ", index.entries.size(), "\n");
   for (const auto& e : index.entries) {
     absl::StrAppend(&out, e.record_offset, " ", e.record_bytes, " ",
-                    e.payload_offset, " ", e.payload_bytes, " ",
+                    e.payload_offset, " ", e.payload_bytes, " ");
+    if (e.has_data_crc) {
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%08x", e.data_crc);
+      out += hex;
+    } else {
+      out += "-";
+    }
+    absl::StrAppend(&out, " ",
                     e.has_label ? absl::StrCat(e.label) : std::string("-"),
                     " ", Escape(e.key));
     if (!e.error.empty()) absl::StrAppend(&out, " ", Escape(e.error));
     out += "\n";
   }
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", Crc32c(out.data(), out.size()));
+  absl::StrAppend(&out, "checksum ", hex, "\n");
   return out;
 }
 
 absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
   ShardIndex index;
+  // The last line is the checksum of everything before it.
+  {
+    const size_t end = text.size() >= 1 && text.back() == '\n' ? text.size() - 1 : text.size();
+    const size_t start = end == 0 ? std::string::npos : text.rfind('\n', end - 1);
+    const size_t body = start == std::string::npos ? 0 : start + 1;  // <= end
+    const absl::string_view last(text.data() + body, end - body);
+    uint32_t want = 0;
+    if (!absl::StartsWith(last, "checksum ") ||
+        !absl::SimpleHexAtoi(last.substr(9), &want) ||
+        Crc32c(text.data(), body) != want) {
+      return absl::InvalidArgumentError(
+          "shard index: checksum missing or wrong (the index was changed "
+          "after it was written)");
+    }
+  }
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
   size_t i = 0;
   auto bad = [&](const std::string& why) {
@@ -276,6 +361,9 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
       !absl::SimpleAtoi(v, &index.shard_mtime_ns)) {
     return bad("want 'shard_mtime_ns N'");
   }
+  if (!next("shard_check", &index.shard_check)) {
+    return bad("want 'shard_check'");
+  }
   if (!next("options", &index.options)) return bad("want 'options'");
   if (next("damage", &v)) {
     const size_t sp = v.find(' ');
@@ -289,38 +377,92 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
   if (!next("entries", &v) || !absl::SimpleAtoi(v, &n)) {
     return bad("want 'entries N'");
   }
+  const bool tfrecord = index.format == "tfrecord";
+  const uint64_t size = index.shard_bytes;
+  uint64_t prev_end = 0;
   for (uint64_t k = 0; k < n; ++k, ++i) {
     if (i >= lines.size()) return bad("missing entries");
     std::vector<std::string> f = absl::StrSplit(lines[i], ' ');
     IndexEntry e;
-    if (f.size() < 6 || f.size() > 7 ||
+    if (f.size() < 7 || f.size() > 8 ||
         !absl::SimpleAtoi(f[0], &e.record_offset) ||
         !absl::SimpleAtoi(f[1], &e.record_bytes) ||
         !absl::SimpleAtoi(f[2], &e.payload_offset) ||
         !absl::SimpleAtoi(f[3], &e.payload_bytes) ||
-        !Unescape(f[5], &e.key) ||
-        (f.size() == 7 && !Unescape(f[6], &e.error))) {
+        !Unescape(f[6], &e.key) ||
+        (f.size() == 8 && !Unescape(f[7], &e.error))) {
       return bad("malformed entry");
     }
     if (f[4] != "-") {
-      if (!absl::SimpleAtoi(f[4], &e.label)) return bad("malformed label");
+      if (f[4].size() != 8 || !absl::SimpleHexAtoi(f[4], &e.data_crc)) {
+        return bad("malformed record CRC");
+      }
+      e.has_data_crc = true;
+    }
+    if (f[5] != "-") {
+      if (!absl::SimpleAtoi(f[5], &e.label)) return bad("malformed label");
       e.has_label = true;
     }
-    if (e.payload_offset > index.shard_bytes ||
-        e.payload_bytes > index.shard_bytes - e.payload_offset) {
+    // Bounds before anything trusts the numbers (a reader allocates
+    // record_bytes).
+    if (e.record_bytes > kMaxIndexedRecordBytes ||
+        e.payload_bytes > kMaxIndexedRecordBytes) {
+      return bad(absl::StrCat("entry claims ", std::max(e.record_bytes, e.payload_bytes),
+                              " bytes, over the record limit ",
+                              kMaxIndexedRecordBytes));
+    }
+    if (e.record_offset > size || e.record_bytes > size - e.record_offset ||
+        e.payload_offset > size || e.payload_bytes > size - e.payload_offset) {
       return bad("entry outside the shard");
     }
+    if ((tfrecord || e.error.empty()) && e.record_offset < prev_end) {
+      return bad("entry out of file order (overlaps the previous one)");
+    }
+    if (tfrecord) {
+      if (e.record_offset != prev_end) {
+        return bad(absl::StrCat("record at ", e.record_offset,
+                                " does not start where the previous one ends (",
+                                prev_end, "): an entry is missing or moved"));
+      }
+      if (e.record_bytes < kTfRecordOverheadBytes) return bad("record too short");
+      if (e.error.empty() &&
+          (e.payload_offset < e.record_offset + kTfRecordHeaderBytes ||
+           e.payload_offset + e.payload_bytes >
+               e.record_offset + e.record_bytes - kTfRecordFooterBytes)) {
+        return bad("image bytes outside their record");
+      }
+    } else if (e.error.empty() && (e.record_offset != e.payload_offset ||
+                                   e.record_bytes != e.payload_bytes ||
+                                   e.payload_offset % 512 != 0)) {
+      return bad("tar entry not a member's data");
+    }
+    if (tfrecord || e.error.empty()) prev_end = e.record_offset + e.record_bytes;
     index.entries.push_back(std::move(e));
+  }
+  if (tfrecord && prev_end != (index.damage.empty() ? size : index.damaged_at)) {
+    return bad(absl::StrCat("the records end at ", prev_end, ", not at the ",
+                            index.damage.empty() ? "shard's end " : "damage at ",
+                            index.damage.empty() ? size : index.damaged_at,
+                            ": an entry is missing"));
   }
   return index;
 }
 
-bool IndexMatches(const ShardIndex& index, uint64_t shard_bytes,
-                  int64_t shard_mtime_ns, const IndexOptions& options) {
-  return index.shard_bytes == shard_bytes &&
-         index.shard_mtime_ns == shard_mtime_ns &&
-         index.format == options.format &&
-         index.options == options.Fingerprint();
+std::string IndexMismatch(const ShardIndex& index, uint64_t shard_bytes,
+                          int64_t shard_mtime_ns, const IndexOptions& options) {
+  if (index.shard_bytes != shard_bytes) {
+    return absl::StrCat("shard size ", shard_bytes, ", index says ",
+                        index.shard_bytes);
+  }
+  if (index.shard_mtime_ns != shard_mtime_ns) {
+    return absl::StrCat("shard mtime ", shard_mtime_ns, " ns, index says ",
+                        index.shard_mtime_ns);
+  }
+  if (index.format != options.format || index.options != options.Fingerprint()) {
+    return absl::StrCat("options '", options.Fingerprint(), "', index has '",
+                        index.options, "'");
+  }
+  return "";
 }
 
 }  // namespace nearprep::records

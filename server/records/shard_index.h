@@ -1,21 +1,29 @@
 // The index of one record shard: where each sample's image bytes are, its
 // label, and whether it is known to be bad. Built by scanning the shard once
 // (large sequential reads), then cached as a small text file next to the
-// shard or in a cache folder, and trusted while the shard's size and mtime
-// and the options that shaped it are unchanged.
+// shard or in a cache folder, and trusted only while it is bound to the
+// shard: the shard's size, mtime and head-and-tail checksum (ShardCheck)
+// and the options that shaped it are unchanged, the index's own checksum
+// holds, and every entry lies inside the shard, in file order, within the
+// record limit (ParseShardIndex). Anything else is rebuilt by a scan.
 //
 // Cached form (text, one line per entry; '#' lines are comments):
-//   nearprep-shard-index 1
+//   nearprep-shard-index 2
 //   format tfrecord|tar
 //   shard_bytes N
 //   shard_mtime_ns N
+//   shard_check crc32c:HEX             (ShardCheck of the shard's bytes)
 //   options <the IndexOptions fingerprint>
 //   damage OFFSET MESSAGE...            (only when the scan stopped early)
 //   entries N
-//   RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES LABEL|- KEY|- [ERROR...]
+//   RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES CRC|- LABEL|- KEY|- [ERROR...]
+//   checksum HEX                        (CRC-32C of every byte before this line)
 // KEY is the tar sample key, percent-escaped (bytes <= 0x20, '%' and
-// >= 0x7f as %XX), or '-'. PAYLOAD_OFFSET is absolute in the shard. ERROR,
-// when present, is the message of the DATA_LOSS the sample fails with.
+// >= 0x7f as %XX), or '-'. PAYLOAD_OFFSET is absolute in the shard. CRC is
+// a TFRecord record's masked data CRC (its footer, 8 hex digits), checked
+// against the record read at serve time, '-' for tar. ERROR, when present,
+// is the message of the DATA_LOSS the sample fails with. Version 1 indexes
+// (no binding) are rebuilt.
 // DALI's tfrecord2idx index ("OFFSET SIZE" per record) is read to skip the
 // framing scan when a FILE.idx sits beside a TFRecord shard: the records
 // are still parsed and their CRCs checked.
@@ -52,6 +60,10 @@ struct IndexEntry {
   uint64_t payload_bytes = 0;
   bool has_label = false;
   int64_t label = 0;
+  // TFRecord: the record's masked data CRC (its footer) when the record's
+  // CRC was good at indexing.
+  bool has_data_crc = false;
+  uint32_t data_crc = 0;
   std::string key;    // Tar: the WebDataset key.
   std::string error;  // Non-empty: the sample fails with DATA_LOSS(error).
 };
@@ -61,6 +73,7 @@ struct ShardIndex {
   uint64_t shard_bytes = 0;
   int64_t shard_mtime_ns = 0;
   std::string options;  // IndexOptions::Fingerprint()
+  std::string shard_check;  // ShardCheck() of the shard indexed
   std::vector<IndexEntry> entries;
   // Where the scan stopped (damaged framing, truncation): entries end before
   // it; empty when the whole shard was read.
@@ -87,13 +100,36 @@ absl::StatusOr<ShardIndex> BuildTfRecordIndexFromDali(
     const RangeReader& read, const IndexOptions& options,
     const std::string& dali_index_text);
 
+// No record of an index may claim more bytes than this (TFRecord's own
+// impossible length plus its framing); checked before anything is read.
+inline constexpr uint64_t kMaxIndexedRecordBytes = (uint64_t{1} << 31) + 16;
+// Bytes of the head and of the tail of a shard that ShardCheck reads.
+inline constexpr uint64_t kShardCheckBytes = uint64_t{64} << 10;
+
+// "crc32c:HEX": the CRC-32C of the shard's first and last kShardCheckBytes
+// (the whole shard when it is at most twice that) and of its size. Two
+// reads; binds a cached index to the bytes it was built from.
+absl::StatusOr<std::string> ShardCheck(uint64_t shard_bytes,
+                                       const RangeReader& read);
+
 std::string SerializeShardIndex(const ShardIndex& index);
-// INVALID_ARGUMENT naming the line for a malformed index.
+// INVALID_ARGUMENT naming the line for a malformed index: a bad checksum,
+// an entry outside the shard, over kMaxIndexedRecordBytes, out of file order
+// or overlapping the previous one, a TFRecord entry whose payload is not
+// inside its record or that does not start where the previous record ends
+// (a dropped or swapped entry), or records that do not reach the shard's
+// end (or the damage).
 absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text);
 
-// True when a cached index still describes the shard.
-bool IndexMatches(const ShardIndex& index, uint64_t shard_bytes,
-                  int64_t shard_mtime_ns, const IndexOptions& options);
+// Why a cached index does not describe the shard (size, mtime, options),
+// empty when it still does. The shard's bytes (shard_check) are compared by
+// the caller, which can read them.
+std::string IndexMismatch(const ShardIndex& index, uint64_t shard_bytes,
+                          int64_t shard_mtime_ns, const IndexOptions& options);
+inline bool IndexMatches(const ShardIndex& index, uint64_t shard_bytes,
+                         int64_t shard_mtime_ns, const IndexOptions& options) {
+  return IndexMismatch(index, shard_bytes, shard_mtime_ns, options).empty();
+}
 
 }  // namespace nearprep::records
 

@@ -71,6 +71,7 @@ void BatchToProto(const BatchData& b, bool with_data, v1::Batch* out) {
   t->set_transform_us(b.times.transform_us);
   t->set_queue_wait_us(b.queue_wait_us);
   out->set_next_position(b.next_position);
+  if (!b.resume_token.empty()) out->set_resume_token(b.resume_token);
   v1::Tensor* tensor = out->mutable_tensor();
   for (uint64_t d : b.shape) tensor->add_shape(d);
   tensor->set_dtype(static_cast<v1::DType>(b.dtype));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
 #include "server/data/block_shuffle.h"
+#include "server/pipeline/resume_token.h"
 #include "server/service/fleet_request.h"
 
 namespace nearprep {
@@ -441,6 +442,33 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   r.num_shards = num_shards;
   r.start_batch = request.start_batch();
   r.start_position = request.start_position();
+  // Explicit ids (fleet) do not resume: no token in their batches.
+  const std::string binding = ResumeBinding(r);
+  if (request.sample_ids_size() == 0) r.resume_binding = binding;
+  if (!request.resume_token().empty()) {
+    if (request.sample_ids_size() > 0) {
+      return Invalid("resume_token", "not with sample_ids (explicit ids do not resume)");
+    }
+    uint64_t batch = 0, position = 0;
+    if (absl::Status st = CheckResumeToken(request.resume_token(), binding, &batch,
+                                           &position);
+        !st.ok()) {
+      return st;
+    }
+    if (request.start_batch() != 0 && request.start_batch() != batch) {
+      return Invalid("start_batch",
+                     absl::StrCat(request.start_batch(), " differs from resume_token's batch ",
+                                  batch, " (leave it 0 with a resume_token)"));
+    }
+    if (request.start_position() != 0 && request.start_position() != position) {
+      return Invalid("start_position",
+                     absl::StrCat(request.start_position(),
+                                  " differs from resume_token's position ", position,
+                                  " (leave it 0 with a resume_token)"));
+    }
+    r.start_batch = batch;
+    r.start_position = position;
+  }
   r.max_batches = request.max_batches();
   r.drop_remainder = request.drop_remainder();
   r.error_policy = static_cast<ErrorPolicy>(request.error_policy());

@@ -136,8 +136,26 @@ void CollectServerMetrics(NearprepServer& server,
       "did not fit the block cache: read alone), alone (the last sample of "
       "a fleet plan's block not in memory: read alone), idle_drop (blocks "
       "dropped idle before all their samples were served).");
+  MetricFamily aligned = CounterFamily(
+      "nearprep_storage_block_reads_total",
+      "Record datasets' aligned block reads: direct (O_DIRECT), "
+      "direct_refused (the file system refused O_DIRECT: read buffered).");
+  MetricFamily rebuilt = CounterFamily(
+      "nearprep_shard_indexes_rebuilt_total",
+      "Record datasets: cached shard indexes refused when the dataset was "
+      "opened (not bound to their shard, malformed, entries outside it, a "
+      "changed shard) and rebuilt by a scan.");
+  MetricFamily changed = CounterFamily(
+      "nearprep_shard_changed_reads_total",
+      "Record datasets: reads refused because the shard is no longer the "
+      "file that was indexed (replaced or rewritten while the daemon runs).");
   for (const auto& d : server.datasets()) {
     const ReadCounters& c = d->read_counters();
+    rebuilt.Add({{"dataset", d->name()}}, static_cast<double>(d->indexes_rebuilt()));
+    changed.Add({{"dataset", d->name()}}, Load(c.shard_changed));
+    aligned.Add({{"dataset", d->name()}, {"kind", "direct"}}, Load(c.direct_reads))
+        .Add({{"dataset", d->name()}, {"kind", "direct_refused"}},
+             Load(c.buffered_fallbacks));
     reads.Add({{"dataset", d->name()}}, Load(c.reads));
     read_bytes.Add({{"dataset", d->name()}}, Load(c.bytes));
     block_samples.Add({{"dataset", d->name()}, {"kind", "hit"}}, Load(c.block_hits))
@@ -174,6 +192,9 @@ void CollectServerMetrics(NearprepServer& server,
   out->push_back(std::move(reads));
   out->push_back(std::move(read_bytes));
   out->push_back(std::move(block_samples));
+  out->push_back(std::move(aligned));
+  out->push_back(std::move(rebuilt));
+  out->push_back(std::move(changed));
 
   // The pipeline's production.
   out->push_back(CounterFamily("nearprep_batches_produced_total",

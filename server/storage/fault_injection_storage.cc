@@ -17,6 +17,7 @@ class FaultyFile : public RandomAccessFile {
       : storage_(storage), path_(std::move(path)), base_(std::move(base)) {}
 
   uint64_t size() const override { return base_->size(); }
+  FileInfo info() const override { return base_->info(); }
 
   absl::Status Read(uint64_t offset, size_t n, uint8_t* dst,
                     size_t* bytes_read) const override {

@@ -15,6 +15,12 @@ class MemFile : public RandomAccessFile {
   explicit MemFile(std::shared_ptr<const std::string> bytes)
       : bytes_(std::move(bytes)) {}
   uint64_t size() const override { return bytes_->size(); }
+  // As Lstat says: the content's address stands for mtime and inode.
+  FileInfo info() const override {
+    const auto id = reinterpret_cast<uintptr_t>(bytes_.get());
+    return FileInfo{FileType::kRegular, bytes_->size(),
+                    static_cast<int64_t>(id), 0, static_cast<uint64_t>(id)};
+  }
   absl::Status Read(uint64_t offset, size_t n, uint8_t* dst,
                     size_t* bytes_read) const override {
     if (offset >= bytes_->size()) {
@@ -99,9 +105,10 @@ absl::StatusOr<FileInfo> MemStorage::Lstat(const std::string& path) const {
   if (it != files_.end()) {
     // The mtime of an in-memory file: its content's address, which changes
     // whenever the file is replaced (enough for cache validation).
+    // Its inode likewise.
+    const auto id = reinterpret_cast<uintptr_t>(it->second.get());
     return FileInfo{FileType::kRegular, it->second->size(),
-                    static_cast<int64_t>(
-                        reinterpret_cast<uintptr_t>(it->second.get()))};
+                    static_cast<int64_t>(id), 0, static_cast<uint64_t>(id)};
   }
   if (IsDirLocked(path)) return FileInfo{FileType::kDirectory, 0, 0};
   return absl::NotFoundError(kNotFound);

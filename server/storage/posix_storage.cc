@@ -71,11 +71,12 @@ FileType TypeOf(mode_t mode) {
 
 class PosixFile : public RandomAccessFile {
  public:
-  PosixFile(int fd, uint64_t size, bool direct)
-      : fd_(fd), size_(size), direct_(direct) {}
+  PosixFile(int fd, const FileInfo& info, bool direct)
+      : fd_(fd), size_(info.size), info_(info), direct_(direct) {}
   ~PosixFile() override { ::close(fd_); }
 
   uint64_t size() const override { return size_; }
+  FileInfo info() const override { return info_; }
 
   absl::Status Read(uint64_t offset, size_t n, uint8_t* dst,
                     size_t* bytes_read) const override {
@@ -100,6 +101,7 @@ class PosixFile : public RandomAccessFile {
  private:
   int fd_;
   uint64_t size_;
+  FileInfo info_;
   bool direct_;
 };
 
@@ -111,9 +113,11 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> FileFromFd(Fd* fd,
   if (!S_ISREG(st.st_mode)) {
     return absl::PermissionDeniedError("not a regular file");
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const FileInfo info{FileType::kRegular, static_cast<uint64_t>(st.st_size),
+                      MtimeNs(st), static_cast<uint64_t>(st.st_dev),
+                      static_cast<uint64_t>(st.st_ino)};
   return std::unique_ptr<RandomAccessFile>(
-      new PosixFile(fd->Release(), size, direct));
+      new PosixFile(fd->Release(), info, direct));
 }
 
 }  // namespace
@@ -195,14 +199,16 @@ absl::StatusOr<FileInfo> PosixStorage::Lstat(const std::string& path) const {
   struct stat st;
   if (::lstat(Describe(path).c_str(), &st) != 0) return ErrnoStatus(errno);
   return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size),
-                  MtimeNs(st)};
+                  MtimeNs(st), static_cast<uint64_t>(st.st_dev),
+                  static_cast<uint64_t>(st.st_ino)};
 }
 
 absl::StatusOr<FileInfo> PosixStorage::Stat(const std::string& path) const {
   struct stat st;
   if (::stat(Describe(path).c_str(), &st) != 0) return ErrnoStatus(errno);
   return FileInfo{TypeOf(st.st_mode), static_cast<uint64_t>(st.st_size),
-                  MtimeNs(st)};
+                  MtimeNs(st), static_cast<uint64_t>(st.st_dev),
+                  static_cast<uint64_t>(st.st_ino)};
 }
 
 absl::StatusOr<std::string> PosixStorage::Resolve(

@@ -52,18 +52,54 @@ absl::StatusOr<records::ShardIndex> IndexOf(const Storage& storage,
   const Storage& cache = o.index_cache ? *o.index_cache : storage;
   const std::string cache_name =
       o.index_cache ? CacheName(o, shard) : shard + kIndexSuffix;
-  std::string text;
-  if (ReadFileToString(cache, cache_name, &text).ok()) {
-    absl::StatusOr<records::ShardIndex> cached = records::ParseShardIndex(text);
-    if (cached.ok() &&
-        records::IndexMatches(*cached, info.size, info.mtime_ns, io)) {
-      ++listing->indexes_cached;
-      return cached;
-    }
-  }
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
       storage.Open(shard, OpenOptions{});
   if (!file.ok()) return file.status();
+  std::string text;
+  // A cached index is used only while it is bound to this shard; else it is
+  // rebuilt (and the reason logged and counted).
+  auto cache_file = [&]() -> absl::StatusOr<std::unique_ptr<RandomAccessFile>> {
+    OpenOptions co;
+    co.no_follow = false;
+    return cache.Open(cache_name, co);
+  }();
+  // An index file far larger than any index of this shard could be is not
+  // read (an entry line is under 200 bytes, plus messages for bad records).
+  const uint64_t max_index_bytes = (uint64_t{1} << 20) + info.size * 16;
+  if (cache_file.ok() && (*cache_file)->size() > max_index_bytes) {
+    ++listing->indexes_rebuilt;
+    spdlog::warn("dataset '{}': index of {} refused ({} bytes, more than an "
+                 "index of this shard can be); rebuilding",
+                 o.name, shard, (*cache_file)->size());
+  } else if (cache_file.ok() &&
+             ReadFileToString(cache, cache_name, &text).ok()) {
+    absl::StatusOr<records::ShardIndex> cached = records::ParseShardIndex(text);
+    std::string why;
+    if (!cached.ok()) {
+      why = std::string(cached.status().message());
+    } else {
+      why = records::IndexMismatch(*cached, info.size, info.mtime_ns, io);
+      if (why.empty() && (*file)->size() != info.size) {
+        why = "the shard changed while it was listed";
+      }
+      if (why.empty()) {
+        absl::StatusOr<std::string> check =
+            records::ShardCheck(info.size, ReaderOf(**file));
+        if (!check.ok()) return check.status();
+        if (*check != cached->shard_check) {
+          why = absl::StrCat("shard bytes ", *check, ", index bound to ",
+                             cached->shard_check);
+        }
+      }
+    }
+    if (why.empty()) {
+      ++listing->indexes_cached;
+      return cached;
+    }
+    ++listing->indexes_rebuilt;
+    spdlog::warn("dataset '{}': cached index of {} not used ({}); rebuilding",
+                 o.name, shard, why);
+  }
   absl::StatusOr<records::ShardIndex> index;
   std::string dali;
   if (o.format == "tfrecord" && ReadFileToString(storage, shard + ".idx", &dali).ok()) {
@@ -123,6 +159,7 @@ absl::Status ListRecordShards(const Storage& storage,
       continue;
     }
     ++listing->num_shards;
+    listing->shards[name] = *info;
     if (!index->damage.empty()) {
       refusals->Refuse(name, absl::StrCat("served up to offset ",
                                           index->damaged_at, "; the rest is "
@@ -140,6 +177,8 @@ absl::Status ListRecordShards(const Storage& storage,
       if (options.format == "tfrecord") {
         sample.record_offset = e.record_offset;
         sample.record_bytes = e.record_bytes;
+        sample.has_data_crc = e.has_data_crc;
+        sample.data_crc = e.data_crc;
       }
       sample.error = e.error;
       if (sample.error.empty() && e.has_label) {

@@ -16,7 +16,9 @@
 //    is "SHARD#RECORD" (RECORD zero-padded to 10 digits). Each shard is
 //    scanned once into an index (server/records/shard_index.h), cached as
 //    SHARD.nearprep-index beside it or in ListingOptions::index_cache, and
-//    reused while the shard's size and mtime are unchanged. A shard that
+//    reused while it is bound to the shard (size, mtime, a checksum of the
+//    shard's head and tail, its own checksum, every entry inside the
+//    shard: shard_index.h); else rebuilt (logged, indexes_rebuilt). A shard that
 //    cannot be served (compressed, not a tar file) is refused whole; one
 //    damaged part-way (bad framing, truncated) is served up to the damage
 //    and its tail is refused (both counted once in `refused` and logged
@@ -47,6 +49,7 @@
 #define NEARPREP_SERVER_STORAGE_SAMPLE_LISTING_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,10 @@ struct ListedSample {
   // inside it). tar: 0.
   uint64_t record_offset = 0;
   uint64_t record_bytes = 0;
+  // tfrecord: the record's masked data CRC as indexed (has_data_crc), which
+  // the record read at serve time must still have.
+  bool has_data_crc = false;
+  uint32_t data_crc = 0;
   // Non-empty: the sample is known bad; reading it fails with DATA_LOSS
   // and this message (it names the shard and offset).
   std::string error;
@@ -113,6 +120,13 @@ struct SampleListing {
   uint64_t scan_bytes_read = 0;
   uint64_t scan_reads = 0;
   uint64_t indexes_cached = 0;  // indexes reused from the cache
+  // Cached indexes refused (not bound to their shard, malformed, entries
+  // outside the shard or out of order, a changed shard) and rebuilt.
+  uint64_t indexes_rebuilt = 0;
+  // Record formats: each shard as it was when indexed (size, mtime, inode),
+  // by file name. A dataset refuses reads of a shard that no longer is
+  // this file.
+  std::map<std::string, FileInfo> shards;
 };
 
 // OK when `format` is one ListSamples knows; else INVALID_ARGUMENT naming

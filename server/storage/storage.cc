@@ -12,6 +12,10 @@ absl::Status Storage::WriteFile(const std::string&, const std::string&) const {
 
 absl::Status ReadRange(const RandomAccessFile& file, uint64_t offset,
                        uint64_t n, std::vector<uint8_t>* out) {
+  // Never allocate more than the file holds, whatever the caller was told
+  // (a range from a damaged index).
+  const uint64_t size = file.size();
+  n = std::min<uint64_t>(n, offset < size ? size - offset : 0);
   if (n > std::numeric_limits<size_t>::max()) {
     out->clear();
     return absl::ResourceExhaustedError("range larger than memory");

@@ -41,9 +41,13 @@ enum class FileType { kRegular, kDirectory, kSymlink, kOther };
 struct FileInfo {
   FileType type = FileType::kOther;
   uint64_t size = 0;  // bytes (regular files)
-  // Last modification, in ns since the epoch (posix: st_mtim); record
-  // shard indexes are trusted while size and mtime are unchanged.
+  // Last modification, in ns since the epoch (posix: st_mtim); part of what
+  // binds a record shard's index to the shard (shard_index.h).
   int64_t mtime_ns = 0;
+  // Which file it is (posix: st_dev, st_ino; 0 where the storage cannot
+  // tell): a shard replaced by a rename keeps its name, not its inode.
+  uint64_t device = 0;
+  uint64_t inode = 0;
 };
 
 struct OpenOptions {
@@ -68,6 +72,15 @@ class RandomAccessFile {
   virtual ~RandomAccessFile() = default;
   // The file's size when it was opened.
   virtual uint64_t size() const = 0;
+  // What the open file is (fstat when it was opened): size, mtime, device
+  // and inode where the storage knows them (else only the size). A dataset
+  // compares it with what it indexed to notice a shard replaced in place.
+  virtual FileInfo info() const {
+    FileInfo i;
+    i.type = FileType::kRegular;
+    i.size = size();
+    return i;
+  }
   // Reads up to `n` bytes at `offset` into `dst` (which holds n bytes);
   // *bytes_read gets the count, fewer than n only at the end of the file.
   // On error *bytes_read is unspecified.

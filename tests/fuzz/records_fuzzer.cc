@@ -102,6 +102,10 @@ int FuzzRecords(const uint8_t* data, size_t size) {
       CHECK_REC(e.payload_offset <= index->shard_bytes &&
                     e.payload_bytes <= index->shard_bytes - e.payload_offset,
                 "index entry outside its shard");
+      CHECK_REC(e.record_offset <= index->shard_bytes &&
+                    e.record_bytes <= index->shard_bytes - e.record_offset &&
+                    e.record_bytes <= records::kMaxIndexedRecordBytes,
+                "index record outside its shard or over the record limit");
     }
     CountOutcome(kTarget, "index:parsed");
   }
@@ -172,8 +176,8 @@ std::vector<std::vector<uint8_t>> RecordSeeds() {
   index.shard_bytes = 5000;
   index.options = "tar";
   records::IndexEntry e;
-  e.payload_offset = 512;
-  e.payload_bytes = 700;
+  e.record_offset = e.payload_offset = 512;
+  e.record_bytes = e.payload_bytes = 700;
   e.key = "a/x";
   e.has_label = true;
   e.label = 7;

@@ -312,3 +312,51 @@ def test_compressed_uint8_equals_uncompressed(daemon, transport, layout, compres
         assert a.images.tobytes() == b.images.tobytes()
         assert b.header.tensor.compression == 0
     assert 0 < sent2 - sent1 < 0.9 * (sent1 - sent0)
+
+
+def test_resume_token_resumes_its_own_stream_and_refuses_others(daemon_factory, sample_dir,
+                                                                tmp_path):
+    """Issue 23 item 8: Batch.resume_token is bound to (dataset and its
+    listing, seed, epoch, shuffle, batch size, shard). Sent back, it resumes
+    exactly after its batch (skipped samples included); a token of another
+    stream is INVALID_ARGUMENT naming the field that differs."""
+    root = tmp_path / "mixed"
+    files, _ = sample_files(sample_dir)
+    for i, f in enumerate(files[:40]):
+        dst = root / f
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        data = open(os.path.join(sample_dir, f), "rb").read()
+        if i in (3, 11, 17, 30):
+            data = data[: len(data) // 3]  # a per-sample error: later batches shift
+        dst.write_bytes(data)
+    d = daemon_factory({"mixed": str(root), "sample": sample_dir}, "tokens").start()
+    args = dict(batch_size=4, seed=5, epoch=1, shuffle=True, height=32, width=32,
+                dtype="uint8")
+    with nearprep.Client(d.target) as c:
+        full = _stream_ids(c.batches("mixed", **args))
+        batches = list(c.batches("mixed", **args, max_batches=3))
+        token = batches[2].resume_token
+        assert token.startswith("nearprep-resume-1;dataset=mixed;")
+        assert token.endswith(f";batch=3;position={batches[2].next_position}")
+        assert _stream_ids(c.batches("mixed", resume_token=token, **args)) == full[3:]
+        for change, field in [(dict(seed=6), "seed"), (dict(epoch=2), "epoch"),
+                              (dict(batch_size=5), "batch_size"),
+                              (dict(shuffle=False), "shuffle"),
+                              (dict(shuffle_mode="block"), "shuffle"),
+                              (dict(num_shards=2), "shard")]:
+            with pytest.raises(nearprep.InvalidArgumentError) as e:
+                list(c.batches("mixed", resume_token=token, **{**args, **change}))
+            assert e.value.field == "resume_token", e.value
+            assert f"another stream: {field} is" in str(e.value), e.value
+        with pytest.raises(nearprep.InvalidArgumentError) as e:
+            list(c.batches("sample", resume_token=token, **args))
+        assert "another stream: dataset is" in str(e.value), e.value
+    # The same name, other samples (a file removed): another listing.
+    os.unlink(root / files[0])
+    d2 = daemon_factory({"mixed": str(root)}, "tokens-listing").start()
+    with nearprep.Client(d2.target) as c:
+        with pytest.raises(nearprep.InvalidArgumentError) as e:
+            list(c.batches("mixed", resume_token=token, **args))
+        assert "another stream: listing" in str(e.value), e.value
+    d.stop()
+    d2.stop()

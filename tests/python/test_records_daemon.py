@@ -35,9 +35,9 @@ def pack(src, out, fmt, shard_size="4MiB"):
     return out
 
 
-def start(tmp, name, datasets):
+def start(tmp, name, datasets, extra=()):
     """datasets: {name: (format, root)}"""
-    d = Daemon(tmp, {}, name=name, workers=2)
+    d = Daemon(tmp, {}, name=name, workers=2, extra=extra)
     with open(d.config, "w") as f:
         f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n")
         for ds, (fmt, root) in datasets.items():
@@ -115,7 +115,10 @@ def test_index_is_cached_and_revalidated(served, tmp_path):
     idx = sorted(glob.glob(str(tmp / "tf" / "*.nearprep-index")))
     assert len(idx) == 6
     text = open(idx[0]).read()
-    assert text.startswith("nearprep-shard-index 1\nformat tfrecord\n")
+    assert text.startswith("nearprep-shard-index 2\nformat tfrecord\n")
+    # Bound to its shard, with its own checksum last (issue 23 item 6).
+    assert "\nshard_check crc32c:" in text
+    assert text.split("\n")[-2].startswith("checksum ")
 
 
 def _crc(data):
@@ -220,3 +223,150 @@ def test_torch_adapter_unchanged_on_records(served):
     assert len(got["folder"]) == len(got["tar"]) == 10
     for (xa, ya), (xb, yb) in zip(got["folder"], got["tar"]):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def _scrape(port):
+    import urllib.request
+    from test_metrics import parse
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return parse(r.read().decode())[0]
+
+
+def test_direct_io_refusals_are_exported(served, tmp_path):
+    """docs/operations.md: a block read the file system refuses O_DIRECT for
+    is counted and read buffered. Both outcomes are exported per dataset and
+    together account for every block read."""
+    from test_metrics import wait_for_file
+    _, tmp = served
+    port_file = str(tmp_path / "metrics_port")
+    d = start(tmp_path, "direct", {"tf": ("tfrecord", str(tmp / "tf"))},
+              extra=["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", port_file])
+    try:
+        port = wait_for_file(port_file, d.proc)
+        c = nearprep.Client(d.target)
+        n = sum(len(b) for b in c.batches("tf", batch_size=50, seed=5, shuffle=True,
+                                          shuffle_mode="block", block_samples=20,
+                                          height=8, width=8, dtype="uint8"))
+        assert n == 200
+        m = _scrape(port)
+        key = lambda **l: ("nearprep_storage_block_reads_total",
+                           frozenset(dict(dataset="tf", **l).items()))
+        direct, refused = m[key(kind="direct")], m[key(kind="direct_refused")]
+        misses = m[("nearprep_block_samples_total",
+                    frozenset(dict(dataset="tf", kind="miss").items()))]
+        assert misses > 0
+        assert direct + refused == misses
+    finally:
+        d.stop()
+
+
+def _entries(index_path):
+    for line in open(index_path):
+        if line.startswith("entries "):
+            return int(line.split()[1])
+    raise AssertionError(f"no entries line in {index_path}")
+
+
+def test_shard_replaced_under_a_running_daemon_is_refused_not_mixed(tmp_path, sample_dir):
+    """Issue 23 item 7: a shard replaced while the daemon serves it (a new
+    file renamed over it, or rewritten in place) with records at the same
+    offsets (images of the same sizes) is refused sample by sample with
+    DATA_LOSS naming the shard; its new images are never served with the
+    old index's labels, and the other shards are served as before."""
+    alt = tmp_path / "alt"
+    shutil.copytree(sample_dir, alt)
+    for p in sorted(glob.glob(str(alt / "*" / "*.JPEG"))):
+        data = bytearray(open(p, "rb").read())
+        data[-40] ^= 0x01  # entropy-coded data: same size, other pixels
+        open(p, "wb").write(bytes(data))
+    roots = {}
+    for fmt in ("tfrecord", "tar"):
+        roots[fmt] = pack(sample_dir, str(tmp_path / fmt), fmt)
+        pack(str(alt), str(tmp_path / (fmt + "-alt")), fmt)
+    d = start(tmp_path, "replaced", {"tf": ("tfrecord", roots["tfrecord"]),
+                                     "tar": ("tar", roots["tar"])})
+    try:
+        c = nearprep.Client(d.target)
+        args = dict(batch_size=50, seed=3, shuffle=True, height=16, width=16, dtype="uint8")
+        before = {n: sorted(int(i) for b in c.batches(n, **args) for i in b.sample_ids)
+                  for n in ("tf", "tar")}
+        assert before == {"tf": list(range(200)), "tar": list(range(200))}
+        for name, fmt, how in (("tf", "tfrecord", "rename"), ("tar", "tar", "in place")):
+            shard = sorted(glob.glob(os.path.join(roots[fmt], f"*.{fmt}")))[0]
+            new = sorted(glob.glob(str(tmp_path / (fmt + "-alt") / f"*.{fmt}")))[0]
+            assert os.path.getsize(new) == os.path.getsize(shard)
+            assert open(new, "rb").read() != open(shard, "rb").read()
+            if how == "rename":
+                shutil.copy(new, shard + ".new")
+                os.replace(shard + ".new", shard)
+            else:
+                with open(shard, "r+b") as f:
+                    f.write(open(new, "rb").read())
+            n0 = _entries(shard + ".nearprep-index")
+            served, errors = [], []
+            for b in c.batches(name, **args):
+                served += [int(i) for i in b.sample_ids]
+                errors += list(b.errors)
+            assert sorted(e.sample_id for e in errors) == list(range(n0)), name
+            assert sorted(served) == list(range(n0, 200)), name
+            for e in errors:
+                assert e.code == "DATA_LOSS", e
+                assert os.path.basename(shard) in e.message, e.message
+                assert "replaced or rewritten" in e.message, e.message
+    finally:
+        d.stop()
+
+
+def test_forged_index_is_rebuilt_not_served(tmp_path, sample_dir):
+    """Issue 23 item 6: a `.nearprep-index` whose shard still has its size and
+    mtime is not trusted on its word: a forged label, swapped or dropped
+    entries are noticed when the daemon opens the dataset, the index is
+    rebuilt from the shard (logged, counted), and every sample is served
+    with its own bytes and label."""
+    ref = pack(sample_dir, str(tmp_path / "ref"), "tfrecord")
+    roots = {}
+    for case in ("label", "swap", "drop"):
+        roots[case] = pack(sample_dir, str(tmp_path / case), "tfrecord")
+        idx = sorted(glob.glob(os.path.join(roots[case], "*.nearprep-index")))[0]
+        lines = open(idx).read().split("\n")
+        first = next(i for i, l in enumerate(lines) if l.startswith("entries ")) + 1
+        if case == "label":
+            f = lines[first + 2].split(" ")
+            f[-2] = str(int(f[-2]) + 1)  # the label, before the key '-'
+            lines[first + 2] = " ".join(f)
+        elif case == "swap":
+            lines[first + 2], lines[first + 3] = lines[first + 3], lines[first + 2]
+        else:
+            del lines[first + 2]
+            lines[first - 1] = "entries %d" % (int(lines[first - 1].split()[1]) - 1)
+        open(idx, "w").write("\n".join(lines))
+    port_file = str(tmp_path / "metrics_port")
+    d = start(tmp_path, "forged", {"ref": ("tfrecord", ref), **{
+        c: ("tfrecord", r) for c, r in roots.items()}},
+              extra=["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", port_file])
+    try:
+        c = nearprep.Client(d.target)
+        args = dict(batch_size=50, seed=1, shuffle=True, height=16, width=16, dtype="uint8")
+
+        def served(name):
+            out = {}
+            for b in c.batches(name, **args):
+                assert not b.errors, b.errors
+                for k, i in enumerate(b.sample_ids):
+                    out[int(i)] = (int(b.labels[k]), b.images[k].tobytes())
+            return out
+        want = served("ref")
+        assert len(want) == 200
+        for case in roots:
+            assert c.dataset(case).num_samples == 200, case
+            assert served(case) == want, case
+        from test_metrics import wait_for_file
+        m = _scrape(wait_for_file(port_file, d.proc))
+        for case in roots:
+            assert m[("nearprep_shard_indexes_rebuilt_total",
+                      frozenset({("dataset", case)}))] == 1, case
+        assert m[("nearprep_shard_indexes_rebuilt_total", frozenset({("dataset", "ref")}))] == 0
+        log = open(d.log, errors="replace").read()
+        assert "not used" in log and "rebuilding" in log
+    finally:
+        d.stop()

@@ -99,7 +99,9 @@ class Batch:
     params              list of SampleParams (empty unless include_params)
     errors              list of SampleError skipped while assembling it
     timings             server stage Timings
-    next_position       resume token for batch index + 1
+    next_position       shard position where batch index + 1 begins
+    resume_token        the resume point as a token bound to this stream:
+                        batches(..., resume_token=) resumes after this batch
     target              the server that sent it
     header              the nearprep.v1.Batch message without tensor data
     """
@@ -121,6 +123,10 @@ class Batch:
         self.target = target
         self._params = None
         self.nbytes = images.nbytes
+
+    @property
+    def resume_token(self):
+        return self._header.resume_token
 
     @property
     def batch_index(self):

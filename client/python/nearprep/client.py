@@ -45,7 +45,7 @@ from nearprep.batch import WireError
 from nearprep.dataset_info import DatasetInfo, DatasetList
 from nearprep.errors import (DataLossError, InvalidArgumentError, NearprepError,
                              UnavailableError, from_rpc_error)
-from nearprep.request import build_request, validate_request
+from nearprep.request import build_request, resume_point, validate_request
 from nearprep.stats import Stats
 from nearprep.target import check_target
 
@@ -431,6 +431,9 @@ class Client:
         batch_size       samples per batch (default 32)
         seed, epoch, shuffle, shard_index, num_shards
         start_batch, start_position, max_batches, drop_remainder
+        resume_token     Batch.resume_token of the last batch received: resume
+                         right after it (the daemon refuses a token of
+                         another stream, naming the field that differs)
         height, width    output size (default 224 x 224)
         crop             "none" | "center" | "random_resized" | "resize_center"
         center_fraction, scale=(min, max), ratio=(min, max)
@@ -547,6 +550,11 @@ class _ChunkRun:
         client = s.client
         targets = s.targets
         next_b, pos = self.start, self.position
+        # The token bound to (next_b, pos), sent on each (re)connection
+        # while known: the request's own, then each batch's.
+        token = s.request.resume_token or None
+        if token is not None and resume_point(token) != (next_b, pos):
+            token = None
         remaining = self.count
         backoff = client.initial_backoff
         last_progress = time.monotonic()
@@ -571,6 +579,10 @@ class _ChunkRun:
             req.CopyFrom(s.request)
             req.start_batch = next_b
             req.start_position = pos
+            if token is not None:
+                req.resume_token = token
+            else:
+                req.ClearField("resume_token")
             req.max_batches = remaining or 0
             channel = None
             try:
@@ -588,6 +600,7 @@ class _ChunkRun:
                     targets.mark_up(idx)
                     next_b += 1
                     pos = batch.next_position
+                    token = batch.resume_token or None
                     last_progress = time.monotonic()
                     backoff = client.initial_backoff
                     if remaining is not None:

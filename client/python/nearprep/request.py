@@ -62,7 +62,7 @@ REQUEST_KEYS = (
     "flip_probability", "brightness_max_delta", "saturation", "clip", "mean",
     "std", "fidelity", "dtype", "layout", "error_policy", "include_params",
     "shuffle_mode", "block_samples", "open_blocks", "window", "compression",
-    "compression_level")
+    "compression_level", "resume_token")
 
 
 def _bad(field, why, value):
@@ -156,6 +156,12 @@ def build_request(pb2, dataset, **kw):
     req.start_position = _int("start_position", g("start_position", 0), _U64)
     req.max_batches = _int("max_batches", g("max_batches", 0), _U64)
     req.drop_remainder = _bool("drop_remainder", g("drop_remainder", False))
+    if g("resume_token") is not None:
+        if not isinstance(g("resume_token"), str):
+            raise _bad("resume_token", "must be Batch.resume_token (a str)",
+                       g("resume_token"))
+        req.resume_token = g("resume_token")
+        apply_resume_token(req)
 
     t = req.transform
     t.height = _int("transform.height", g("height", 224), _U32)
@@ -213,10 +219,35 @@ def _check_compression(output, pb2):
                    output.compression_level)
 
 
+def resume_point(token):
+    """(batch, position) a resume token (Batch.resume_token) resumes at.
+    The daemon checks the rest of it (that it belongs to this stream)."""
+    fields = dict(p.split("=", 1) for p in token.split(";")[1:] if "=" in p)
+    try:
+        return int(fields["batch"]), int(fields["position"])
+    except (KeyError, ValueError):
+        raise _bad("resume_token", "not a resume token (send back "
+                   "Batch.resume_token unchanged)", token) from None
+
+
+def apply_resume_token(req):
+    """Sets start_batch and start_position of a request with a resume_token
+    to the token's (the daemon takes either 0 or the same values), so that
+    the stream knows where it starts."""
+    if req.resume_token:
+        batch, position = resume_point(req.resume_token)
+        for field, value in (("start_batch", batch), ("start_position", position)):
+            if getattr(req, field) not in (0, value):
+                raise _bad(field, f"differs from resume_token's {value} "
+                           "(leave it 0 with a resume_token)", getattr(req, field))
+        req.start_batch, req.start_position = batch, position
+    return req
+
+
 def validate_request(req):
     """A caller-built StreamBatchesRequest: protobuf has checked the types;
     only the dataset name is needed to address anything. The daemon checks
     the values."""
     if not req.dataset:
         raise _bad("dataset", "must be a non-empty string", req.dataset)
-    return req
+    return apply_resume_token(req)

@@ -2,10 +2,13 @@
 // and bytes of TFRecord shards, block reads (one read per block, the same
 // bytes as sample reads), per-sample errors for damaged records, and a read
 // fault that is reported and not cached.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nearprep/v1/tf_example.pb.h"
 #include "server/data/block_shuffle.h"
@@ -157,12 +160,16 @@ TEST(RecordDatasetTest, ShardChangedAfterIndexingIsDataLossNotACrash) {
   ASSERT_TRUE(ReadFileToString(*storage, "train-0.tfrecord", &text).ok());
   storage->AddFile("train-0.tfrecord", text.substr(0, text.size() / 2));
   std::vector<uint8_t> out;
-  for (uint64_t hint : {uint64_t{0}, uint64_t{5}}) {
-    absl::Status s = (*ds)->ReadSample(9, &out, ReadHint{hint});
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-    EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+  // The shard is no longer the file that was indexed: none of it is served
+  // (issue 23 item 7), the records still in it included.
+  for (uint64_t id : {uint64_t{9}, uint64_t{0}}) {
+    for (uint64_t hint : {uint64_t{0}, uint64_t{5}}) {
+      absl::Status s = (*ds)->ReadSample(id, &out, ReadHint{hint});
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+      EXPECT_NE(s.message().find("replaced or rewritten since it was indexed (size "),
+                std::string::npos) << s;
+    }
   }
-  EXPECT_TRUE((*ds)->ReadSample(0, &out, ReadHint{0}).ok());
 }
 
 TEST(RecordDatasetTest, ReadFaultIsReportedAndNotCached) {
@@ -179,6 +186,203 @@ TEST(RecordDatasetTest, ReadFaultIsReportedAndNotCached) {
   faulty->Clear();
   ASSERT_TRUE((*ds)->ReadSample(3, &out, ReadHint{10}).ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), Image(3));
+}
+
+// Issue 23 items 6 and 7: a cached index is used only while it is bound to
+// its shard, and a shard replaced after indexing is refused, never served
+// with the old labels.
+
+// The cached index of train-0.tfrecord, edited by `edit` on its lines
+// (entry k of the shard is lines[first + k]).
+void EditIndex(MemStorage* storage,
+               const std::function<void(std::vector<std::string>*, size_t first)>& edit) {
+  const std::string name = "train-0.tfrecord.nearprep-index";
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(*storage, name, &text).ok());
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  size_t first = 0;
+  while (first < lines.size() && lines[first].rfind("entries ", 0) != 0) ++first;
+  ASSERT_LT(first, lines.size());
+  edit(&lines, first + 1);
+  storage->AddFile(name, absl::StrJoin(lines, "\n"));
+}
+
+// Every sample of Shards(n, n) has its own image and label.
+void ExpectServedRight(const Dataset& ds, int n) {
+  ASSERT_EQ(ds.size(), static_cast<size_t>(n));
+  std::vector<uint8_t> bytes;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(ds.ReadSample(i, &bytes).ok()) << i;
+    EXPECT_EQ(std::string(bytes.begin(), bytes.end()), Image(i)) << i;
+    EXPECT_EQ(ds.samples()[i].label, i % 7) << i;
+  }
+}
+
+TEST(RecordIndexTrustTest, ForgedLabelIsRebuiltNotServed) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t first) {
+    std::vector<std::string> f = absl::StrSplit((*lines)[first + 3], ' ');
+    f[f.size() - 2] = "6";  // the label (before the key '-'): was 4
+    (*lines)[first + 3] = absl::StrJoin(f, " ");
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ExpectServedRight(**ds, 10);
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 1u);
+  // The rebuilt index was cached again and is trusted from now on.
+  auto again = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->indexes_rebuilt(), 0u);
+}
+
+TEST(RecordIndexTrustTest, SwappedEntriesAreRebuiltNotServed) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t first) {
+    std::swap((*lines)[first + 3], (*lines)[first + 4]);
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ExpectServedRight(**ds, 10);
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 1u);
+}
+
+TEST(RecordIndexTrustTest, DroppedEntryIsRebuiltNotServed) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t first) {
+    lines->erase(lines->begin() + first + 5);
+    (*lines)[first - 1] = "entries 9";
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ExpectServedRight(**ds, 10);
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 1u);
+}
+
+TEST(RecordIndexTrustTest, CorruptedChecksumIsRebuilt) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t) {
+    for (auto it = lines->rbegin(); it != lines->rend(); ++it) {
+      if (it->rfind("checksum ", 0) == 0) {
+        (*it)[it->size() - 1] = (*it)[it->size() - 1] == '0' ? '1' : '0';
+        return;
+      }
+    }
+    ADD_FAILURE() << "no checksum line";
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ExpectServedRight(**ds, 10);
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 1u);
+}
+
+// A storage whose files say nothing but their size (no inode, no mtime):
+// only the records' own CRCs can tell that a shard changed.
+class AnonymousStorage : public Storage {
+ public:
+  explicit AnonymousStorage(std::shared_ptr<MemStorage> base) : base_(std::move(base)) {}
+  std::string Describe(const std::string& p) const override { return base_->Describe(p); }
+  absl::Status ListDir(const std::string& p, std::vector<std::string>* n) const override {
+    return base_->ListDir(p, n);
+  }
+  absl::StatusOr<FileInfo> Lstat(const std::string& p) const override {
+    auto i = base_->Lstat(p);
+    if (i.ok()) i->mtime_ns = 0, i->inode = 0;
+    return i;
+  }
+  absl::StatusOr<FileInfo> Stat(const std::string& p) const override { return Lstat(p); }
+  absl::StatusOr<std::string> Resolve(const std::string& p) const override {
+    return base_->Resolve(p);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
+      const std::string& p, const OpenOptions& o) const override {
+    auto f = base_->Open(p, o);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<RandomAccessFile>(new File(std::move(f).value()));
+  }
+  absl::Status WriteFile(const std::string& p, const std::string& b) const override {
+    return base_->WriteFile(p, b);
+  }
+
+ private:
+  class File : public RandomAccessFile {
+   public:
+    explicit File(std::unique_ptr<RandomAccessFile> f) : f_(std::move(f)) {}
+    uint64_t size() const override { return f_->size(); }
+    absl::Status Read(uint64_t off, size_t n, uint8_t* dst, size_t* got) const override {
+      return f_->Read(off, n, dst, got);
+    }
+
+   private:
+    std::unique_ptr<RandomAccessFile> f_;
+  };
+  std::shared_ptr<MemStorage> base_;
+};
+
+// Shard 0 rewritten with records of the same sizes: other images (and
+// labels), valid framing and CRCs.
+void ReplaceShardSameSizes(MemStorage* storage, int n) {
+  std::string shard;
+  for (int i = 0; i < n; ++i) {
+    std::string image = Image(i);
+    for (char& c : image) c = static_cast<char>(c + 1);
+    records::AppendTfRecord(Example(image, (i + 3) % 7 + 1), &shard);
+  }
+  std::string old;
+  ASSERT_TRUE(ReadFileToString(*storage, "train-0.tfrecord", &old).ok());
+  ASSERT_EQ(shard.size(), old.size());
+  storage->AddFile("train-0.tfrecord", shard);
+}
+
+TEST(RecordShardReplacedTest, ReplacedShardIsRefusedNotMixed) {
+  auto storage = Shards(20, 10);
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok());
+  ReplaceShardSameSizes(storage.get(), 10);
+  std::vector<uint8_t> out;
+  // Alone, from a block, and a fleet plan's block: each read of the
+  // replaced shard is DATA_LOSS naming it; the other shard is served.
+  for (int i = 0; i < 10; ++i) {
+    for (ReadHint hint : {ReadHint{0}, ReadHint{4}}) {
+      absl::Status s = (*ds)->ReadSample(i, &out, hint);
+      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << i << ": " << s;
+      EXPECT_NE(s.message().find("train-0.tfrecord"), std::string::npos) << s;
+      EXPECT_NE(s.message().find("replaced or rewritten"), std::string::npos) << s;
+    }
+  }
+  auto opened = (*ds)->OpenSample(3, OpenOptions{});
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss);
+  for (int i = 10; i < 20; ++i) {
+    ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
+    EXPECT_EQ(std::string(out.begin(), out.end()), Image(i));
+  }
+  EXPECT_GE((*ds)->read_counters().shard_changed.load(), 20u);
+  // Opened again, the dataset indexes the new shard and serves it whole.
+  auto fresh = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE((*fresh)->ReadSample(2, &out).ok());
+  EXPECT_EQ((*fresh)->samples()[2].label, (2 + 3) % 7);
+  EXPECT_EQ((*fresh)->indexes_rebuilt(), 1u);
+}
+
+TEST(RecordShardReplacedTest, RecordCrcCatchesARewriteTheFileSystemHides) {
+  auto mem = Shards(10, 10);
+  auto anon = std::make_shared<AnonymousStorage>(mem);
+  auto ds = Dataset::Open(Config(), anon);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ReplaceShardSameSizes(mem.get(), 10);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 10; ++i) {
+    for (ReadHint hint : {ReadHint{0}, ReadHint{4}}) {
+      absl::Status s = (*ds)->ReadSample(i, &out, hint);
+      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << i << ": " << s;
+      EXPECT_NE(s.message().find("changed since the shard was indexed"),
+                std::string::npos) << s;
+    }
+  }
 }
 
 }  // namespace

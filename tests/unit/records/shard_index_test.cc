@@ -1,10 +1,16 @@
 #include "server/records/shard_index.h"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nearprep/v1/tf_example.pb.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/records/crc32c.h"
 #include "server/records/range_reader.h"
 #include "server/records/tfrecord.h"
 
@@ -27,6 +33,42 @@ IndexOptions TfOptions() {
   IndexOptions o;
   o.format = "tfrecord";
   return o;
+}
+
+// An index text edited by hand and given a correct checksum again (what a
+// forger who knows the format does).
+std::string Reseal(std::string text) {
+  const size_t at = text.rfind("\nchecksum ");
+  if (at != std::string::npos) text.resize(at + 1);
+  if (text.empty() || text.back() != '\n') text += '\n';
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", Crc32c(text.data(), text.size()));
+  return absl::StrCat(text, "checksum ", hex, "\n");
+}
+
+// The lines of `text`, and back.
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n');
+}
+
+// A TFRecord shard of `n` records (image i: 200 + i bytes, label i) and its
+// index.
+std::string TfShard(int n, ShardIndex* index) {
+  std::string shard;
+  for (int i = 0; i < n; ++i) {
+    AppendTfRecord(Example(std::string(200 + i, static_cast<char>('a' + i)), i), &shard);
+  }
+  *index = *BuildShardIndex("s.tfrecord", shard.size(), 9, StringReader(shard),
+                            TfOptions());
+  return shard;
+}
+
+// The line of entry `k` in a serialized index.
+size_t EntryLine(const std::vector<std::string>& lines, int k) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (absl::StartsWith(lines[i], "entries ")) return i + 1 + k;
+  }
+  return 0;
 }
 
 TEST(ShardIndexTest, TfRecordEntriesPointAtTheImageBytes) {
@@ -90,15 +132,17 @@ TEST(ShardIndexTest, MalformedIndexNamesTheLine) {
   index.options = "tar";
   IndexEntry e;
   e.payload_offset = 0;
-  e.payload_bytes = 5;
+  e.payload_bytes = e.record_bytes = 5;
   index.entries.push_back(e);
   std::string text = SerializeShardIndex(index);
   EXPECT_TRUE(ParseShardIndex(text).ok());
   std::string outside = text;
-  outside.replace(outside.rfind("0 5"), 3, "8 5");  // past shard_bytes
-  auto r = ParseShardIndex(outside);
+  outside.replace(outside.find("\n0 5 0 5 ") + 1, 8, "8 5 8 5 ");  // past shard_bytes
+  auto r = ParseShardIndex(Reseal(outside));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("line 7"), std::string::npos)
+  EXPECT_NE(r.status().message().find("line 8"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("outside the shard"), std::string::npos)
       << r.status();
   EXPECT_FALSE(ParseShardIndex("garbage").ok());
   EXPECT_FALSE(ParseShardIndex(text.substr(0, text.size() - 6)).ok());
@@ -149,6 +193,109 @@ TEST(ShardIndexTest, DaliIndexGivesTheSameEntries) {
   EXPECT_TRUE(mismatch->entries.empty());
   EXPECT_NE(mismatch->damage.find("does not match the DALI index"),
             std::string::npos);
+}
+
+// Issue 23 item 6: a cached index is not trusted on its word.
+
+TEST(ShardIndexBindingTest, ForgedLabelFailsTheIndexChecksum) {
+  ShardIndex index;
+  TfShard(4, &index);
+  const std::string text = SerializeShardIndex(index);
+  ASSERT_TRUE(ParseShardIndex(text).ok());
+  std::vector<std::string> lines = Lines(text);
+  const size_t l = EntryLine(lines, 2);
+  std::vector<std::string> f = absl::StrSplit(lines[l], ' ');
+  ASSERT_EQ(f[5], "2");
+  f[5] = "999";  // the forged label
+  lines[l] = absl::StrJoin(f, " ");
+  auto r = ParseShardIndex(absl::StrJoin(lines, "\n"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("checksum"), std::string::npos) << r.status();
+}
+
+TEST(ShardIndexBindingTest, SwappedEntriesAreRefusedEvenResealed) {
+  ShardIndex index;
+  TfShard(4, &index);
+  std::vector<std::string> lines = Lines(SerializeShardIndex(index));
+  std::swap(lines[EntryLine(lines, 1)], lines[EntryLine(lines, 2)]);
+  auto r = ParseShardIndex(Reseal(absl::StrJoin(lines, "\n")));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("does not start where the previous"),
+            std::string::npos) << r.status();
+}
+
+TEST(ShardIndexBindingTest, DroppedEntryIsRefusedEvenResealed) {
+  for (int dropped : {0, 1, 3}) {
+    ShardIndex index;
+    TfShard(4, &index);
+    std::vector<std::string> lines = Lines(SerializeShardIndex(index));
+    lines.erase(lines.begin() + EntryLine(lines, dropped));
+    lines[EntryLine(lines, 0) - 1] = "entries 3";
+    auto r = ParseShardIndex(Reseal(absl::StrJoin(lines, "\n")));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << dropped;
+    EXPECT_NE(r.status().message().find("missing"), std::string::npos)
+        << dropped << ": " << r.status();
+  }
+}
+
+TEST(ShardIndexBindingTest, HugeRecordIsRefusedBeforeAnyRead) {
+  ShardIndex index;
+  TfShard(2, &index);
+  // The last entry claims 2^33 bytes, and the index a shard big enough to
+  // hold them (the shard_bytes line is the index's own word too).
+  for (uint64_t shard_bytes : {index.shard_bytes, uint64_t{1} << 40}) {
+    std::vector<std::string> lines = Lines(SerializeShardIndex(index));
+    lines[2] = absl::StrCat("shard_bytes ", shard_bytes);
+    const size_t l = EntryLine(lines, 1);
+    std::vector<std::string> f = absl::StrSplit(lines[l], ' ');
+    f[1] = absl::StrCat(uint64_t{1} << 33);
+    lines[l] = absl::StrJoin(f, " ");
+    auto r = ParseShardIndex(Reseal(absl::StrJoin(lines, "\n")));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("record limit"), std::string::npos)
+        << r.status();
+  }
+}
+
+TEST(ShardIndexBindingTest, IndexIsBoundToTheShardBytes) {
+  ShardIndex index;
+  std::string shard = TfShard(3, &index);
+  auto same = ShardCheck(shard.size(), StringReader(shard));
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(*same, index.shard_check);
+  EXPECT_EQ(index.shard_check.rfind("crc32c:", 0), 0u) << index.shard_check;
+  // The same size, one byte of an image changed (mtime kept, e.g. cp -p).
+  shard[index.entries[1].payload_offset] ^= 1;
+  auto changed = ShardCheck(shard.size(), StringReader(shard));
+  ASSERT_TRUE(changed.ok());
+  EXPECT_NE(*changed, index.shard_check);
+  // A shard larger than head + tail: a change in the tail is seen.
+  std::string big(3 * kShardCheckBytes, 'x');
+  auto a = ShardCheck(big.size(), StringReader(big));
+  big[big.size() - 10] = 'y';
+  auto b = ShardCheck(big.size(), StringReader(big));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  // The binding survives a round trip of the cached form.
+  auto back = ParseShardIndex(SerializeShardIndex(index));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shard_check, index.shard_check);
+  EXPECT_TRUE(back->entries[0].has_data_crc);
+  EXPECT_EQ(back->entries[0].data_crc, index.entries[0].data_crc);
+}
+
+TEST(ShardIndexBindingTest, ShortTextsAreRefusedNotACrash) {
+  for (const char* text : {"", "\n", "\n\n", "checksum 0\n", "x\nchecksum 0"}) {
+    EXPECT_FALSE(ParseShardIndex(text).ok()) << text;
+  }
+}
+
+TEST(ShardIndexBindingTest, OldVersionIndexIsNotParsed) {
+  ShardIndex index;
+  TfShard(2, &index);
+  std::string text = SerializeShardIndex(index);
+  text.replace(0, std::string("nearprep-shard-index 2").size(), "nearprep-shard-index 1");
+  EXPECT_FALSE(ParseShardIndex(Reseal(text)).ok());
 }
 
 }  // namespace

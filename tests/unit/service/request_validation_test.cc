@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/pipeline/resume_token.h"
+
 namespace nearprep {
 namespace {
 
@@ -429,6 +431,88 @@ TEST_F(RequestValidationTest, UnknownDatasetSuggestsTheClosestServedName) {
   ASSERT_EQ(v.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(v.status().message()).find("did you mean"),
             std::string::npos);
+}
+
+// Issue 23 item 8: resume tokens are bound to their stream.
+
+TEST_F(RequestValidationTest, ResumeTokenResumesItsOwnStream) {
+  v1::StreamBatchesRequest r = Good();
+  r.set_seed(5);
+  r.set_epoch(2);
+  r.set_shuffle(true);
+  absl::StatusOr<StreamRequest> v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_FALSE(v->resume_binding.empty());
+  const std::string token = ResumeToken(v->resume_binding, 3, 25);
+  r.set_resume_token(token);
+  absl::StatusOr<StreamRequest> resumed = Validate(r);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->start_batch, 3u);
+  EXPECT_EQ(resumed->start_position, 25u);
+  // start_batch / start_position may repeat the token's values.
+  r.set_start_batch(3);
+  r.set_start_position(25);
+  EXPECT_TRUE(Validate(r).ok());
+  r.set_start_position(24);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+}
+
+TEST_F(RequestValidationTest, ForeignResumeTokenIsRefusedNamingTheField) {
+  v1::StreamBatchesRequest base = Good();
+  base.set_seed(5);
+  base.set_epoch(2);
+  base.set_shuffle(true);
+  absl::StatusOr<StreamRequest> v = Validate(base);
+  ASSERT_TRUE(v.ok());
+  const std::string token = ResumeToken(v->resume_binding, 3, 25);
+  struct Case {
+    std::string field;
+    std::function<void(v1::StreamBatchesRequest*)> change;
+  };
+  const std::vector<Case> cases = {
+      {"seed", [](auto* r) { r->set_seed(6); }},
+      {"epoch", [](auto* r) { r->set_epoch(3); }},
+      {"shuffle", [](auto* r) { r->set_shuffle(false); }},
+      {"shuffle", [](auto* r) { r->set_shuffle_mode(v1::SHUFFLE_MODE_BLOCK); }},
+      {"batch_size", [](auto* r) { r->set_batch_size(9); }},
+      {"shard", [](auto* r) { r->set_num_shards(2); }},
+  };
+  for (const Case& c : cases) {
+    v1::StreamBatchesRequest r = base;
+    c.change(&r);
+    r.set_resume_token(token);
+    absl::StatusOr<StreamRequest> got = Validate(r);
+    ASSERT_FALSE(got.ok()) << c.field;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(got.status().message());
+    EXPECT_EQ(msg.rfind("resume_token:", 0), 0u) << msg;
+    EXPECT_NE(msg.find("another stream: " + c.field + " is"), std::string::npos)
+        << c.field << ": " << msg;
+  }
+  // Another dataset, or the same name with other samples (listing).
+  for (const std::string& field : {std::string("dataset"), std::string("listing")}) {
+    std::string forged = token;
+    const size_t at = forged.find(";" + field + "=") + field.size() + 2;
+    forged.insert(at, "x");
+    v1::StreamBatchesRequest r = base;
+    r.set_resume_token(forged);
+    absl::StatusOr<StreamRequest> got = Validate(r);
+    ASSERT_FALSE(got.ok()) << field;
+    EXPECT_NE(got.status().message().find("another stream: " + field),
+              std::string::npos) << got.status();
+  }
+  for (const std::string& junk :
+       {std::string("12"), std::string("nearprep-resume-1;seed=5"), token + ";x=1",
+        std::string(token, 0, token.rfind('=') + 1) + "abc"}) {
+    v1::StreamBatchesRequest r = base;
+    r.set_resume_token(junk);
+    ExpectError(r, absl::StatusCode::kInvalidArgument, "resume_token");
+  }
+  v1::StreamBatchesRequest ids = base;
+  ids.set_shuffle(false);
+  ids.add_sample_ids(0);
+  ids.set_resume_token(token);
+  ExpectError(ids, absl::StatusCode::kInvalidArgument, "resume_token");
 }
 
 }  // namespace
