@@ -371,7 +371,6 @@ def worker_torch(spec):
         ds, batch_size=spec["batch_size"], shuffle=True, num_workers=spec["workers"],
         persistent_workers=True, worker_init_fn=_Pin(set(spec["server_cores"])),
         prefetch_factor=2)
-    state = {}
 
     def pids():
         it = loader._iterator
@@ -382,7 +381,6 @@ def worker_torch(spec):
     def epochs(e):
         return iter(loader)
     out = meter.run(epochs, lambda b: len(b[0].numpy()))
-    del state
     # Fidelity capture: the transform with the augmentation off (Resize to
     # 224x224, bilinear; PILToTensor; float), as NHWC.
     files, _ = list_files(spec["orig"])
@@ -702,8 +700,6 @@ class Servers:
         self.args, self.workdir = args, workdir
 
     def start_nearprepd(self):
-        sys.path.insert(0, os.path.join(ROOT, "bench", "python"))
-        import bench_daemon
         d = os.path.join(self.workdir, "np")
         os.makedirs(d, exist_ok=True)
         cfg = os.path.join(d, "nearprepd.yaml")
@@ -719,7 +715,6 @@ class Servers:
                "--workers", str(len(self.args.server_cores_list))]
         log = open(os.path.join(d, "log"), "w")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-        del bench_daemon
         return proc, self._wait_port(proc, port_file, lambda s: f"127.0.0.1:{int(s)}", log.name)
 
     def start_tfservice(self, python, env):
