@@ -6,6 +6,8 @@
 #   NEARPREP_SKIP_VENV=1 ...    skip the Python test venv (<build>/venv, from
 #                               PyPI: scripts/python_venv.sh); its ctest
 #                               entries are then not registered
+#   NEARPREP_SKIP_PEERS=1 ...   skip bench/peers's DALI venv (<build>/peers-venv,
+#                               scripts/peers_venv.sh); its rows say "not installed"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +52,8 @@ cmake --build "$BUILD_DIR" -j"$JOBS"
 # configure time: configure again the first time.
 if [ "${NEARPREP_SKIP_VENV:-0}" != "1" ]; then
   NEARPREP_BUILD_DIR="$BUILD_DIR" scripts/python_venv.sh
+  # bench/peers's DALI venv (<build>/peers-venv, ~490 MB); never fails setup.
+  NEARPREP_BUILD_DIR="$BUILD_DIR" scripts/peers_venv.sh
   if ! grep -qs python_venv_ "$BUILD_DIR/tests/python/CTestTestfile.cmake"; then
     cmake -S . -B "$BUILD_DIR" > /dev/null
   fi
