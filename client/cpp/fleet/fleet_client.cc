@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/mutex.h"
 #include "nearprep/client.h"
 
 namespace nearprep {
@@ -62,14 +63,22 @@ bool FailoverCode(absl::StatusCode c) {
 
 struct FleetClient::Impl {
   FleetClientOptions o;
-  std::mutex mu;
-  std::vector<Node> nodes;
-  Stats stats;
+  Mutex mu;
+  // A node's target and client never change once Create() has made them
+  // (read without mu: TargetOf, ClientOf); the rest of a Node is under mu.
+  std::vector<Node> nodes ABSL_GUARDED_BY(mu);
+  Stats stats ABSL_GUARDED_BY(mu);
+  // Used by the thread calling ReadBatch() only.
   std::map<std::pair<uint64_t, uint64_t>, std::shared_future<absl::StatusOr<FleetBatch>>> jobs;
-  std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans;
+  std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans ABSL_GUARDED_BY(mu);
+
+  const std::string& TargetOf(size_t i) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return nodes[i].target;
+  }
+  Client& ClientOf(size_t i) const ABSL_NO_THREAD_SAFETY_ANALYSIS { return *nodes[i].client; }
 
   std::shared_ptr<fleet::GlobalPlan> Plan(uint64_t epoch) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     auto it = plans.find(epoch);
     if (it != plans.end()) return it->second;
     fleet::PlanParams p = o.plan;
@@ -85,11 +94,11 @@ struct FleetClient::Impl {
   }
 
   // Live nodes' placement versions last reported as differing (empty: none).
-  std::set<int64_t> version_mix;
+  std::set<int64_t> version_mix ABSL_GUARDED_BY(mu);
 
   // Reports live nodes on different placement versions (a rollout), once per
   // set of versions, and their agreeing again. Under mu.
-  void CheckVersionMix() {
+  void CheckVersionMix() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::set<int64_t> distinct;
     std::string shown;
     for (const Node& n : nodes) {
@@ -108,8 +117,8 @@ struct FleetClient::Impl {
 
   // Probes node i (ListDatasets) and updates its state. Not under mu.
   void Probe(size_t i, bool check_mix = true) {
-    absl::StatusOr<std::vector<v1::DatasetInfo>> infos = nodes[i].client->ListDatasets();
-    std::lock_guard<std::mutex> lock(mu);
+    absl::StatusOr<std::vector<v1::DatasetInfo>> infos = ClientOf(i).ListDatasets();
+    MutexLock lock(&mu);
     Node& n = nodes[i];
     n.alive = false;
     n.dead_since = Clock::now();
@@ -134,7 +143,7 @@ struct FleetClient::Impl {
   void ReprobeDead() {
     std::vector<size_t> due;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       for (size_t i = 0; i < nodes.size(); ++i) {
         if (!nodes[i].alive && Clock::now() - nodes[i].dead_since >= o.probe_interval) {
           due.push_back(i);
@@ -145,7 +154,7 @@ struct FleetClient::Impl {
   }
 
   void MarkDead(size_t i, const absl::Status& why) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (nodes[i].alive) {
       Event(absl::StrCat("node ", nodes[i].target, " marked dead: ", why.ToString()));
     }
@@ -155,7 +164,7 @@ struct FleetClient::Impl {
   }
 
   // Live replica for partition p (highest score), or -1. Under mu.
-  int Assign(uint32_t p) {
+  int Assign(uint32_t p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int best = -1;
     uint64_t best_score = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -184,12 +193,12 @@ struct FleetClient::Impl {
     const size_t per_message = o.response_batch > 0 ? o.response_batch : 256;
     req.set_batch_size(static_cast<uint32_t>(std::min(items.size(), per_message)));
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++stats.requests;
     }
     StreamOptions stream;
     stream.timeout = o.rpc_timeout;
-    std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req, stream);
+    std::unique_ptr<BatchReader> reader = ClientOf(node).StreamBatches(req, stream);
     v1::Batch b;
     while (reader->Next(&b)) {
       const size_t n = static_cast<size_t>(b.sample_ids_size());
@@ -199,7 +208,7 @@ struct FleetClient::Impl {
         s.sample_id = b.sample_ids(static_cast<int>(i));
         s.label = b.labels(static_cast<int>(i));
         s.tensor = b.tensor().data().substr(i * row, row);
-        s.node = nodes[node].target;
+        s.node = TargetOf(node);
         r.ok[s.sample_id] = std::move(s);
       }
       for (const v1::SampleError& e : b.errors()) {
@@ -211,7 +220,7 @@ struct FleetClient::Impl {
       for (const Item& it : items) {
         if (!r.ok.count(it.sample_id) && !r.bad.count(it.sample_id)) {
           r.status = absl::UnavailableError(
-              absl::StrCat(nodes[node].target, ": stream ended without sample ", it.sample_id));
+              absl::StrCat(TargetOf(node), ": stream ended without sample ", it.sample_id));
           break;
         }
       }
@@ -237,7 +246,7 @@ struct FleetClient::Impl {
       std::map<size_t, std::vector<Item>> by_node;
       std::set<uint32_t> orphans;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         for (const auto& [p, it] : want) {
           if (ok.count(p) || bad.count(p)) continue;
           const int n = Assign(it.partition);
@@ -266,7 +275,7 @@ struct FleetClient::Impl {
         for (auto& [sid, s] : r.ok) {
           const uint64_t p = pos_of.at(sid);
           if (ok.count(p) || bad.count(p)) {
-            std::lock_guard<std::mutex> lock(mu);
+            MutexLock lock(&mu);
             ++stats.duplicates_dropped;
             continue;
           }
@@ -282,13 +291,13 @@ struct FleetClient::Impl {
           ++kept;
         }
         if (!r.status.ok() && kept > 0) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           stats.kept_partial += kept;
         }
       }
       if (!orphans.empty() && futs.empty()) {
         {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           ++stats.waits;
         }
         Event(absl::StrCat("epoch ", epoch, " batch ", g, ": no live replica for partitions ",
@@ -336,11 +345,12 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     Node n;
     n.target = t;
     n.client = std::make_unique<Client>(co);
+    MutexLock lock(&impl->mu);
     impl->nodes.push_back(std::move(n));
   }
-  for (size_t i = 0; i < impl->nodes.size(); ++i) impl->Probe(i, /*check_mix=*/false);
+  for (size_t i = 0; i < impl->o.targets.size(); ++i) impl->Probe(i, /*check_mix=*/false);
   {
-    std::lock_guard<std::mutex> lock(impl->mu);
+    MutexLock lock(&impl->mu);
     impl->CheckVersionMix();
   }
   return std::unique_ptr<FleetClient>(new FleetClient(std::move(impl)));
@@ -379,7 +389,7 @@ absl::StatusOr<FleetBatch> FleetClient::ReadBatch(uint64_t epoch, uint64_t batch
 }
 
 FleetClient::Stats FleetClient::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 
