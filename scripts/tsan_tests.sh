@@ -45,7 +45,9 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=None \
 TESTS=(nearprep_pipeline_test data_block_cache_test fleet_plan_threads_test)
 cmake --build "$BUILD" -j"$JOBS" --target "${TESTS[@]}" nearprep
 
-export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+# scripts/tsan.supp: reports inside the uninstrumented gRPC / Abseil /
+# protobuf libraries are dropped (see there).
+export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$(pwd)/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 regex="^($(IFS='|'; echo "${TESTS[*]}"))\$"
 ctest --test-dir "$BUILD" -R "$regex" --output-on-failure -j"$JOBS" --timeout 300
 
