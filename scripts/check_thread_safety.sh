@@ -5,7 +5,8 @@
 # makes only the generated headers (protoc), and runs
 # scripts/check_thread_safety.py check over its compile_commands.json
 # (syntax only, no object files), after that script's planted-violation
-# self-test. About 3 minutes on 2 cores, no ccache needed. scripts/test.sh
+# self-test. 5 minutes measured at -j1 on a loaded 2-core machine; no ccache
+# needed. scripts/test.sh
 # runs it (NEARPREP_SKIP_THREAD_SAFETY=1 skips it there).
 #   NEARPREP_TSA_BUILD_DIR   the build tree (default build-thread-safety)
 #   NEARPREP_JOBS            parallel compiles (default: nproc)

@@ -2,9 +2,9 @@
 # Installs dependencies, builds, and runs every test (C++ via ctest, Python
 # via pytest registered in ctest), then the two concurrency checks that need
 # builds of their own: clang's thread-safety analysis of server/ and
-# client/cpp (scripts/check_thread_safety.sh, ~3 min on 2 cores) and the
+# client/cpp (scripts/check_thread_safety.sh, ~5 min on a loaded 2-core machine) and the
 # ThreadSanitizer run of the pipeline, scheduler, block cache, global plan
-# and C++ fleet client (scripts/tsan_tests.sh, ~8 min on 2 cores).
+# and C++ fleet client (scripts/tsan_tests.sh, ~8.5 min).
 # NEARPREP_SKIP_THREAD_SAFETY=1 / NEARPREP_SKIP_TSAN=1 skip those. Exit
 # status: 0 when all three passed.
 set -euo pipefail

@@ -15,7 +15,8 @@
 # TSan, so absl::Mutex is invisible to it; the code it runs uses
 # nearprep::Mutex (common/mutex.h, a std::mutex). Each test has a timeout;
 # the whole script is bounded by NEARPREP_TSAN_TIMEOUT seconds (default
-# 1500). About 8 minutes on 2 cores without ccache. scripts/test.sh runs it
+# 1500). 8.5 minutes measured at -j1 on a loaded 2-core machine (load ~10-20),
+# empty ccache. scripts/test.sh runs it
 # (NEARPREP_SKIP_TSAN=1 skips it there).
 #   NEARPREP_TSAN_BUILD_DIR  the TSan build tree (default build-tsan)
 #   NEARPREP_JOBS            parallel compiles (default: nproc)
