@@ -74,9 +74,11 @@ int FuzzFileList(const uint8_t* data, size_t size);
 //  FpgaKernelThreadedEvery() runs on the threaded C simulation (every
 //  dataflow process on its own thread, FIFOs of their hardware depth) and
 //  again sequentially, and the two must agree bit for bit; the others run
-//  sequentially only (hls_sim::SequentialScope: the same results for about
-//  a tenth of the CPU, blind only to FIFOs too shallow). Which ones: the
-//  input's hash, unless SetFpgaKernelAllThreaded(true).
+//  sequentially only (hls_sim::SequentialScope: the same results without a
+//  thread switch per FIFO handoff, blind only to FIFOs too shallow); an
+//  image too large for a sequential run (hls_sim::SequentialLimit) runs
+//  threaded. Which ones: the input's hash, unless
+//  SetFpgaKernelAllThreaded(true).
 int FuzzFpgaKernel(const uint8_t* data, size_t size);
 // NEARPREP_FUZZ_THREADED_EVERY (default 8; 1: every input threaded).
 size_t FpgaKernelThreadedEvery();
