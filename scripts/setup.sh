@@ -15,7 +15,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git ninja-build
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs
   libspdlog-dev libabsl-dev libcli11-dev libyaml-cpp-dev libpng-dev

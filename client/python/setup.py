@@ -40,6 +40,7 @@ EXTERNAL_FILES = [
     "client/cpp/src/client.cc",
     "client/cpp/src/batch_decoder.cc",
     "client/cpp/src/batch_decoder.h",
+    "common/mutex.h",
     "common/pem.cc",
     "common/pem.h",
     "common/tensor_codec.cc",

@@ -119,6 +119,48 @@ KernelTiming TakeTiming() {
   return out;
 }
 
+namespace {
+constexpr size_t kMaxCachedBlockBytes = size_t{64} << 20;
+std::mutex& BlockMutex() {
+  static std::mutex mu;
+  return mu;
+}
+// Free blocks by size, and their total (guarded by BlockMutex()).
+std::vector<std::pair<size_t, void*>>& FreeBlocks() {
+  static auto* blocks = new std::vector<std::pair<size_t, void*>>;
+  return *blocks;
+}
+size_t g_cached_block_bytes = 0;
+}  // namespace
+
+void* TakeBlock(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(BlockMutex());
+    std::vector<std::pair<size_t, void*>>& free = FreeBlocks();
+    for (size_t i = free.size(); i-- > 0;) {
+      if (free[i].first == bytes) {
+        void* b = free[i].second;
+        free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+        g_cached_block_bytes -= bytes;
+        return b;
+      }
+    }
+  }
+  return ::operator new(bytes);
+}
+
+void GiveBlock(void* block, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(BlockMutex());
+    if (g_cached_block_bytes + bytes <= kMaxCachedBlockBytes) {
+      FreeBlocks().emplace_back(bytes, block);
+      g_cached_block_bytes += bytes;
+      return;
+    }
+  }
+  ::operator delete(block);
+}
+
 int64_t TimeoutMs() {
   static const int64_t ms = [] {
     const char* e = std::getenv("NEARPREP_HLS_SIM_TIMEOUT_MS");
@@ -128,7 +170,83 @@ int64_t TimeoutMs() {
   return ms;
 }
 
-Region::Region(const char* name) : name_(name) {
+namespace {
+
+// The threads that run processes, reused across regions. Run() hands a
+// process to an idle thread or, when none is idle, to a new one: a process
+// never waits for a thread (the processes of a region wait for each other,
+// so a bounded pool could deadlock). Never destroyed (threads may still
+// wait in it at exit).
+class ProcessThreads {
+ public:
+  static ProcessThreads& Get() {
+    static ProcessThreads* const threads = new ProcessThreads;
+    return *threads;
+  }
+
+  void Run(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (idle_ > 0) {  // an idle thread takes it (idle_: waiting - queued)
+        --idle_;
+        tasks_.push_back(std::move(task));
+        cv_.notify_one();
+        return;
+      }
+      ++created_;
+    }
+    std::thread([this, task = std::move(task)]() mutable { Loop(std::move(task)); }).detach();
+  }
+
+  uint64_t created() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return created_;
+  }
+  int idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return idle_;
+  }
+
+ private:
+  void Loop(std::function<void()> task) {
+    for (;;) {
+      task();
+      task = nullptr;
+      std::unique_lock<std::mutex> lock(mu_);
+      ++idle_;
+      if (!cv_.wait_for(lock, std::chrono::seconds(kIdleThreadSeconds),
+                        [this] { return !tasks_.empty(); })) {
+        --idle_;  // nothing queued: no Run() counted on this thread
+        return;
+      }
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;  // guarded by mu_
+  int idle_ = 0;                             // guarded by mu_
+  uint64_t created_ = 0;                     // guarded by mu_
+};
+
+}  // namespace
+
+namespace {
+bool& SequentialFlag() {
+  thread_local bool sequential = false;
+  return sequential;
+}
+}  // namespace
+
+SequentialScope::SequentialScope() : previous_(SequentialFlag()) { SequentialFlag() = true; }
+SequentialScope::~SequentialScope() { SequentialFlag() = previous_; }
+
+uint64_t ProcessThreadsCreated() { return ProcessThreads::Get().created(); }
+int ProcessThreadsIdle() { return ProcessThreads::Get().idle(); }
+
+Region::Region(const char* name) : name_(name), sequential_(SequentialFlag()) {
   Region* enclosing = CurrentRegion();
   // Nested: the creating thread is a process of the enclosing region, already
   // counted as runnable at the root.
@@ -136,6 +254,27 @@ Region::Region(const char* name) : name_(name) {
 }
 
 void Region::Spawn(const char* name, std::function<void()> process) {
+  if (sequential_) {
+    // Runs the process now, to its end, on this thread (after a deadlock,
+    // like the aborted processes of a threaded run, not at all).
+    ++spawned_;
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      ++finished_;
+    }
+    if (root_->aborted_.load()) return;
+    struct Current {  // SequentialLimit passes through
+      Region* const caller = CurrentRegion();
+      explicit Current(Region* r) { CurrentRegion() = r; }
+      ~Current() { CurrentRegion() = caller; }
+    } current(this);
+    try {
+      process();
+    } catch (const Deadlock& d) {
+      Declare(d.report);
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> g(live_mu_);
     ++live_;
@@ -147,7 +286,8 @@ void Region::Spawn(const char* name, std::function<void()> process) {
   if (paren != std::string::npos) pname.resize(paren);
   while (!pname.empty() && (pname.back() == ' ' || pname.back() == '\n')) pname.pop_back();
   while (!pname.empty() && (pname.front() == ' ' || pname.front() == '\n')) pname.erase(0, 1);
-  threads_.emplace_back([this, process = std::move(process), pname] {
+  ++spawned_;
+  ProcessThreads::Get().Run([this, process = std::move(process), pname] {
     CurrentRegion() = this;
     ProcClock clock;
     clock.name = pname;
@@ -164,6 +304,11 @@ void Region::Spawn(const char* name, std::function<void()> process) {
     SendDeferredWakes();
     ProcessEnded();
     CurrentRegion() = nullptr;
+    // The last use of this region by this thread: notified under the lock,
+    // so Join() cannot return (and the region go away) before it is done.
+    std::lock_guard<std::mutex> lock(done_mu_);
+    ++finished_;
+    done_cv_.notify_all();
   });
 }
 
@@ -192,7 +337,10 @@ std::string Region::Join() {
         root_->Block(name_);
       }
     }
-    for (std::thread& t : threads_) t.join();
+    {
+      std::unique_lock<std::mutex> lock(done_mu_);
+      done_cv_.wait(lock, [this] { return finished_ == spawned_; });
+    }
     joined_ = true;
   }
   return report();
@@ -222,6 +370,14 @@ void Region::Block(const char* where) {
     Declare(std::string("DEADLOCK in dataflow region '") + where + "': all " +
             std::to_string(n) + " live processes blocked: " + Waits());
   }
+}
+
+void Region::SequentialDeadlock(const char* kind, const char* stream, const char* op) {
+  const std::string report = std::string("DEADLOCK in dataflow region '") + root_->name_ +
+                             "' (sequential run): " + kind + " '" + stream + "' " + op +
+                             ": its consumer reads more than its producer wrote";
+  Declare(report);
+  throw Deadlock{report};
 }
 
 void Region::Declare(const std::string& report) {

@@ -5,7 +5,12 @@
 //    depth the synthesised FIFO gets): write() blocks while it is full,
 //    read() blocks while it is empty, exactly as the hardware handshake does.
 //  - hls_sim::Region runs each dataflow process on its own thread
-//    (NEARPREP_PROCESS in hls_compat.h) and joins them. A region created
+//    (NEARPREP_PROCESS in hls_compat.h) and waits for them. The threads come
+//    from a process-wide set that is reused from region to region (a kernel
+//    call is 15 processes; creating 15 threads per call dominated the
+//    fuzzing driver's time): a process never waits for a thread (one is
+//    created when none is idle), and a thread idle for kIdleThreadSeconds
+//    ends. A region created
 //    inside a process of another region (the kernel's DecodeToRgb) is nested:
 //    its processes join the accounting of the outermost (root) region, since
 //    streams cross the boundary (an inner process may wait for an outer one).
@@ -23,6 +28,23 @@
 //    report. This is what an undersized FIFO or a process that reads more
 //    tokens than its producer writes does in hardware (the compute unit
 //    hangs), found in C simulation.
+//  - Sequential (untimed) runs: inside a SequentialScope, a region created
+//    by the thread runs each process to its end, in program order, on that
+//    thread; streams and streams of blocks grow instead of blocking a writer,
+//    and a read of an empty one is reported as a deadlock (the consumer reads
+//    more than its producer wrote). The kernel's processes use only blocking
+//    reads and writes (a Kahn network) and its regions are feed-forward in
+//    program order, so a sequential run computes exactly what a threaded run
+//    computes - without the thread switches of every FIFO handoff, which
+//    cost about 3.5 ms of CPU per kernel call. What it cannot see is a FIFO
+//    too shallow for its traffic (a writer blocked on a full FIFO while its
+//    reader waits elsewhere): that needs the threaded run. A sequential run
+//    holds a whole image in its FIFOs: past kSequentialMaxTokens tokens in
+//    one stream or kSequentialMaxBlocks blocks in a stream of blocks it
+//    throws SequentialLimit out of the kernel (run that call threaded). The
+//    fuzz driver
+//    runs a sample of its inputs threaded and the rest sequentially
+//    (docs/fuzzing.md).
 //  - An optional backstop (NEARPREP_HLS_SIM_TIMEOUT_MS, off unless set) turns
 //    any single blocking operation that lasts longer into the same report; a
 //    debugging aid only (wall clock: it fires spuriously under load).
@@ -47,6 +69,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,6 +79,11 @@ namespace hls_sim {
 struct Deadlock {
   std::string report;
 };
+
+// Thrown out of a sequential run grown past these bounds (see above).
+struct SequentialLimit {};
+constexpr size_t kSequentialMaxTokens = size_t{1} << 20;
+constexpr size_t kSequentialMaxBlocks = 120;
 
 class Region;
 
@@ -86,6 +114,19 @@ struct Waiter {
   void Ready();
 };
 
+// While one lives, regions created by this thread run sequentially (see
+// above). Nests.
+class SequentialScope {
+ public:
+  SequentialScope();
+  ~SequentialScope();
+  SequentialScope(const SequentialScope&) = delete;
+  SequentialScope& operator=(const SequentialScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 class Region {
  public:
   explicit Region(const char* name);
@@ -110,6 +151,12 @@ class Region {
             const std::function<bool()>& ready, const char* stream, const char* op,
             Waiter* waiter);
 
+  // True for a region of a SequentialScope.
+  bool sequential() const { return sequential_; }
+  // A sequential run's stream operation that could never complete: declares
+  // the deadlock and throws it into the process.
+  [[noreturn]] void SequentialDeadlock(const char* kind, const char* stream, const char* op);
+
   // Root accounting (see the top of this file).
   void Unblock() { runnable_.fetch_add(1); }
   void Block(const char* where);
@@ -122,7 +169,13 @@ class Region {
 
   const char* name_;
   Region* root_;  // this, or the root of the enclosing region
-  std::vector<std::thread> threads_;
+  const bool sequential_;
+  // Processes started, and those whose thread has let go of this region
+  // (after that the thread never touches it again: Join() may return).
+  int spawned_ = 0;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  int finished_ = 0;  // guarded by done_mu_
   // This region's processes not yet ended, and whether the creating thread
   // waits for them in Join() (counted as blocked at the root meanwhile).
   std::mutex live_mu_;
@@ -143,6 +196,22 @@ inline void Waiter::Ready() {
     root->Unblock();
   }
 }
+
+// Seconds a pooled process thread waits for its next process before it
+// ends.
+constexpr int kIdleThreadSeconds = 5;
+// Threads created for processes so far, and those idle now (tests: reuse
+// across regions).
+uint64_t ProcessThreadsCreated();
+int ProcessThreadsIdle();
+
+// Storage for the blocks of streams of blocks, kept for reuse: the kernel's
+// MCU-row buffer is 32 rows of 16 KiB, and writing into a freshly allocated
+// one faults in a page per row (92% of the page faults of a fuzzing run,
+// most of its system time). Up to 64 MiB is kept; TakeBlock's memory is
+// uninitialised, like a hardware buffer bank.
+void* TakeBlock(size_t bytes);
+void GiveBlock(void* block, size_t bytes);
 
 // Optional backstop timeout for one blocking operation (ms; 0: none).
 int64_t TimeoutMs();
@@ -443,6 +512,13 @@ class stream final : public hls_sim::Wakeable {
              hls_sim::Waiter* waiter) {
     if (ready()) return;
     hls_sim::Region* r = hls_sim::CurrentRegion();
+    if (r != nullptr && r->sequential()) {
+      // No other process runs meanwhile: a full FIFO grows (the reader runs
+      // later), an empty one stays empty.
+      if (waiter != &writer_) r->SequentialDeadlock("stream", name_, op);
+      if (q_.size() >= hls_sim::kSequentialMaxTokens) throw hls_sim::SequentialLimit{};
+      return;
+    }
     if (r != nullptr) {
       lock.unlock();
       hls_sim::SendDeferredWakes();  // this thread is about to block
@@ -487,11 +563,19 @@ class stream final : public hls_sim::Wakeable {
 template <typename T, int DEPTH = 2>
 class stream_of_blocks final : public hls_sim::Wakeable {
   static_assert(DEPTH >= 2, "a stream of blocks has at least two blocks");
+  static_assert(std::is_trivial<T>::value && alignof(T) <= alignof(std::max_align_t),
+                "blocks are raw reused storage");
 
  public:
   stream_of_blocks() : stream_of_blocks("stream_of_blocks") {}
-  explicit stream_of_blocks(const char* name) : name_(name), blocks_(new T[DEPTH]) {
-    for (int i = 0; i < DEPTH; ++i) free_.push_back(i);
+  explicit stream_of_blocks(const char* name) : name_(name) {
+    for (int i = 0; i < DEPTH; ++i) {
+      blocks_.push_back(static_cast<T*>(hls_sim::TakeBlock(sizeof(T))));
+      free_.push_back(i);
+    }
+  }
+  ~stream_of_blocks() {
+    for (T* b : blocks_) hls_sim::GiveBlock(b, sizeof(T));
   }
   stream_of_blocks(const stream_of_blocks&) = delete;
   stream_of_blocks& operator=(const stream_of_blocks&) = delete;
@@ -518,9 +602,17 @@ class stream_of_blocks final : public hls_sim::Wakeable {
   int Acquire(bool for_write) {
     std::unique_lock<std::mutex> lock(mu_);
     std::deque<int>& q = for_write ? free_ : full_;
+    hls_sim::Region* r = hls_sim::CurrentRegion();
+    if (q.empty() && r != nullptr && r->sequential()) {
+      // A sequential run: one more block for the writer (the reader runs
+      // later); a reader without a full block waits forever.
+      if (!for_write) r->SequentialDeadlock("stream_of_blocks", name_, "read_lock (no full block)");
+      if (blocks_.size() >= hls_sim::kSequentialMaxBlocks) throw hls_sim::SequentialLimit{};
+      blocks_.push_back(static_cast<T*>(hls_sim::TakeBlock(sizeof(T))));
+      free_.push_back(static_cast<int>(blocks_.size()) - 1);
+    }
     if (q.empty()) {
       const char* op = for_write ? "write_lock (no free block)" : "read_lock (no full block)";
-      hls_sim::Region* r = hls_sim::CurrentRegion();
       if (r == nullptr) {
         throw hls_sim::Deadlock{std::string("stream_of_blocks '") + name_ + "': " + op +
                                 " outside a dataflow region would block forever"};
@@ -546,11 +638,12 @@ class stream_of_blocks final : public hls_sim::Wakeable {
     (from_write ? reader_ : writer_).Ready();
     cv_.notify_all();
   }
-  T& block(int b) { return blocks_[b]; }
+  T& block(int b) { return *blocks_[static_cast<size_t>(b)]; }
 
  private:
   const char* name_;
-  std::unique_ptr<T[]> blocks_;
+  // DEPTH blocks; more only in a sequential run (a single thread).
+  std::vector<T*> blocks_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> free_, full_;  // block indices: empty ones, filled ones in order

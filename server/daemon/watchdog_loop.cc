@@ -18,15 +18,15 @@ WatchdogLoop::WatchdogLoop(
 
 void WatchdogLoop::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 int WatchdogLoop::pings() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return pings_;
 }
 
@@ -37,11 +37,11 @@ void WatchdogLoop::Run(std::chrono::microseconds interval) {
   const auto timeout = std::max<std::chrono::milliseconds>(
       std::chrono::duration_cast<std::chrono::milliseconds>(interval / 4),
       std::chrono::milliseconds(1));
-  std::unique_lock<std::mutex> l(mu_);
+  mu_.Lock();
   while (!stop_) {
-    l.unlock();
+    mu_.Unlock();
     const absl::Status st = check_(timeout);
-    l.lock();
+    mu_.Lock();
     if (stop_) break;
     if (st.ok()) {
       notifier_->Notify("WATCHDOG=1");
@@ -50,8 +50,12 @@ void WatchdogLoop::Run(std::chrono::microseconds interval) {
       spdlog::warn("watchdog: serving check failed ({}); not pinging",
                    st.ToString());
     }
-    cv_.wait_for(l, period, [this] { return stop_; });
+    // Until `period` has passed or Stop() is called.
+    const auto until = std::chrono::steady_clock::now() + period;
+    while (!stop_ && !cv_.WaitUntil(&mu_, until)) {
+    }
   }
+  mu_.Unlock();
 }
 
 }  // namespace nearprep

@@ -11,12 +11,12 @@
 #define NEARPREP_SERVER_DAEMON_WATCHDOG_LOOP_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "server/daemon/service_notifier.h"
 
 namespace nearprep {
@@ -41,10 +41,10 @@ class WatchdogLoop {
 
   ServiceNotifier* notifier_;
   std::function<absl::Status(std::chrono::milliseconds)> check_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  int pings_ = 0;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int pings_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

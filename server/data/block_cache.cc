@@ -17,7 +17,7 @@ absl::StatusOr<Block> BlockCache::GetOrLoad(const Key& key, const Loader& load,
   uint64_t gen = 0;
   const auto now = clock_();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second.record) {  // no block: a miss
       EraseLocked(it);
@@ -56,7 +56,7 @@ void BlockCache::FinishLoad(const Key& key, uint64_t gen, const Loader& load,
   const bool ok = block.ok();
   promise->set_value(std::move(block));
   if (ok && !evict) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (!ok && it != entries_.end() && it->second.gen == gen) {
     EraseLocked(it);  // Do not cache failures.
@@ -87,7 +87,7 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
   uint64_t gen = 0;
   const auto now = clock_();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       Entry& e = it->second;
@@ -128,14 +128,16 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
     }
     // Make room from the least recently used end: blocks idle too long
     // (their remaining samples went elsewhere, or their epoch ended).
-    const auto no_room = [&] { return resident_ + key.size > capacity_; };
+    const auto no_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return resident_ + key.size > capacity_;
+    };
     *idle_drops += DropOldestLocked(
         [&](const Entry& e) { return !e.record && now - e.touched >= idle; }, no_room);
     if (no_room() && resident_ > 0) {
       // Drop the oldest records beyond the bound (never this one: it is
       // the most recent).
       DropOldestLocked([](const Entry& e) { return e.record; },
-                       [&] { return records_ > kMaxRecords; });
+                       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_ > kMaxRecords; });
       *outcome = Once::kNoRoom;
       return Block{};
     }
@@ -165,12 +167,12 @@ void BlockCache::EvictLocked() {
 }
 
 uint64_t BlockCache::resident_bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return resident_;
 }
 
 size_t BlockCache::resident_blocks() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return entries_.size() - records_;
 }
 

@@ -32,8 +32,9 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace nearprep {
 
@@ -160,7 +161,7 @@ class BlockCache {
 
   const uint64_t capacity_;
   const Clock clock_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // front: most recent
   uint64_t resident_ ABSL_GUARDED_BY(mu_) = 0;

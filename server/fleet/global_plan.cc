@@ -226,19 +226,19 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
   // co-owned (shared_ptr) so that other threads' At() calls are not held up
   // for the walk, and survives the cache being emptied meanwhile.
   if (sizes_sorted_.size() <= kMaxLockedWalk) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const uint32_t p = Pick(*RoundLocked(static_cast<uint32_t>(r)), r, offset);
     if (p == kNone) return Entry{};
     return Entry{start_[p] + StreamLocked(p)[r], p};
   }
   std::shared_ptr<const std::vector<uint32_t>> order;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     order = RoundLocked(static_cast<uint32_t>(r));
   }
   const uint32_t p = Pick(*order, r, offset);
   if (p == kNone) return Entry{};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return Entry{start_[p] + StreamLocked(p)[r], p};
 }
 

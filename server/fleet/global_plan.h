@@ -38,12 +38,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace nearprep::fleet {
 
@@ -114,8 +115,9 @@ class GlobalPlan {
   // Callers hold mu_. The references they return are into the caches, and
   // another thread may empty those (when full) as soon as mu_ is released:
   // none may be used after (issue 23).
-  const std::vector<uint64_t>& StreamLocked(uint32_t p) const;
-  const std::shared_ptr<const std::vector<uint32_t>>& RoundLocked(uint32_t r) const;
+  const std::vector<uint64_t>& StreamLocked(uint32_t p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const std::shared_ptr<const std::vector<uint32_t>>& RoundLocked(uint32_t r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The partition at `offset` among round r's active partitions in `order`
   // (kNone past the last: a position >= size()).
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
@@ -126,9 +128,10 @@ class GlobalPlan {
   std::vector<uint64_t> sizes_sorted_;
   std::vector<uint64_t> sorted_prefix_;  // prefix sums of sizes_sorted_
   uint64_t n_ = 0;
-  mutable std::mutex mu_;
-  mutable std::map<uint32_t, std::vector<uint64_t>> streams_;
-  mutable std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> rounds_;
+  mutable Mutex mu_;
+  mutable std::map<uint32_t, std::vector<uint64_t>> streams_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> rounds_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace nearprep::fleet

@@ -117,6 +117,7 @@ absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
     step = absl::StrCat("find kernel ", nf::kKernelName);
     m.kernel = xrt::kernel(m.device, m.uuid, nf::kKernelName);
     step = "allocate buffers";
+    MutexLock lock(&m.mu);  // nobody else yet; for the annotations
     for (int i = 0; i < config.buffer_sets; ++i) {
       m.sets.push_back(m.NewSet());
       m.free_sets.push_back(m.sets.back().get());

@@ -25,6 +25,8 @@
 #include <xrt/xrt_device.h>
 #include <xrt/xrt_kernel.h>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "server/backend/backend.h"
 #include "server/data/dataset.h"
 #include "server/fpga/fpga_backend.h"
@@ -136,27 +138,27 @@ class FpgaBackend::Impl {
   FpgaStats* stats = nullptr;
 
   std::vector<std::unique_ptr<fpga_internal::BufferSet>> sets;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<fpga_internal::BufferSet*> free_sets;
-  int live = 0;
+  Mutex mu;
+  CondVar cv;
+  std::vector<fpga_internal::BufferSet*> free_sets ABSL_GUARDED_BY(mu);
+  int live ABSL_GUARDED_BY(mu) = 0;
 
-  std::mutex hook_mu;  // the test/simulation hook handles one run at a time
-  uint64_t run_counter = 0;
+  Mutex hook_mu;  // the test/simulation hook handles one run at a time
+  uint64_t run_counter ABSL_GUARDED_BY(hook_mu) = 0;
   std::atomic<uint64_t> warnings{0};
 
   // Blocks until a set is free; null when every set is broken. Only call
   // while holding no other set.
   fpga_internal::BufferSet* Acquire() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [this] { return !free_sets.empty() || live == 0; });
+    MutexLock lock(&mu);
+    while (free_sets.empty() && live != 0) cv.Wait(&mu);
     if (free_sets.empty()) return nullptr;
     fpga_internal::BufferSet* s = free_sets.back();
     free_sets.pop_back();
     return s;
   }
   fpga_internal::BufferSet* TryAcquire() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (free_sets.empty()) return nullptr;
     fpga_internal::BufferSet* s = free_sets.back();
     free_sets.pop_back();
@@ -165,14 +167,14 @@ class FpgaBackend::Impl {
   void Release(fpga_internal::BufferSet* s) {
     if (s == nullptr) return;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (s->broken) {
         --live;
       } else {
         free_sets.push_back(s);
       }
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
 
   void Warn(const std::string& msg) {

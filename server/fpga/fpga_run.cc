@@ -90,7 +90,7 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
         }
       } else {
         if (config.hook) {
-          std::lock_guard<std::mutex> lock(hook_mu);
+          MutexLock lock(&hook_mu);
           FpgaRunView v;
           v.jpeg = s->jpeg_map;
           v.desc = s->desc_map;

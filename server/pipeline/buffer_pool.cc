@@ -47,7 +47,7 @@ BufferPool::~BufferPool() {
 
 uint8_t* BufferPool::Acquire() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!free_.empty()) {
       uint8_t* p = free_.back();
       free_.pop_back();
@@ -56,7 +56,7 @@ uint8_t* BufferPool::Acquire() {
   }
   uint8_t* p = Allocate(bytes_);
   if (p == nullptr) return nullptr;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++allocated_;
   return p;
 }
@@ -64,7 +64,7 @@ uint8_t* BufferPool::Acquire() {
 void BufferPool::Release(uint8_t* buffer) {
   if (buffer == nullptr) return;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (free_.size() < max_cached_) {
       free_.push_back(buffer);
       return;
@@ -82,7 +82,7 @@ std::shared_ptr<void> BufferPool::Wrap(uint8_t* buffer) {
 }
 
 size_t BufferPool::allocated() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return allocated_;
 }
 

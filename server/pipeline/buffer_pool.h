@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace nearprep {
 
@@ -48,7 +48,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  private:
   const size_t bytes_;
   const size_t max_cached_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<uint8_t*> free_ ABSL_GUARDED_BY(mu_);
   size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -13,7 +13,7 @@ Scheduler::Scheduler(const PipelineOptions& options,
 
 void Scheduler::StartWorkers() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     running_workers_ = options_.workers;
   }
   for (int i = 0; i < options_.workers; ++i) {
@@ -24,12 +24,12 @@ void Scheduler::StartWorkers() {
 void Scheduler::Shutdown() {
   std::vector<std::shared_ptr<Stream>> streams;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     streams = streams_;
   }
   for (auto& s : streams) Cancel(*s);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     shutdown_ = true;
   }
   work_cv_.SignalAll();
@@ -40,7 +40,7 @@ void Scheduler::Shutdown() {
 void Scheduler::Add(const std::shared_ptr<Stream>& stream) {
   Callbacks fire;  // nobody waits yet
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     StreamAssembler& a = Locked(*stream).assembler;
     if (a.request().account_until_released) {
       a.SetReleaseNotifier([self = weak_from_this()] {
@@ -57,7 +57,7 @@ void Scheduler::Add(const std::shared_ptr<Stream>& stream) {
 void Scheduler::Next(Stream& stream, BatchStream::NextCallback done) {
   BatchStream::NextResult result;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Stream::Guarded& g = Locked(stream);
     assert(!g.pending && "one Next at a time");
     if (!g.assembler.HasResult()) {
@@ -76,14 +76,14 @@ void Scheduler::OnBatchReleased() {
   // Taking mu_ orders the release after any worker's CanDispatch check
   // under the lock: the worker is either before its check (and sees the
   // moved window) or already waiting (and gets the signal).
-  { absl::MutexLock lock(&mu_); }
+  { MutexLock lock(&mu_); }
   work_cv_.SignalAll();
 }
 
 void Scheduler::Cancel(Stream& stream) {
   Callbacks fire;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Stream::Guarded& g = Locked(stream);
     g.assembler.Cancel();
     SettleLocked(stream, &fire);
@@ -131,7 +131,7 @@ void Scheduler::SettleLocked(Stream& s, Callbacks* fire) {
 }
 
 size_t Scheduler::RunnableStreams() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& s : streams_) {
     if (Locked(*s).assembler.HasDispatchableWork()) ++n;
@@ -140,7 +140,7 @@ size_t Scheduler::RunnableStreams() const {
 }
 
 size_t Scheduler::ProducingStreams() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return streams_.size();
 }
 

@@ -25,7 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "server/backend/backend.h"
 #include "server/pipeline/pipeline.h"
 #include "server/pipeline/resume_validator.h"
@@ -123,8 +123,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   const std::shared_ptr<Backend> backend_;
   PipelineCounters counters_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar work_cv_;
+  mutable Mutex mu_;
+  CondVar work_cv_;
   std::vector<std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   size_t rr_ ABSL_GUARDED_BY(mu_) = 0;
   // Consumer callbacks for a worker to run.

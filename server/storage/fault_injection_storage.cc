@@ -60,53 +60,53 @@ FaultInjectionStorage::FaultInjectionStorage(std::shared_ptr<const Storage> base
 
 void FaultInjectionStorage::FailOpen(const std::string& path,
                                      absl::Status error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_[path].open_error = std::move(error);
 }
 
 void FaultInjectionStorage::FailReads(const std::string& path,
                                       absl::Status error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_[path].read_error = std::move(error);
 }
 
 void FaultInjectionStorage::ShortReads(const std::string& path,
                                        uint64_t max_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_[path].short_max = static_cast<int64_t>(max_bytes);
 }
 
 void FaultInjectionStorage::SlowReads(const std::string& path,
                                       std::chrono::microseconds delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_[path].delay = delay;
 }
 
 void FaultInjectionStorage::Vanish(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_[path].vanished = true;
 }
 
 void FaultInjectionStorage::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_.clear();
 }
 
 FaultInjectionStorage::Counts FaultInjectionStorage::injected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counts_;
 }
 
 FaultInjectionStorage::Faults FaultInjectionStorage::FaultsFor(
     const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = faults_.find(path);
   if (it == faults_.end()) it = faults_.find(kEveryFile);
   return it == faults_.end() ? Faults{} : it->second;
 }
 
 void FaultInjectionStorage::Count(uint64_t Counts::*which) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++(counts_.*which);
 }
 

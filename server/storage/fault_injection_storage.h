@@ -25,12 +25,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/storage/storage.h"
 
 namespace nearprep {
@@ -85,9 +86,9 @@ class FaultInjectionStorage : public Storage {
   bool VanishedCounted(const std::string& path) const;
 
   std::shared_ptr<const Storage> base_;
-  mutable std::mutex mu_;
-  std::map<std::string, Faults> faults_;
-  mutable Counts counts_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Faults> faults_ ABSL_GUARDED_BY(mu_);
+  mutable Counts counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace nearprep

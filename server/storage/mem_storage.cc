@@ -47,7 +47,7 @@ std::string Parent(const std::string& path) {
 }  // namespace
 
 void MemStorage::AddFile(const std::string& path, std::string bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   files_[path] = std::make_shared<const std::string>(std::move(bytes));
 }
 
@@ -57,12 +57,12 @@ void MemStorage::AddFile(const std::string& path,
 }
 
 void MemStorage::AddDir(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (std::string p = path; !p.empty(); p = Parent(p)) dirs_.insert(p);
 }
 
 bool MemStorage::RemoveFile(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return files_.erase(path) > 0;
 }
 
@@ -80,7 +80,7 @@ bool MemStorage::IsDirLocked(const std::string& path) const {
 absl::Status MemStorage::ListDir(const std::string& path,
                                  std::vector<std::string>* names) const {
   names->clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (files_.count(path) > 0) return absl::PermissionDeniedError("Not a directory");
   if (!IsDirLocked(path)) return absl::NotFoundError(kNotFound);
   const std::string prefix = path.empty() ? "" : path + "/";
@@ -100,7 +100,7 @@ absl::Status MemStorage::ListDir(const std::string& path,
 }
 
 absl::StatusOr<FileInfo> MemStorage::Lstat(const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = files_.find(path);
   if (it != files_.end()) {
     // The mtime of an in-memory file: its content's address, which changes
@@ -133,7 +133,7 @@ absl::Status MemStorage::WriteFile(const std::string& path,
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemStorage::Open(
     const std::string& path, const OpenOptions& /*options*/) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = files_.find(path);
   if (it != files_.end()) {
     return std::unique_ptr<RandomAccessFile>(new MemFile(it->second));

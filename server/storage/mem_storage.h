@@ -18,13 +18,14 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/storage/storage.h"
 
 namespace nearprep {
@@ -55,11 +56,12 @@ class MemStorage : public Storage {
                          const std::string& bytes) const override;
 
  private:
-  bool IsDirLocked(const std::string& path) const;
+  bool IsDirLocked(const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const std::string>> files_;
-  std::set<std::string> dirs_;  // added with AddDir (and their parents)
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<const std::string>> files_ ABSL_GUARDED_BY(mu_);
+  // Added with AddDir (and their parents).
+  std::set<std::string> dirs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace nearprep

@@ -1,7 +1,12 @@
 // Fuzz target: the FPGA kernel's C simulation (nearprep_preprocess) on the
 // bytes as a JPEG. Two images per call: the whole picture, and a crop taken
 // from PeekJpegSize (or, when the header is unreadable, descriptor words
-// taken from the input). Checks:
+// taken from the input). A sample of the inputs runs on the threaded C
+// simulation, and sequentially as well; the rest only sequentially
+// (fuzz_targets.h, docs/fuzzing.md). Checks:
+//  - a threaded and a sequential run give the same status words and output
+//    bytes (the sequential run is what most inputs get: it must be the
+//    kernel's result);
 //  - every image gets a documented status code (the NOT_RUN pre-fill is
 //    overwritten) and an OK image reports a non-empty size;
 //  - the kernel writes nothing past its output buffer (rounded up to whole
@@ -14,12 +19,15 @@
 //    kernel claims to be bit-exact and to refuse anything libjpeg would
 //    warn about.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "decode_to_rgb.h"
+#include "hls_sim.h"
 #include "jpeg_l1.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"
@@ -60,7 +68,20 @@ bool GuardIntact(const std::vector<uint8_t>& buf, size_t from) {
   return true;
 }
 
+bool g_all_threaded = false;
+
 }  // namespace
+
+size_t FpgaKernelThreadedEvery() {
+  static const size_t every = [] {
+    const char* e = std::getenv("NEARPREP_FUZZ_THREADED_EVERY");
+    const unsigned long long v = e != nullptr ? std::strtoull(e, nullptr, 10) : 8;
+    return v > 0 ? static_cast<size_t>(v) : size_t{1};
+  }();
+  return every;
+}
+
+void SetFpgaKernelAllThreaded(bool all) { g_all_threaded = all; }
 
 int FuzzFpgaKernel(const uint8_t* data, size_t size) {
   if (size > (uint64_t{1} << 24)) return 0;
@@ -112,9 +133,9 @@ int FuzzFpgaKernel(const uint8_t* data, size_t size) {
   desc[nf::kDescFlags] |= nf::kFlagWholeImage;
   uint32_t* d1 = desc + nf::kDescWords;
   int ph = 0, pw = 0, pc = 0;
-  if (nf::PeekJpegSize(jpeg.data(), static_cast<uint32_t>(size), &ph, &pw,
-                       &pc) == nf::kStatusOk &&
-      ph > 0 && pw > 0) {
+  const bool peek_ok = nf::PeekJpegSize(jpeg.data(), static_cast<uint32_t>(size), &ph, &pw,
+                                        &pc) == nf::kStatusOk;
+  if (peek_ok && ph > 0 && pw > 0) {
     d1[nf::kDescCropH] = 1 + static_cast<uint32_t>((h >> 40) % ph);
     d1[nf::kDescCropW] = 1 + static_cast<uint32_t>((h >> 44) % pw);
     d1[nf::kDescCropY] = static_cast<uint32_t>((h >> 48) % (ph - d1[nf::kDescCropH] + 1));
@@ -133,12 +154,41 @@ int FuzzFpgaKernel(const uint8_t* data, size_t size) {
   // The kernel writes whole words: the output buffer is 2 * slot bytes
   // rounded up to a word, the guard zone after that.
   const uint64_t out_alloc = (2 * slot + 63) / 64 * 64;
-  std::vector<uint8_t> out(out_alloc + kGuard, kGuardByte);
+  bool threaded = g_all_threaded || h % FpgaKernelThreadedEvery() == 0;
+  // One run of the kernel, threaded or sequential (a deadlock report
+  // leaves it as an exception, in both).
+  const auto run = [&](bool sequential, std::vector<uint8_t>* out, uint32_t* status) {
+    out->assign(out_alloc + kGuard, kGuardByte);
+    for (size_t i = 0; i < 2 * nf::kStatusWords; ++i) status[i] = nf::kStatusNotRun;
+    std::optional<hls_sim::SequentialScope> scope;
+    if (sequential) scope.emplace();
+    nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc, cfg,
+                        reinterpret_cast<WideWord*>(out->data()), status, scratch.data(), 2);
+  };
+  std::vector<uint8_t> out;
   uint32_t status[2 * nf::kStatusWords];
-  for (uint32_t& s : status) s = nf::kStatusNotRun;
-
-  nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc, cfg,
-                      reinterpret_cast<WideWord*>(out.data()), status, scratch.data(), 2);
+  bool compare = threaded;
+  if (!threaded) {
+    try {
+      run(/*sequential=*/true, &out, status);
+    } catch (const hls_sim::SequentialLimit&) {
+      threaded = true;  // a large image: FIFOs of their depth instead
+    }
+  }
+  if (threaded) {
+    CountOutcome(kTarget, compare ? "(threaded, sampled)" : "(threaded, large)");
+    run(/*sequential=*/false, &out, status);
+  }
+  if (compare) {
+    std::vector<uint8_t> seq_out;
+    uint32_t seq_status[2 * nf::kStatusWords];
+    try {
+      run(/*sequential=*/true, &seq_out, seq_status);
+      CHECK_KERNEL(std::memcmp(seq_status, status, sizeof(status)) == 0 && seq_out == out,
+                   "the sequential C simulation differs from the threaded one");
+    } catch (const hls_sim::SequentialLimit&) {
+    }
+  }
 
   CHECK_KERNEL(GuardIntact(scratch, kScratchBytes),
                "kernel wrote past the scratch size it was given");
@@ -179,9 +229,18 @@ int FuzzFpgaKernel(const uint8_t* data, size_t size) {
     int kh = 0, kw = 0;
     uint8_t* rgb = nullptr;
     nf::DecodeCycles cycles;
-    const uint32_t s = nf::DecodeJpegToRgb(
-        jpeg.data(), static_cast<uint32_t>(size), kFuzzMaxDecodedValues, &kh,
-        &kw, &rgb, &cycles);
+    const auto decode = [&](bool sequential) {
+      std::optional<hls_sim::SequentialScope> scope;
+      if (sequential) scope.emplace();
+      return nf::DecodeJpegToRgb(jpeg.data(), static_cast<uint32_t>(size),
+                                 kFuzzMaxDecodedValues, &kh, &kw, &rgb, &cycles);
+    };
+    uint32_t s;
+    try {
+      s = decode(/*sequential=*/!threaded);
+    } catch (const hls_sim::SequentialLimit&) {
+      s = decode(/*sequential=*/false);
+    }
     CHECK_KERNEL(s == nf::kStatusOk,
                  absl::StrCat("DecodeJpegToRgb says ", nf::KernelStatusName(s),
                               " where the kernel said OK"));

@@ -652,12 +652,16 @@ void RunTarget(const std::string& target, TargetFn fn, const std::vector<Bytes>&
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
   const std::vector<Bytes> regressions = RegressionInputs(target);
+  // The kernel's regression files and seeds all run on the threaded C
+  // simulation too; its mutations, one in FpgaKernelThreadedEvery().
+  SetFpgaKernelAllThreaded(true);
   for (size_t i = 0; i < regressions.size(); ++i) {
     RunOne(target, fn, regressions[i], "regression file " + std::to_string(i), &stats);
   }
   for (size_t i = 0; i < seeds.size(); ++i) {
     RunOne(target, fn, seeds[i], "seed " + std::to_string(i), &stats);
   }
+  SetFpgaKernelAllThreaded(false);
   const size_t iters = ItersPerSeed(default_iters);
   for (size_t i = 0; i < seeds.size(); ++i) {
     Rng rng(0x6E656172707265ull ^ (static_cast<uint64_t>(i) << 32) ^

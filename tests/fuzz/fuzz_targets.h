@@ -70,8 +70,20 @@ int FuzzStreamRequest(const uint8_t* data, size_t size);
 //  real files, a folder, and symlinks leading inside and outside the root.
 int FuzzFileList(const uint8_t* data, size_t size);
 //  FPGA kernel C simulation (nearprep_preprocess) on the bytes as one JPEG,
-//  with guard zones around its output and scratch buffers.
+//  with guard zones around its output and scratch buffers. One input in
+//  FpgaKernelThreadedEvery() runs on the threaded C simulation (every
+//  dataflow process on its own thread, FIFOs of their hardware depth) and
+//  again sequentially, and the two must agree bit for bit; the others run
+//  sequentially only (hls_sim::SequentialScope: the same results without a
+//  thread switch per FIFO handoff, blind only to FIFOs too shallow); an
+//  image too large for a sequential run (hls_sim::SequentialLimit) runs
+//  threaded. Which ones: the input's hash, unless
+//  SetFpgaKernelAllThreaded(true).
 int FuzzFpgaKernel(const uint8_t* data, size_t size);
+// NEARPREP_FUZZ_THREADED_EVERY (default 8; 1: every input threaded).
+size_t FpgaKernelThreadedEvery();
+// Every input threaded (the regression driver: regression files and seeds).
+void SetFpgaKernelAllThreaded(bool all);
 //  Record shards: the bytes as a TFRecord shard, a tar shard, one Example
 //  and a cached shard index (server/records).
 int FuzzRecords(const uint8_t* data, size_t size);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/mutex.h"
 #include "nearprep/client.h"
 
 namespace nearprep {
@@ -148,14 +149,22 @@ const char* FleetActionName(FleetAction action) {
 
 struct FleetClient::Impl {
   FleetClientOptions o;
-  std::mutex mu;
-  std::vector<Node> nodes;
-  Stats stats;
+  Mutex mu;
+  // A node's target and client never change once Create() has made them
+  // (read without mu: TargetOf, ClientOf); the rest of a Node is under mu.
+  std::vector<Node> nodes ABSL_GUARDED_BY(mu);
+  Stats stats ABSL_GUARDED_BY(mu);
+  // Used by the thread calling ReadBatch() only.
   std::map<std::pair<uint64_t, uint64_t>, std::shared_future<absl::StatusOr<FleetBatch>>> jobs;
-  std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans;
+  std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans ABSL_GUARDED_BY(mu);
+
+  const std::string& TargetOf(size_t i) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return nodes[i].target;
+  }
+  Client& ClientOf(size_t i) const ABSL_NO_THREAD_SAFETY_ANALYSIS { return *nodes[i].client; }
 
   std::shared_ptr<fleet::GlobalPlan> Plan(uint64_t epoch) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     auto it = plans.find(epoch);
     if (it != plans.end()) return it->second;
     fleet::PlanParams p = o.plan;
@@ -171,11 +180,11 @@ struct FleetClient::Impl {
   }
 
   // Live nodes' placement versions last reported as differing (empty: none).
-  std::set<int64_t> version_mix;
+  std::set<int64_t> version_mix ABSL_GUARDED_BY(mu);
 
   // Reports live nodes on different placement versions (a rollout), once per
   // set of versions, and their agreeing again. Under mu.
-  void CheckVersionMix() {
+  void CheckVersionMix() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::set<int64_t> distinct;
     std::string shown;
     for (const Node& n : nodes) {
@@ -194,8 +203,8 @@ struct FleetClient::Impl {
 
   // Probes node i (ListDatasets) and updates its state. Not under mu.
   void Probe(size_t i, bool check_mix = true) {
-    absl::StatusOr<std::vector<v1::DatasetInfo>> infos = nodes[i].client->ListDatasets();
-    std::lock_guard<std::mutex> lock(mu);
+    absl::StatusOr<std::vector<v1::DatasetInfo>> infos = ClientOf(i).ListDatasets();
+    MutexLock lock(&mu);
     Node& n = nodes[i];
     n.alive = false;
     n.dead_since = Clock::now();
@@ -220,7 +229,7 @@ struct FleetClient::Impl {
   void ReprobeDead() {
     std::vector<size_t> due;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       for (size_t i = 0; i < nodes.size(); ++i) {
         if (!nodes[i].alive && Clock::now() - nodes[i].dead_since >= o.probe_interval) {
           due.push_back(i);
@@ -231,7 +240,7 @@ struct FleetClient::Impl {
   }
 
   void MarkDead(size_t i, const absl::Status& why) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (nodes[i].alive) {
       Event(absl::StrCat("node ", nodes[i].target, " marked dead: ", why.ToString()));
     }
@@ -241,7 +250,7 @@ struct FleetClient::Impl {
   }
 
   // Live replica for partition p (highest score), or -1. Under mu.
-  int Assign(uint32_t p) {
+  int Assign(uint32_t p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int best = -1;
     uint64_t best_score = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -263,7 +272,7 @@ struct FleetClient::Impl {
   // delivered is kept.
   NodeResult Fetch(size_t node, uint64_t epoch, const std::vector<Item>& items) {
     NodeResult r;
-    const std::string& target = nodes[node].target;
+    const std::string& target = TargetOf(node);
     for (int attempt = 0;; ++attempt) {
       v1::StreamBatchesRequest req = o.request;
       req.set_dataset(o.dataset);
@@ -288,12 +297,12 @@ struct FleetClient::Impl {
           static_cast<uint32_t>(std::min<size_t>(static_cast<size_t>(req.sample_ids_size()),
                                                  per_message)));
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ++stats.requests;
       }
       StreamOptions stream;
       stream.timeout = o.rpc_timeout;
-      std::unique_ptr<BatchReader> reader = nodes[node].client->StreamBatches(req, stream);
+      std::unique_ptr<BatchReader> reader = ClientOf(node).StreamBatches(req, stream);
       v1::Batch b;
       absl::Status malformed;
       while (reader->Next(&b)) {
@@ -337,7 +346,7 @@ struct FleetClient::Impl {
       }
       Event(absl::StrCat("node ", target, ": ", r.status.ToString(), "; asking it again"));
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ++stats.retries;
       }
     }
@@ -361,7 +370,7 @@ struct FleetClient::Impl {
       std::map<size_t, std::vector<Item>> by_node;
       std::set<uint32_t> orphans;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         for (const auto& [p, it] : want) {
           if (ok.count(p) || bad.count(p)) continue;
           const int n = Assign(it.partition);
@@ -393,7 +402,7 @@ struct FleetClient::Impl {
         for (auto& [sid, s] : r.ok) {
           const uint64_t p = pos_of.at(sid);  // Fetch kept only ids it asked for
           if (ok.count(p) || bad.count(p)) {
-            std::lock_guard<std::mutex> lock(mu);
+            MutexLock lock(&mu);
             ++stats.duplicates_dropped;
             continue;
           }
@@ -409,13 +418,13 @@ struct FleetClient::Impl {
           ++kept;
         }
         if (!r.status.ok() && kept > 0) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           stats.kept_partial += kept;
         }
       }
       if (!orphans.empty() && futs.empty()) {
         {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           ++stats.waits;
         }
         Event(absl::StrCat("epoch ", epoch, " batch ", g, ": no live replica for partitions ",
@@ -470,11 +479,12 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     Node n;
     n.target = t;
     n.client = std::make_unique<Client>(co);
+    MutexLock lock(&impl->mu);
     impl->nodes.push_back(std::move(n));
   }
-  for (size_t i = 0; i < impl->nodes.size(); ++i) impl->Probe(i, /*check_mix=*/false);
+  for (size_t i = 0; i < impl->o.targets.size(); ++i) impl->Probe(i, /*check_mix=*/false);
   {
-    std::lock_guard<std::mutex> lock(impl->mu);
+    MutexLock lock(&impl->mu);
     impl->CheckVersionMix();
   }
   return std::unique_ptr<FleetClient>(new FleetClient(std::move(impl)));
@@ -513,7 +523,7 @@ absl::StatusOr<FleetBatch> FleetClient::ReadBatch(uint64_t epoch, uint64_t batch
 }
 
 FleetClient::Stats FleetClient::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 

@@ -33,8 +33,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/pem.h"
 #include "batch_decoder.h"
 
@@ -360,7 +362,7 @@ class GrpcBatchReader : public BatchReader {
   }
 
   void Cancel() override {
-    std::lock_guard<std::mutex> lock(context_mu_);
+    MutexLock lock(&context_mu_);
     cancelled_ = true;
     if (context_) context_->TryCancel();
   }
@@ -428,8 +430,9 @@ class GrpcBatchReader : public BatchReader {
   }
 
   void OpenStream() {
+    grpc::ClientContext* context;
     {
-      std::lock_guard<std::mutex> lock(context_mu_);
+      MutexLock lock(&context_mu_);
       context_ = std::make_unique<grpc::ClientContext>();
       AddCallCredentials(options_, context_.get());
       if (deadline_) {
@@ -442,14 +445,15 @@ class GrpcBatchReader : public BatchReader {
       }
       // A context cancelled before its call starts cancels the call at once.
       if (cancelled_) context_->TryCancel();
+      context = context_.get();  // replaced by this thread only
     }
     stream_.reset(grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-        channel_.get(), method_, context_.get(), CurrentRequest()));
+        channel_.get(), method_, context, CurrentRequest()));
   }
 
   void ResetStream() {
     stream_.reset();
-    std::lock_guard<std::mutex> lock(context_mu_);
+    MutexLock lock(&context_mu_);
     context_.reset();
   }
 
@@ -457,7 +461,10 @@ class GrpcBatchReader : public BatchReader {
   // reader and context go away).
   void CloseStream() {
     if (!stream_) return;
-    context_->TryCancel();
+    {
+      MutexLock lock(&context_mu_);
+      context_->TryCancel();
+    }
     grpc::ByteBuffer drain;
     while (stream_->Read(&drain)) {
     }
@@ -571,8 +578,8 @@ class GrpcBatchReader : public BatchReader {
   const v1::StreamBatchesRequest request_;
 
   // context_ is replaced by the reading thread and cancelled by any thread.
-  std::mutex context_mu_;
-  std::unique_ptr<grpc::ClientContext> context_;
+  Mutex context_mu_;
+  std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(context_mu_);
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream_;
 

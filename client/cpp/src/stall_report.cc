@@ -157,9 +157,11 @@ double NiceMax(double v) {
   return 10 * p;
 }
 
-// One panel: values[i] at bin i, y axis [0, ymax], labels in `fmt`.
+// One panel: values[i] at bin i, y axis [0, ymax], labels in `fmt` (a
+// FormatSpec, checked at compile time: clang refuses a plain char* format).
 void Panel(RgbImage* img, int top, int height, const std::string& title,
-           const std::vector<double>& values, double ymax, const char* fmt,
+           const std::vector<double>& values, double ymax,
+           const absl::FormatSpec<double>& fmt,
            const uint8_t color[3]) {
   const int left = 70, right = img->width - 20;
   const int bottom = top + height;

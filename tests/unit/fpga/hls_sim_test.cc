@@ -4,8 +4,10 @@
 // (the first-pass stand-in returned a default value from an empty stream).
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "hls_compat.h"
@@ -389,6 +391,167 @@ TEST(HlsSimTimingTest, BlocksAndEventsCarryTheirTimes) {
     EXPECT_EQ(r->busy[c], c == 0 ? 14u : 18u);
     EXPECT_EQ(r->stall_in[c], 3 * block - r->busy[c]);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A region's processes run on threads kept from earlier regions (issue 23:
+// creating 15 threads per kernel call dominated the FPGA fuzz driver): once
+// the threads of a first region are idle, later regions - including one
+// after a deadlock - create none.
+TEST(HlsSimTest, LaterRegionsReuseTheThreadsOfEarlierOnes) {
+  const auto ping_pong = [](int rounds) {
+    hls::stream<int, 1> ping("ping"), pong("pong");
+    hls::stream<int, 2> side("side");
+    int seen = 0;
+    hls_sim::Region region("reuse");
+    region.Spawn([&] {
+      for (int i = 0; i < rounds; ++i) {
+        ping.write(i);
+        seen += pong.read();
+      }
+    });
+    region.Spawn([&] {
+      for (int i = 0; i < rounds; ++i) pong.write(ping.read() + 1);
+    });
+    region.Spawn([&] { side.write(1); });
+    region.Spawn([&] { (void)side.read(); });
+    EXPECT_EQ(region.Join(), "");
+    return seen;
+  };
+  const auto wait_idle = [](int n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (hls_sim::ProcessThreadsIdle() < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return hls_sim::ProcessThreadsIdle();
+  };
+  EXPECT_EQ(ping_pong(100), 100 * 101 / 2);
+  ASSERT_GE(wait_idle(4), 4);
+  const uint64_t created = hls_sim::ProcessThreadsCreated();
+  for (int k = 0; k < 20; ++k) {
+    EXPECT_EQ(ping_pong(50), 50 * 51 / 2);
+    ASSERT_GE(wait_idle(4), 4);
+  }
+  int sum = 0;
+  EXPECT_NE(RunFifoOrder(5, &sum).find("DEADLOCK"), std::string::npos);
+  ASSERT_GE(wait_idle(4), 4);
+  EXPECT_EQ(RunFifoOrder(4, &sum), "");
+  EXPECT_EQ(sum, 100 + 1 + 2 + 3 + 4);
+  ASSERT_GE(wait_idle(4), 4);
+  EXPECT_EQ(ping_pong(10), 10 * 11 / 2);
+  EXPECT_EQ(hls_sim::ProcessThreadsCreated(), created)
+      << "a region created threads although enough were idle";
+}
+
+// A feed-forward network (producer -> doubler -> nested region summing ->
+// collector, FIFOs far shallower than the traffic): the threaded and the
+// sequential run compute the same; the sequential one runs every process on
+// the calling thread, in program order.
+int FeedForward(std::vector<std::thread::id>* threads) {
+  hls::stream<int, 2> raw("raw"), doubled("doubled");
+  hls::stream<int, 1> sums("sums");
+  int total = 0;
+  std::mutex mu;
+  const auto note = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    threads->push_back(std::this_thread::get_id());
+  };
+  NEARPREP_DATAFLOW_BEGIN("feed_forward");
+  NEARPREP_PROCESS(note(); for (int i = 1; i <= 1000; ++i) raw.write(i));
+  NEARPREP_PROCESS(note(); for (int i = 0; i < 1000; ++i) doubled.write(2 * raw.read()));
+  NEARPREP_PROCESS({
+    note();
+    hls::stream<int, 1> partial("partial");
+    hls_sim::Region inner("inner");
+    inner.Spawn([&] {
+      note();
+      for (int k = 0; k < 10; ++k) {
+        int s = 0;
+        for (int i = 0; i < 100; ++i) s += doubled.read();
+        partial.write(s);
+      }
+    });
+    inner.Spawn([&] {
+      note();
+      for (int k = 0; k < 10; ++k) sums.write(partial.read());
+    });
+    const std::string r = inner.Join();
+    if (!r.empty()) throw hls_sim::Deadlock{r};
+  });
+  NEARPREP_PROCESS(note(); for (int k = 0; k < 10; ++k) total += sums.read());
+  NEARPREP_DATAFLOW_END();
+  return total;
+}
+
+TEST(HlsSimTest, SequentialRunComputesWhatTheThreadedRunComputes) {
+  std::vector<std::thread::id> threaded_ids, sequential_ids;
+  EXPECT_EQ(FeedForward(&threaded_ids), 1000 * 1001);
+  const uint64_t created = hls_sim::ProcessThreadsCreated();
+  {
+    hls_sim::SequentialScope sequential;
+    EXPECT_EQ(FeedForward(&sequential_ids), 1000 * 1001);
+  }
+  EXPECT_EQ(hls_sim::ProcessThreadsCreated(), created);
+  ASSERT_EQ(sequential_ids.size(), 6u);
+  for (const std::thread::id& id : sequential_ids) EXPECT_EQ(id, std::this_thread::get_id());
+  ASSERT_EQ(threaded_ids.size(), 6u);
+  for (const std::thread::id& id : threaded_ids) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+// What a sequential run reports, and its one blind spot.
+TEST(HlsSimTest, SequentialRunReportsOverReadsButNotShallowFifos) {
+  hls_sim::SequentialScope sequential;
+  // A FIFO too shallow for its traffic deadlocks the threaded run
+  // (StreamHoldsItsDepthAndNoMore) but not the sequential one: the writer
+  // runs to its end first.
+  int sum = 0;
+  EXPECT_EQ(RunFifoOrder(5, &sum), "");
+  EXPECT_EQ(sum, 100 + 1 + 2 + 3 + 4 + 5);
+  // A reader of a token never written: a deadlock in both.
+  {
+    hls::stream<uint32_t, 8> s("tokens");
+    hls_sim::Region region("short_producer");
+    region.Spawn([&] { s.write(7); });
+    region.Spawn([&] {
+      s.read();
+      s.read();
+    });
+    const std::string report = region.Join();
+    EXPECT_NE(report.find("DEADLOCK in dataflow region 'short_producer' (sequential run)"),
+              std::string::npos)
+        << report;
+    EXPECT_NE(report.find("'tokens' read (empty)"), std::string::npos) << report;
+  }
+  // The same for a stream of blocks: the writer gets as many blocks as it
+  // fills; a reader of a block never written deadlocks.
+  {
+    hls::stream_of_blocks<TestBlock> s("mcu_rows");
+    int sums = 0;
+    hls_sim::Region region("sob");
+    region.Spawn([&] {
+      for (int b = 0; b < 5; ++b) {
+        hls::write_lock<TestBlock> lock(s);
+        TestBlock& blk = lock;
+        blk[0][0] = b;
+      }
+    });
+    region.Spawn([&] {
+      for (int b = 0; b < 6; ++b) {
+        hls::read_lock<TestBlock> lock(s);
+        TestBlock& blk = lock;
+        sums += blk[0][0];
+      }
+    });
+    const std::string report = region.Join();
+    EXPECT_EQ(sums, 0 + 1 + 2 + 3 + 4);
+    EXPECT_NE(report.find("'mcu_rows' read_lock (no full block)"), std::string::npos)
+        << report;
+  }
+  // A kernel's deadlock leaves it as an exception, as in a threaded run.
+  EXPECT_THROW(DeadlockedKernel(), hls_sim::Deadlock);
 }
 
 }  // namespace
