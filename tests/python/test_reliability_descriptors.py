@@ -15,7 +15,6 @@ import resource
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -25,25 +24,7 @@ import nearprep
 from conftest import NEARPREPD
 
 from test_metrics import parse, value, wait_for_file
-
-
-def run_bounded(fn, timeout):
-    out = {}
-
-    def body():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test thread
-            out["error"] = e
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        pytest.fail(f"did not return within {timeout} s (hang)")
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+from test_reliability import run_bounded
 
 
 def hold_connections(port, n):
