@@ -573,6 +573,7 @@ class stream_of_blocks final : public hls_sim::Wakeable {
       blocks_.push_back(static_cast<T*>(hls_sim::TakeBlock(sizeof(T))));
       free_.push_back(i);
     }
+    stamp_.resize(DEPTH);
   }
   ~stream_of_blocks() {
     for (T* b : blocks_) hls_sim::GiveBlock(b, sizeof(T));
@@ -609,6 +610,7 @@ class stream_of_blocks final : public hls_sim::Wakeable {
       if (!for_write) r->SequentialDeadlock("stream_of_blocks", name_, "read_lock (no full block)");
       if (blocks_.size() >= hls_sim::kSequentialMaxBlocks) throw hls_sim::SequentialLimit{};
       blocks_.push_back(static_cast<T*>(hls_sim::TakeBlock(sizeof(T))));
+      stamp_.emplace_back();
       free_.push_back(static_cast<int>(blocks_.size()) - 1);
     }
     if (q.empty()) {
@@ -626,13 +628,13 @@ class stream_of_blocks final : public hls_sim::Wakeable {
     const int b = q.front();
     q.pop_front();
     // Timed simulation: a block is usable once the other side released it.
-    if (hls_sim::ProcClock* pc = hls_sim::CurrentClock()) pc->WaitFor(stamp_[b], !for_write);
+    if (hls_sim::ProcClock* pc = hls_sim::CurrentClock()) pc->WaitFor(stamp_[static_cast<size_t>(b)], !for_write);
     return b;
   }
   void Release(int b, bool from_write) {
     std::lock_guard<std::mutex> lock(mu_);
     hls_sim::ProcClock* pc = hls_sim::CurrentClock();
-    stamp_[b] = pc != nullptr ? pc->Now() : hls_sim::Stamp();
+    stamp_[static_cast<size_t>(b)] = pc != nullptr ? pc->Now() : hls_sim::Stamp();
     (from_write ? full_ : free_).push_back(b);
     if (from_write) ++written_;
     (from_write ? reader_ : writer_).Ready();
@@ -647,7 +649,9 @@ class stream_of_blocks final : public hls_sim::Wakeable {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> free_, full_;  // block indices: empty ones, filled ones in order
-  hls_sim::Stamp stamp_[DEPTH];  // timed simulation: when each block was released
+  // Timed simulation: when each block was released (one per block, so
+  // also for a sequential run's extra blocks).
+  std::vector<hls_sim::Stamp> stamp_;
   hls_sim::Waiter reader_, writer_;
   uint64_t written_ = 0;
 };
