@@ -54,6 +54,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "python"))
+from bench_daemon import proc_cpu_s, proc_hwm_mib  # noqa: E402 (any interpreter)
 DEFAULT_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "datasets",
                                              "imagenet-sample-200"))
 DEBIAN_PY = "/usr/bin/python3"
@@ -65,28 +67,6 @@ CLAIMS_BEGIN, CLAIMS_END = "<!-- peers-fidelity-claims -->", "<!-- /peers-fideli
 
 # ---------------------------------------------------------------------------
 # Small /proc helpers (any process, any interpreter).
-
-
-def proc_cpu_s(pid):
-    """user + system CPU seconds of pid (all its threads), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def proc_hwm_mib(pid):
-    """Peak resident set (VmHWM) of pid in MiB, or None."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
 
 
 def lo_bytes():
@@ -925,7 +905,6 @@ def claim_holds(claim, f):
 def prepare_data(args, workdir):
     """The replicated image folder: hard links (nearprepd refuses symlinks
     leaving the dataset root) in the same class folders, else copies."""
-    sys.path.insert(0, os.path.join(ROOT, "bench", "python"))
     import bench_daemon
     rep = os.path.join(workdir, "rep")
     bench_daemon.replicate_image_folder(args.dataset_root, args.copies, rep)

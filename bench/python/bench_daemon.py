@@ -1,6 +1,8 @@
 """Start a nearprepd for a benchmark: one YAML dataset, port 0, wait for the
-port file; and a larger image folder made of hard links to a small one.
-Shared by the bench/python scripts."""
+port file; a larger image folder made of hard links to a small one; and the
+/proc readings of a serving process (CPU seconds, peak RSS). Shared by the
+bench/python scripts, bench/peers and bench/scaling (standard library only,
+so any interpreter can import it)."""
 
 import os
 import shutil
@@ -61,3 +63,25 @@ def replicate_image_folder(root, copies, out):
                 except OSError:
                     shutil.copyfile(os.path.join(d, name), dst)
     return out
+
+
+def proc_cpu_s(pid):
+    """user + system CPU seconds of pid (all its threads), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_hwm_mib(pid):
+    """Peak resident set (VmHWM) of pid in MiB, or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None

@@ -48,43 +48,14 @@ import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH_PY = os.path.join(HERE, "..", "python")
+sys.path.insert(0, BENCH_PY)
+from bench_daemon import (proc_cpu_s, proc_hwm_mib,  # noqa: E402
+                          replicate_image_folder, start_daemon)
+
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
-
-
-def proc_hwm_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def replicate(src, dst, times):
-    """Class folders of src, each file linked `times` times under dst."""
-    n = 0
-    for cls in sorted(os.listdir(src)):
-        cdir = os.path.join(src, cls)
-        if not os.path.isdir(cdir):
-            continue
-        os.makedirs(os.path.join(dst, cls), exist_ok=True)
-        for name in sorted(os.listdir(cdir)):
-            stem, ext = os.path.splitext(name)
-            for r in range(times):
-                target = os.path.join(dst, cls, f"{stem}_r{r}{ext}")
-                try:
-                    os.link(os.path.join(cdir, name), target)
-                except OSError:
-                    shutil.copyfile(os.path.join(cdir, name), target)
-                n += 1
-    return n
 
 
 def cpu_list(cores):
@@ -93,18 +64,9 @@ def cpu_list(cores):
 
 def nearprep_row(args, data, n, row):
     tmp = tempfile.mkdtemp(prefix="np-scale-")
-    port_file = os.path.join(tmp, "port")
-    server_cores = list(range(n))
-    cmd = ["taskset", "-c", cpu_list(server_cores), args.nearprepd,
-           "--listen", "127.0.0.1", "--port", "0", "--port-file", port_file,
-           "--dataset", f"bench={data}", "--workers", str(n), "--log-level", "warn"]
-    daemon = subprocess.Popen(cmd)
+    daemon, target = start_daemon(args.nearprepd, tmp, data, workers=n,
+                                  core=cpu_list(range(n)))
     try:
-        for _ in range(200):
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                break
-            time.sleep(0.05)
-        port = open(port_file).read().strip()
         req = ["--dataset", "bench", "--batch-size", "64", "--shuffle", "--seed", "1",
                "--height", "224", "--width", "224"]
         if row.startswith("nearprep_tv"):
@@ -121,22 +83,19 @@ def nearprep_row(args, data, n, row):
         # A short warm-up stream (first batch and page cache), then the timed run.
         t0 = time.monotonic()
         subprocess.run(["taskset", "-c", cpu_list(args.trainer_cores), args.nearprep, "load",
-                        "--target", f"127.0.0.1:{port}", "--streams", "1", "--max-batches", "1",
+                        "--target", target, "--streams", "1", "--max-batches", "1",
                         "--quiet", *req], check=True, stdout=subprocess.DEVNULL)
         ttfb = time.monotonic() - t0
         cpu0 = proc_cpu_s(daemon.pid)
         load = subprocess.Popen(["taskset", "-c", cpu_list(args.trainer_cores), args.nearprep,
-                                 "load", "--target", f"127.0.0.1:{port}", "--streams",
+                                 "load", "--target", target, "--streams",
                                  str(args.streams), "--duration", str(args.seconds),
                                  "--quiet", "--json", report, *req],
                                 stdout=subprocess.DEVNULL)
         # The load client's own CPU: sampled just before it exits.
         load_cpu = 0.0
         while load.poll() is None:
-            try:
-                load_cpu = proc_cpu_s(load.pid)
-            except OSError:
-                pass
+            load_cpu = proc_cpu_s(load.pid) or load_cpu
             time.sleep(0.05)
         if load.returncode != 0:
             raise RuntimeError(f"nearprep load exited {load.returncode}")
@@ -149,7 +108,7 @@ def nearprep_row(args, data, n, row):
             "server_cpu_ms_per_image": 1000.0 * (cpu1 - cpu0) / max(images, 1),
             "trainer_cpu_ms_per_image": 1000.0 * load_cpu / max(images, 1),
             "wire_bytes_per_image": rep["bytes"] / max(images, 1),
-            "peak_rss_mb": proc_hwm_mb(daemon.pid),
+            "peak_rss_mb": proc_hwm_mib(daemon.pid),
             "images": images,
         }
     finally:
@@ -167,6 +126,8 @@ import torch, torchvision
 import torchvision.transforms as T
 data, n, seconds, server, trainer = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), \
     [int(c) for c in sys.argv[4].split(",")], int(sys.argv[5])
+sys.path.insert(0, sys.argv[6])
+from bench_daemon import proc_cpu_s as cpu, proc_hwm_mib as hwm
 os.sched_setaffinity(0, {trainer})
 torch.set_num_threads(1)
 def init(_):
@@ -188,15 +149,6 @@ it = batches()
 next(it)
 ttfb = time.monotonic() - t0
 pids = [w.pid for w in dl._iterator._workers]
-def cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        x = f.read().rsplit(")", 1)[1].split()
-    return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
-def hwm(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return 0.0
 w0 = sum(cpu(p) for p in pids); m0 = time.process_time()
 images = 0; t1 = time.monotonic()
 while time.monotonic() - t1 < seconds:
@@ -216,7 +168,7 @@ os._exit(0)
 
 def dataloader_row(args, data, n):
     out = subprocess.run([args.python, "-c", DL_CHILD, data, str(n), str(args.seconds),
-                          cpu_list(range(n)), str(args.trainer_cores[0])],
+                          cpu_list(range(n)), str(args.trainer_cores[0]), BENCH_PY],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -228,9 +180,8 @@ def main():
     ap.add_argument("--nearprep")
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch + torchvision for the DataLoader rows")
-    here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--dataset", default=os.path.normpath(os.path.join(
-        here, "..", "..", "..", "shared", "datasets", "imagenet-sample-200")))
+        HERE, "..", "..", "..", "shared", "datasets", "imagenet-sample-200")))
     ap.add_argument("--cores", default="1,2")
     ap.add_argument("--trainer-cores", default=None,
                     help="cores of the consumer (default: the last core)")
@@ -255,7 +206,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="np-scale-data-")
     try:
         data = os.path.join(tmp, "data")
-        samples = replicate(args.dataset, data, args.replicate)
+        replicate_image_folder(args.dataset, args.replicate, data)
+        samples = sum(len(f) for _, _, f in os.walk(data))
         print(f"machine: {ncpu} cores, load average {os.getloadavg()[0]:.2f}; "
               f"{samples} samples ({args.replicate} x {args.dataset}); batch 64; "
               f"trainer cores {args.trainer_cores}; {args.seconds} s per row", flush=True)
