@@ -446,3 +446,90 @@ def test_tls_client_against_plaintext_server_fails_cleanly():
             list(c.batches("fake", batch_size=2))
     finally:
         srv.stop()
+
+
+# -- the public connection object (issue 26, step 3) ---------------------------
+
+class _SeesMetadata(FakePreprocessor):
+    """Records each call's `authorization` metadata by method."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.auth = []
+
+    def _note(self, method, context):
+        md = dict(context.invocation_metadata())
+        with self.lock:
+            self.auth.append((method, md.get("authorization")))
+
+    def GetServerInfo(self, request, context):
+        self._note("GetServerInfo", context)
+        return super().GetServerInfo(request, context)
+
+    def StreamBatches(self, req, context):
+        self._note("StreamBatches", context)
+        yield from super().StreamBatches(req, context)
+
+
+def test_connection_is_the_clients_public_seam(transport):
+    # What a program does with Client.connection(): a call the package does
+    # not wrap, through the client's channel with its token; the streams of
+    # either transport go through the same object.
+    servicer = _SeesMetadata(9)
+    srv = FakeServer(servicer)
+    try:
+        c = nearprep.Client(srv.target, token="tok-1")
+        conn = c.connection()
+        assert isinstance(conn, nearprep.Connection)
+        assert conn is c.connection(srv.target) and conn.target == srv.target
+        assert conn.metadata == (("authorization", "Bearer tok-1"),)
+        assert conn.token == "tok-1" and conn.secure is False and conn.closed is False
+        info = conn.stub.GetServerInfo(conn.pb2.GetServerInfoRequest(),
+                                       metadata=conn.metadata, timeout=5)
+        assert info.version == "fake"
+        got = conn.unary("ListDatasets", conn.pb2.ListDatasetsRequest(),
+                         conn.pb2.ListDatasetsResponse)
+        assert got.datasets[0].num_samples == 9
+        assert [len(b) for b in c.batches("fake", batch_size=4)] == [4, 4, 1]
+        assert ("GetServerInfo", "Bearer tok-1") in servicer.auth
+        assert ("StreamBatches", "Bearer tok-1") in servicer.auth
+        # reset(): the channel a call broke on is dropped; a stale one is not.
+        first = conn.channel
+        assert conn.channel is first
+        conn.reset(first)
+        second = conn.channel
+        assert second is not first
+        conn.reset(first)
+        assert conn.channel is second
+        # Any target may be asked for (a fleet's nodes); a malformed one is refused.
+        assert c.connection("127.0.0.1:1").target == "127.0.0.1:1"
+        with pytest.raises(nearprep.InvalidArgumentError) as exc:
+            c.connection("127.0.0.1")
+        assert exc.value.field == "target"
+        c.close()
+        assert conn.closed is True
+        with pytest.raises(nearprep.NearprepError, match="client is closed"):
+            conn.channel
+    finally:
+        srv.stop()
+
+
+def test_transports_and_fleet_use_only_the_public_connection():
+    # nearprep.transport and nearprep.fleet reach a Client through its
+    # public surface (Client.connection() and public attributes), never
+    # through its private attributes (`client._channel`, `._metadata`, ...).
+    import ast
+    import os
+    pkg = os.path.dirname(nearprep.client.__file__)
+    found = []
+    for name in ("transport.py", "fleet.py", "fleet_torch.py", "tf.py", "torch.py"):
+        tree = ast.parse(open(os.path.join(pkg, name)).read())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+                continue
+            inner = node.value
+            owner = (inner.attr if isinstance(inner, ast.Attribute)
+                     else inner.id if isinstance(inner, ast.Name) else None)
+            if owner in ("client", "_client"):
+                found.append(f"{name}:{node.lineno}: {owner}.{node.attr}")
+    assert not found, found

@@ -508,7 +508,7 @@ def test_close_cancels_requests_in_flight(tfrecord_fleet, transport):
 def test_daemon_refuses_ids_it_does_not_hold(tfrecord_fleet):
     _, m, _, daemons, _ = tfrecord_fleet
     c = nearprep.Client(daemons["a"].target, native=False)
-    pb2 = c._pb2
+    pb2 = c.connection().pb2
     outside = m.partition_start[9]  # partition 9: not on node a
     for ids, mh, code, text in [
             ([0, outside], m.hash, "FAILED_PRECONDITION", "sample_ids[1]: sample"),

@@ -25,6 +25,13 @@ requested again with the exact token. If a target fails, its chunk resumes
 on another live target from the last batch it delivered (failover); the
 failed target is retried after a backoff.
 
+Connections. Client.connection(target) returns the nearprep.Connection of
+one target: its grpc.Channel, a PreprocessorStub, the call metadata (the
+bearer token), the message module and reset() for a channel a call broke
+on. The transports (nearprep.transport) and nearprep.fleet.FleetClient
+reach the client only through it, and a program may too (a call this
+package does not wrap, with the client's TLS, token and channel options).
+
 Thread-safety: a Client may be shared by threads (gRPC channels are
 thread-safe); a BatchStream is consumed by one thread.
 """
@@ -207,6 +214,110 @@ def _bearer_token(token, token_file):
     return token
 
 
+class Connection:
+    """One target of a Client: its gRPC channel, stub and call metadata.
+
+    Client.connection(target) returns it (one per target, kept by the
+    client, so every caller shares the channel); nearprep.transport and
+    nearprep.fleet make their calls through it, and so may a program that
+    needs a call this package does not wrap.
+
+    target      "host:port"
+    channel     the grpc.Channel to the target, opened on first use with the
+                client's credentials and options; after reset(), a new one
+    stub        a nearprep.v1 PreprocessorStub on `channel` (protobuf in,
+                protobuf out)
+    metadata    the call metadata every call must send (the bearer token's
+                `authorization` entry), or None
+    token       the bearer token (str) or None: for channels grpcio does not
+                make (the native module's)
+    secure      True when the channel uses TLS
+    pb2         the generated message module (nearprep.v1.nearprep_pb2)
+    closed      True once the client is closed (`channel` then raises
+                NearprepError)
+    reset(channel)   drops `channel`, the one a call failed on, so the next
+                call connects afresh; calls still running on it keep it
+                alive; a channel already replaced is left alone
+    unary(method, request, response_type, timeout=None)
+                one unary call of nearprep.v1.Preprocessor (method "ListDatasets",
+                "GetServerInfo"), the answer parsed into `response_type`;
+                grpc.RpcError as grpcio raises it, DataLossError for an answer
+                that does not parse. timeout None: the client's rpc_timeout.
+
+    Thread-safety: thread-safe, like the Client.
+    """
+
+    def __init__(self, client, target):
+        self._client = client
+        self.target = target
+        self._channel = None
+
+    @property
+    def pb2(self):
+        return self._client._pb2
+
+    @property
+    def metadata(self):
+        return self._client._metadata
+
+    @property
+    def token(self):
+        return self._client._token
+
+    @property
+    def secure(self):
+        return self._client._creds is not None
+
+    @property
+    def closed(self):
+        return self._client._closed
+
+    @property
+    def channel(self):
+        c = self._client
+        with c._lock:
+            if c._closed:
+                raise NearprepError("client is closed")
+            if self._channel is None:
+                if c._creds is not None:
+                    self._channel = grpc.secure_channel(self.target, c._creds,
+                                                        options=c._options)
+                else:
+                    self._channel = grpc.insecure_channel(self.target, options=c._options)
+            return self._channel
+
+    @property
+    def stub(self):
+        return self._client._pb2_grpc.PreprocessorStub(self.channel)
+
+    def reset(self, channel):
+        with self._client._lock:
+            if self._channel is channel:
+                self._channel = None
+
+    def unary(self, method, request, response_type, timeout=None):
+        call = self.channel.unary_unary(
+            f"/nearprep.v1.Preprocessor/{method}",
+            request_serializer=lambda r: r.SerializeToString(),
+            response_deserializer=None)
+        raw = call(request, timeout=self._client.rpc_timeout if timeout is None else timeout,
+                   metadata=self.metadata)
+        try:
+            return response_type.FromString(raw)
+        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
+            raise DataLossError(
+                f"malformed {response_type.DESCRIPTOR.full_name} from {self.target}: "
+                f"{type(e).__name__}: {e}", target=self.target) from None
+
+    def _take_channel(self):
+        """Under the client's lock: the channel, forgotten (close())."""
+        ch, self._channel = self._channel, None
+        return ch
+
+    def __repr__(self):
+        return f"<nearprep.Connection {self.target}>"
+
+
 class Client:
     """A client of one or more nearprepd servers.
 
@@ -305,14 +416,14 @@ class Client:
             ("grpc.min_reconnect_backoff_ms",
              max(_MIN_CONNECT_TIMEOUT_MS, int(self.rpc_timeout * 1000))),
             ("grpc.enable_retries", 0),
-            # Own subchannels per channel, so that _reset_channel() really
+            # Own subchannels per channel, so that Connection.reset() really
             # starts a fresh connection instead of waiting out the shared
             # subchannel's reconnect backoff.
             ("grpc.use_local_subchannel_pool", 1),
         ] + ([("grpc.ssl_target_name_override", tls_server_name)]
              if tls_server_name else []) + list(channel_options)
         self._lock = threading.Lock()
-        self._channels = {}
+        self._connections = {}   # target -> Connection
         self._stats = Stats()
         self._closed = False
         self._streams = weakref.WeakSet()   # live BatchStreams, closed by close()
@@ -326,40 +437,36 @@ class Client:
         """"native" or "grpcio": how this client receives batches."""
         return self._transport.name
 
-    # -- channels ---------------------------------------------------------
+    # -- connections ------------------------------------------------------
 
-    def _channel(self, target):
+    def connection(self, target=None):
+        """The Connection to `target` (default: the first target): its
+        channel, stub and call metadata (see nearprep.Connection). One per
+        target, made on first use; any "host:port" may be asked for, also
+        one outside `targets` (nearprep.fleet probes its nodes this way)."""
+        if target is None:
+            target = self.targets[0]
         with self._lock:
-            if self._closed:
-                raise NearprepError("client is closed")
-            ch = self._channels.get(target)
-            if ch is None:
-                if self._creds is not None:
-                    ch = grpc.secure_channel(target, self._creds, options=self._options)
-                else:
-                    ch = grpc.insecure_channel(target, options=self._options)
-                self._channels[target] = ch
-            return ch
-
-    def _reset_channel(self, target, failed):
-        """Drops `failed` (the channel a call broke on) so the next call
-        connects afresh; calls still running on it keep it alive."""
+            conn = self._connections.get(target)
+            if conn is not None:
+                return conn
+        check_target(target)
         with self._lock:
-            if self._channels.get(target) is failed:
-                del self._channels[target]
+            return self._connections.setdefault(target, Connection(self, target))
 
     def close(self):
         """Closes the streams still open (cancelled, their reader threads
         joined) and the channels."""
         with self._lock:
             self._closed = True
-            channels, self._channels = list(self._channels.values()), {}
+            channels = [c._take_channel() for c in self._connections.values()]
             streams = list(self._streams)
         for s in streams:
             s.close()
         self._transport.close()
         for ch in channels:
-            ch.close()
+            if ch is not None:
+                ch.close()
 
     def __enter__(self):
         return self
@@ -378,22 +485,11 @@ class Client:
         last = None
         for t in targets:
             try:
-                call = self._channel(t).unary_unary(
-                    f"/nearprep.v1.Preprocessor/{method}",
-                    request_serializer=lambda r: r.SerializeToString(),
-                    response_deserializer=None)
-                raw = call(request, timeout=self.rpc_timeout, metadata=self._metadata)
+                return self.connection(t).unary(method, request, response_type)
             except grpc.RpcError as e:
                 last = from_rpc_error(e, t)
                 if not _retryable(e):
                     raise last from None
-                continue
-            try:
-                return response_type.FromString(raw)
-            except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
-                raise DataLossError(
-                    f"malformed {response_type.DESCRIPTOR.full_name} from {t}: "
-                    f"{type(e).__name__}: {e}", target=t) from None
         raise last
 
     def datasets(self, target=None):

@@ -283,10 +283,13 @@ class FleetClient:
         creds = {k: request_kw.pop(k) for k in CREDENTIAL_ARGS if k in request_kw}
         self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout,
                                         **creds)
-        self._pb2 = self._client._pb2
         # Probes use the client's grpcio channels; streams this transport.
         try:
-            use_native = _transport.want_native(native, self._client._creds is not None,
+            # The client's public connection object (nearprep.Connection):
+            # the message module and whether the channels use TLS.
+            conn = self._client.connection(self._targets[0])
+            self._pb2 = conn.pb2
+            use_native = _transport.want_native(native, conn.secure,
                                                 self._client.channel_options)
         except Exception:
             if self._own_client:

@@ -8,7 +8,12 @@ so resume, failover and stats logic is shared and identical.
 (grpcio's `timeout=`; the native stream's StreamOptions::timeout): a server
 that stops answering ends it with DEADLINE_EXCEEDED (nearprep.fleet uses it).
 
-- GrpcioTransport: grpcio's unary_stream with a raw-bytes deserializer;
+Both take what they need of the Client through its public connection
+object (Client.connection(target): channel, metadata, token, pb2, reset;
+see nearprep.client.Connection), never its private attributes.
+
+- GrpcioTransport: grpcio's unary_stream on the Connection's channel, with a
+  raw-bytes deserializer;
   nearprep.batch.parse_batch wraps the tensor without copying it (grpcio
   itself copies each message a few times under the GIL).
 - NativeTransport: nearprep._native (client/python/native, built by CMake
@@ -125,15 +130,16 @@ class GrpcioTransport:
     def open(self, target, request, timeout=None):
         """(channel, call): `channel` is what reset(target, channel) takes;
         `timeout`: seconds for the whole call, None for no deadline."""
-        channel = self._client._channel(target)
+        conn = self._client.connection(target)
+        channel = conn.channel
         method = channel.unary_stream(
             _STREAM_METHOD, request_serializer=lambda r: r.SerializeToString(),
             response_deserializer=None)
-        call = method(request, timeout=timeout, metadata=self._client._metadata)
-        return channel, _GrpcioCall(call, self._client._pb2, target)
+        call = method(request, timeout=timeout, metadata=conn.metadata)
+        return channel, _GrpcioCall(call, conn.pb2, target)
 
     def reset(self, target, channel):
-        self._client._reset_channel(target, channel)
+        self._client.connection(target).reset(channel)
 
     def close(self):
         pass
@@ -212,23 +218,24 @@ class NativeTransport:
             max_free_buffers = (client.prefetch + 3) * len(client.targets)
         self.pool = self._native.BufferPool(max_free=max_free_buffers, lock=lock_memory)
 
-    def _channel(self, target):
+    def _channel(self, conn):
         with self._lock:
-            if self._client._closed:
+            if conn.closed:
                 from nearprep.errors import NearprepError
                 raise NearprepError("client is closed")
-            ch = self._channels.get(target)
+            ch = self._channels.get(conn.target)
             if ch is None:
-                ch = self._native.Channel(target, keepalive_time=self._keepalive[0],
+                ch = self._native.Channel(conn.target, keepalive_time=self._keepalive[0],
                                           keepalive_timeout=self._keepalive[1],
-                                          token=self._client._token or "")
-                self._channels[target] = ch
+                                          token=conn.token or "")
+                self._channels[conn.target] = ch
             return ch
 
     def open(self, target, request, timeout=None):
-        channel = self._channel(target)
+        conn = self._client.connection(target)
+        channel = self._channel(conn)
         stream = channel.stream(request.SerializeToString(), self.pool, timeout=timeout)
-        return channel, _NativeCall(stream, self._client._pb2, target)
+        return channel, _NativeCall(stream, conn.pb2, target)
 
     def reset(self, target, channel):
         with self._lock:
