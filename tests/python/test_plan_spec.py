@@ -165,6 +165,9 @@ def test_rendezvous_key_is_the_partition_in_decimal_ascii(tmp_path):
         return int.from_bytes(hashlib.sha256(f"{node}/{p}".encode("ascii")).digest()[:8], "big")
 
     assert rendezvous_score(nodes[0], 10) == score(nodes[0], 10)
+    # The values tests/unit/fleet/placement_test.cc pins for fleet::RendezvousScore.
+    assert rendezvous_score("10.0.0.1:7070", 5) == 448703302220230949
+    assert rendezvous_score("a", 0) == 15558117463293904936
     assert score(nodes[0], 10) != int.from_bytes(
         hashlib.sha256(nodes[0].encode() + b"/\n").digest()[:8], "big")
     cli("placement", "--manifest", str(tmp_path / "M"), "--nodes", ",".join(nodes),

@@ -2,7 +2,6 @@
 #include "client/cpp/fleet/fleet_client.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <set>
@@ -13,13 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "common/mutex.h"
 #include "nearprep/client.h"
+#include "server/fleet/placement.h"
 
 namespace nearprep {
-
-uint64_t RendezvousScore(const std::string& node, uint32_t partition) {
-  const std::string hex = fleet::Sha256Hex(absl::StrCat(node, "/", partition));
-  return std::strtoull(hex.substr(0, 16).c_str(), nullptr, 16);
-}
 
 namespace {
 
@@ -255,7 +250,7 @@ struct FleetClient::Impl {
     uint64_t best_score = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!nodes[i].alive || !nodes[i].partitions.count(p)) continue;
-      const uint64_t s = RendezvousScore(nodes[i].target, p);
+      const uint64_t s = fleet::RendezvousScore(nodes[i].target, p);
       if (best < 0 || s > best_score ||
           (s == best_score && nodes[i].target > nodes[static_cast<size_t>(best)].target)) {
         best = static_cast<int>(i);

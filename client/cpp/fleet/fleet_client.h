@@ -3,8 +3,9 @@
 // nearprep.fleet.FleetClient (docs/protocol.md, "Fleet datasets"): the global
 // plan (server/fleet/global_plan.h) gives each position's sample and
 // partition; each partition goes to the live replica with the highest
-// rendezvous score sha256(node + "/" + partition) (first 8 bytes, big
-// endian); each node gets one explicit-ids request per global batch;
+// rendezvous score fleet::RendezvousScore(node, partition)
+// (server/fleet/placement.h, the score placements are computed with:
+// sha256(node + "/" + partition), first 8 bytes, big endian); each node gets one explicit-ids request per global batch;
 // failures (UNAVAILABLE, also a node that stops answering: keepalive, or
 // DEADLINE_EXCEEDED after rpc_timeout for one that is up but stuck;
 // FAILED_PRECONDITION, ...: FleetStatusAction) mark the node dead; so does
@@ -93,8 +94,6 @@ struct FleetBatch {
   std::vector<FleetSample> samples;      // position order
   std::vector<FleetSampleError> errors;  // position order
 };
-
-uint64_t RendezvousScore(const std::string& node, uint32_t partition);
 
 // What a fleet client does when a node's request ends with a status code:
 // the table in docs/protocol.md ("Status codes: retry, fail over or raise"),

@@ -177,6 +177,9 @@ def discover(spec) -> List[str]:
 
 @functools.lru_cache(maxsize=1 << 16)
 def rendezvous_score(node: str, partition: int) -> int:
+    """sha256(node + "/" + decimal partition), first 8 bytes big-endian: the
+    twin of the C++ fleet::RendezvousScore (server/fleet/placement.h), which
+    the C++ FleetClient and placements use; both pin the same values."""
     return int.from_bytes(hashlib.sha256(f"{node}/{partition}".encode()).digest()[:8], "big")
 
 
