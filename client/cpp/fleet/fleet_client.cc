@@ -58,9 +58,11 @@ size_t DtypeBytes(int dtype) {
 
 // Checks one response message against the request: every sample id (and
 // error id) was asked for (`asked`) and is not already in `r`, one label per
-// sample, and a tensor of exactly one row per sample. OK, or why not.
-absl::Status CheckAnswer(const v1::Batch& b, const std::set<uint64_t>& asked,
-                         const NodeResult& r) {
+// sample, and a tensor of exactly one row per sample. `b` is the header
+// NextInto decoded (tensor.data empty); `tensor_bytes` is how many tensor
+// bytes came with it. OK, or why not.
+absl::Status CheckAnswer(const v1::Batch& b, size_t tensor_bytes,
+                         const std::set<uint64_t>& asked, const NodeResult& r) {
   const int n = b.sample_ids_size();
   std::set<uint64_t> seen;
   auto check_id = [&](uint64_t id, const char* what) -> absl::Status {
@@ -82,7 +84,13 @@ absl::Status CheckAnswer(const v1::Batch& b, const std::set<uint64_t>& asked,
     return absl::DataLossError(
         absl::StrCat("labels: ", b.labels_size(), " for ", n, " sample ids"));
   }
-  if (n == 0) return absl::OkStatus();
+  if (n == 0) {
+    if (tensor_bytes != 0) {
+      return absl::DataLossError(
+          absl::StrCat("tensor.data: ", tensor_bytes, " bytes for 0 sample ids"));
+    }
+    return absl::OkStatus();
+  }
   const v1::Tensor& t = b.tensor();
   const size_t elem = DtypeBytes(t.dtype());
   if (elem == 0) {
@@ -98,8 +106,8 @@ absl::Status CheckAnswer(const v1::Batch& b, const std::set<uint64_t>& asked,
     if (d != 0 && bytes > UINT64_MAX / d) return absl::DataLossError("tensor.shape: overflows");
     bytes *= d;
   }
-  if (bytes != t.data().size()) {
-    return absl::DataLossError(absl::StrCat("tensor.data: ", t.data().size(),
+  if (bytes != tensor_bytes) {
+    return absl::DataLossError(absl::StrCat("tensor.data: ", tensor_bytes,
                                             " bytes for shape [", absl::StrJoin(t.shape(), ", "),
                                             "] (", bytes, " expected)"));
   }
@@ -300,19 +308,31 @@ struct FleetClient::Impl {
       std::unique_ptr<BatchReader> reader = ClientOf(node).StreamBatches(req, stream);
       v1::Batch b;
       absl::Status malformed;
-      while (reader->Next(&b)) {
-        malformed = CheckAnswer(b, asked, r);
+      // One copy: NextInto puts each message's tensor bytes from gRPC's
+      // receive buffers straight into a fresh buffer that its samples then
+      // share (FleetSample::tensor views rows of it).
+      std::shared_ptr<char[]> buffer;
+      size_t tensor_bytes = 0;
+      const TensorAllocator allocate = [&buffer, &tensor_bytes](size_t bytes) {
+        buffer.reset(new char[std::max<size_t>(bytes, 1)]);  // not zero-filled
+        tensor_bytes = bytes;
+        return reinterpret_cast<uint8_t*>(buffer.get());
+      };
+      while ((buffer.reset(), tensor_bytes = 0, reader->NextInto(&b, allocate))) {
+        malformed = CheckAnswer(b, tensor_bytes, asked, r);
         if (!malformed.ok()) {
           reader->Cancel();
           break;
         }
         const size_t n = static_cast<size_t>(b.sample_ids_size());
-        const size_t row = n ? b.tensor().data().size() / n : 0;
+        const size_t row = n ? tensor_bytes / n : 0;
+        const std::shared_ptr<const void> storage = buffer;
         for (size_t i = 0; i < n; ++i) {
           FleetSample s;
           s.sample_id = b.sample_ids(static_cast<int>(i));
           s.label = b.labels(static_cast<int>(i));
-          s.tensor = b.tensor().data().substr(i * row, row);
+          s.tensor = absl::string_view(buffer.get() + i * row, row);
+          s.storage = storage;
           s.node = target;
           r.ok[s.sample_id] = std::move(s);
         }

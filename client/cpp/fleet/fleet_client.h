@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "nearprep/client.h"
 #include "nearprep/v1/nearprep.pb.h"
 #include "server/fleet/global_plan.h"
@@ -80,7 +81,12 @@ struct FleetSample {
   uint64_t position = 0;
   uint64_t sample_id = 0;
   int64_t label = 0;
-  std::string tensor;  // this sample's tensor bytes
+  // This sample's tensor bytes: its row of the buffer the response message
+  // was received into (BatchReader::NextInto: copied once, from gRPC's
+  // receive buffers), which `storage` keeps alive; the samples of one
+  // message share that buffer. Valid as long as a copy of this sample is.
+  absl::string_view tensor;
+  std::shared_ptr<const void> storage;
   std::string node;
 };
 struct FleetSampleError {
