@@ -1,8 +1,10 @@
 // `nearprep fleet-read --targets A,B,... --manifest M [plan flags]
-// [--trainers T --trainer k] [--height --width --crop --flip --dtype]`: reads trainer k's slices of a
+// [--trainers T --trainer k] [transform and output flags]`: reads trainer k's slices of a
 // fleet epoch with the C++ fleet client (client/cpp/fleet/fleet_client.h)
 // and prints "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE" lines.
-// The plan's flags are fleet-plan's (PlanFlags).
+// The plan's flags are fleet-plan's (PlanFlags); what each sample becomes
+// (--dataset, transform, output, TLS) is RequestFlags', with `nearprep
+// stream`'s names.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,7 +22,6 @@
 #include "client/cpp/fleet/fleet_client.h"
 #include "client/cpp/src/commands/command.h"
 #include "client/cpp/src/request_flags.h"
-#include "client/cpp/src/vocabulary.h"
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
 
@@ -47,19 +48,21 @@ class FleetReadCommand final : public Command {
   int prefetch_ = 2;
   uint32_t response_batch_ = 0;
   int rpc_timeout_ms_ = 10000;
-  std::string dataset_ = "ds";
-  TlsFlags tls_;  // --tls-*, --token-file: the same for every node
-  uint32_t height_ = 224, width_ = 224;
-  std::string crop_ = "none", dtype_ = "float32";
-  float flip_ = 0;
+  RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
 };
 
 void FleetReadCommand::AddOptions(CLI::App* app) {
   app->add_option("--targets", targets_, "host:port,host:port,...")
       ->check(TargetValidator(/*list=*/true))
       ->required();
-  tls_.Register(app);
-  app->add_option("--dataset", dataset_)->capture_default_str();
+  request_.dataset = "ds";
+  request_.RegisterSampleFlags(app);
+  app->get_option("--dataset")->required(false)->capture_default_str();
+  // The fleet client checks each answer's tensor size (no decompression)
+  // and prints no per-sample parameters.
+  for (const char* flag : {"--compression", "--compression-level", "--include-params"}) {
+    app->remove_option(app->get_option(flag));
+  }
   app->add_option("--manifest", manifest_, "manifest file")->required();
   plan_.Register(app);
   app->add_option("--start-batch", start_,
@@ -85,18 +88,6 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
                   "samples per response message (0: one message per node request)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  app->add_option("--height", height_)->capture_default_str();
-  app->add_option("--width", width_)->capture_default_str();
-  app->add_option("--crop", crop_, EnumHelp(v1::CropMode_descriptor()))
-      ->check(EnumValidator(v1::CropMode_descriptor()))
-      ->capture_default_str();
-  app->add_option("--flip-probability,--flip", flip_,
-                  "left-right flip probability (--flip: older spelling, deprecated, "
-                  "still accepted)")
-      ->capture_default_str();
-  app->add_option("--dtype", dtype_, EnumHelp(v1::DType_descriptor()))
-      ->check(EnumValidator(v1::DType_descriptor()))
-      ->capture_default_str();
 }
 
 int FleetReadCommand::Run() {
@@ -115,9 +106,14 @@ int FleetReadCommand::Run() {
     absl::Status range = CheckBatchRange(**plan, "--start-batch", start_, "--stop-batch", stop_);
     if (!range.ok()) return FleetFail(std::string(range.message()));
   }
+  // What each sample becomes, with `nearprep stream`'s names and checks; the
+  // fleet client fills in the dataset, ids, batch size, seed, epoch and
+  // manifest hash of each node request.
+  absl::StatusOr<v1::StreamBatchesRequest> req = request_.ToRequest();
+  if (!req.ok()) return FleetFail(std::string(req.status().message()));
   FleetClientOptions o;
   o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
-  o.dataset = dataset_;
+  o.dataset = request_.dataset;
   o.manifest = *m;
   o.plan = plan_.params;
   o.trainers = plan_.trainers;
@@ -127,17 +123,9 @@ int FleetReadCommand::Run() {
   o.rpc_timeout = std::chrono::milliseconds(rpc_timeout_ms_);
   // TLS files and the bearer token ($NEARPREP_TOKEN_FILE / $NEARPREP_TOKEN
   // or --token-file), sent to every node alike.
-  o.credentials = tls_.ToClientOptions("");
-  o.request.mutable_transform()->set_height(height_);
-  o.request.mutable_transform()->set_width(width_);
-  o.request.mutable_transform()->set_flip_probability(flip_);
-  // The same names as `nearprep stream` and the Python client (vocabulary.h).
-  absl::StatusOr<int> crop = ParseEnumValue(v1::CropMode_descriptor(), "--crop", crop_);
-  if (!crop.ok()) return FleetFail(std::string(crop.status().message()));
-  o.request.mutable_transform()->set_crop(static_cast<v1::CropMode>(*crop));
-  absl::StatusOr<int> dtype = ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype_);
-  if (!dtype.ok()) return FleetFail(std::string(dtype.status().message()));
-  o.request.mutable_output()->set_dtype(static_cast<v1::DType>(*dtype));
+  o.credentials = request_.tls.ToClientOptions("");
+  *o.request.mutable_transform() = req->transform();
+  *o.request.mutable_output() = req->output();
   o.on_event = [](const std::string& e) { std::fprintf(stderr, "event: %s\n", e.c_str()); };
   absl::StatusOr<std::unique_ptr<FleetClient>> fc = FleetClient::Create(o);
   if (!fc.ok()) return FleetFail(std::string(fc.status().message()));
