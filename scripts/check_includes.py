@@ -91,7 +91,10 @@ EXCEPTIONS = [
     ("client/cpp/pack", "server/records", "`nearprep pack` writes shards"),
     ("client/cpp/fleet", "server/fleet",
      "`nearprep manifest` / `fleet-plan` build manifests and plans"),
-    ("client/cpp/src/cli_main.cc", "bench",
+    ("client/cpp/src/commands", "server/fleet",
+     "`nearprep manifest` / `fleet-plan` / `placement` / `fleet-read` build "
+     "manifests and plans"),
+    ("client/cpp/src/commands/bench.cc", "bench",
      "`nearprep bench` runs bench/pipeline in process"),
 ]
 

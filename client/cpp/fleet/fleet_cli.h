@@ -1,28 +1,18 @@
-// The fleet subcommands of `nearprep` (issue 14):
-//   nearprep manifest --root DIR --format tfrecord|tar [--partitions C]
-//                     [--shard-pattern GLOB] [--out FILE]
-//       writes the dataset manifest (server/fleet/manifest.h) and prints its
-//       hash (the dataset version).
-//   nearprep fleet-plan --manifest FILE --seed S --epoch E --block B
-//                       --window W --global-batch G [--trainers T --trainer k]
-//                       [--batch g | --all]
-//       prints "POSITION SAMPLE_ID PARTITION" lines of the global plan
-//       (server/fleet/global_plan.h): the whole epoch, one global batch, or
-//       trainer k's slice of it. tests/python/test_fleet_plan.py compares
-//       the Python plan with it.
-//   nearprep placement --manifest M --nodes a,b,c --replicas R --version V
-//                      [--previous OLD] --out FILE
-//       writes a placement (server/fleet/placement.h): each partition on the
-//       R nodes with the highest rendezvous score; with --previous, checks
-//       that V is greater and prints what each node gains and loses.
-//   nearprep placement --manifest M --placement FILE --shards-for NODE
-//       prints the shard names NODE must hold, one per line.
+// What the fleet commands of `nearprep` share (client/cpp/src/commands/:
+// manifest.cc, fleet_plan.cc, placement.cc, fleet_read.cc): their error
+// line, the plan's flags, the check of a batch range against the epoch, and
+// reading a manifest or placement file with errors that name the flag.
+//
+// Thread-safety: for the CLI's one thread.
 #ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLI_H_
 #define NEARPREP_CLIENT_CPP_FLEET_FLEET_CLI_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/fleet/global_plan.h"
 
 namespace CLI {
 class App;
@@ -30,12 +20,48 @@ class App;
 
 namespace nearprep {
 
-struct FleetCommands;
-// Adds the subcommands to `app`; the result keeps their options.
-std::shared_ptr<FleetCommands> AddFleetCommands(CLI::App* app);
-// After parsing: runs the fleet subcommand that was given and returns its
-// exit status, or -1 when none of them was.
-int RunFleetCommands(const FleetCommands& c);
+// Prints "error: <msg>" to stderr and returns 1 (the exit status).
+int FleetFail(const std::string& msg);
+
+// A fleet plan's epoch is < 2^24; kEpochWhy is what --epoch's message adds.
+constexpr uint64_t kMaxFleetEpoch = (uint64_t{1} << 24) - 1;
+extern const char kEpochWhy[];
+
+// The plan's flags of `fleet-plan` and `fleet-read`: --seed, --epoch (into
+// params.epoch), --block, --window, --global-batch, --trainers, --trainer.
+// Seeds and epochs are checked as typed (UnsignedValidator).
+struct PlanFlags {
+  fleet::PlanParams params;
+  uint32_t trainers = 1;
+  uint32_t trainer = 0;
+
+  void Register(CLI::App* app);
+};
+
+// The batch range [start, stop) of `plan` a command reads, checked against
+// the epoch's num_batches: a start or stop past the epoch's end is refused
+// (it would read nothing and exit 0). stop < 0: to the end. The messages
+// name `start_flag` / `stop_flag`.
+absl::Status CheckBatchRange(const fleet::GlobalPlan& plan, const std::string& start_flag,
+                             uint64_t start, const std::string& stop_flag, int64_t stop);
+
+// The whole file at `path` into *out; false when it cannot be read.
+bool ReadWhole(const std::string& path, std::string* out);
+
+// `flag`'s file, parsed by `parse`; the error names the flag and the file.
+template <typename T, typename Parse>
+absl::StatusOr<T> LoadFor(const std::string& flag, const std::string& path, Parse parse) {
+  std::string text;
+  if (!ReadWhole(path, &text)) {
+    return absl::InvalidArgumentError(flag + ": " + path + ": cannot read");
+  }
+  absl::StatusOr<T> v = parse(text);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(flag + ": " + path + ": " +
+                                      std::string(v.status().message()));
+  }
+  return v;
+}
 
 }  // namespace nearprep
 

@@ -344,6 +344,23 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   return r;
 }
 
+void RequestFlags::RegisterSampleFlags(CLI::App* app) {
+  Register(app, /*with_batches=*/false);
+  // The flags that say which samples a stream reads and how it is run.
+  for (const char* flag : {"--target", "--batch-size", "--start-batch", "--seed", "--epoch",
+                           "--shuffle", "--shuffle-mode", "--block-samples", "--open-blocks",
+                           "--window", "--shard", "--drop-remainder", "--error-policy",
+                           "--dry-run"}) {
+    CLI::Option* option = app->get_option_no_throw(flag);
+    if (option == nullptr || !app->remove_option(option)) {
+      // Register renamed or dropped it: a programming error the CLI tests
+      // catch (every command parses --help).
+      std::fprintf(stderr, "RequestFlags::RegisterSampleFlags: no flag %s\n", flag);
+      std::abort();
+    }
+  }
+}
+
 std::string DTypeName(v1::DType d) {
   return EnumValueName(v1::DType_descriptor(), d);
 }

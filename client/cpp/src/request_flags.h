@@ -107,6 +107,14 @@ struct RequestFlags {
 
   // Adds the flags to `app` (a subcommand). `with_batches`: also --batches.
   void Register(CLI::App* app, bool with_batches = true);
+  // Adds only the flags of what each sample becomes: --dataset, the
+  // transform's and the output's flags, --include-params, and the
+  // connection's (TlsFlags); Register's names, checks and help. For a
+  // command that picks the samples itself (`fleet-read`: the fleet plan's
+  // sample ids): no --target, --batch-size, position, seed, shuffle, shard,
+  // error policy or --dry-run. A flag Register gains is here too unless it
+  // is added to that list (request_flags.cc).
+  void RegisterSampleFlags(CLI::App* app);
 
   // INVALID_ARGUMENT naming the flag for a bad value.
   absl::StatusOr<v1::StreamBatchesRequest> ToRequest() const;

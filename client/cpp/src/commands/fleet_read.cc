@@ -1,0 +1,169 @@
+// `nearprep fleet-read --targets A,B,... --manifest M [plan flags]
+// [--trainers T --trainer k] [transform and output flags]`: reads trainer k's slices of a
+// fleet epoch with the C++ fleet client (client/cpp/fleet/fleet_client.h)
+// and prints "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE" lines.
+// The plan's flags are fleet-plan's (PlanFlags); what each sample becomes
+// (--dataset, transform, output, TLS) is RequestFlags', with `nearprep
+// stream`'s names.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "client/cpp/fleet/fleet_cli.h"
+#include "client/cpp/fleet/fleet_client.h"
+#include "client/cpp/src/commands/command.h"
+#include "client/cpp/src/request_flags.h"
+#include "server/fleet/global_plan.h"
+#include "server/fleet/manifest.h"
+
+namespace nearprep {
+namespace {
+
+class FleetReadCommand final : public Command {
+ public:
+  const char* name() const override { return "fleet-read"; }
+  const char* help() const override {
+    return "read a trainer's slices of a fleet epoch (C++ fleet client); prints "
+           "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE";
+  }
+
+  void AddOptions(CLI::App* app) override;
+  int Run() override;
+
+ private:
+  std::string targets_, manifest_;
+  PlanFlags plan_;  // --epoch: the epoch read
+  uint64_t start_ = 0;
+  int64_t stop_ = -1;
+  int step_ms_ = 0;  // simulated trainer step after each batch
+  int prefetch_ = 2;
+  uint32_t response_batch_ = 0;
+  int rpc_timeout_ms_ = 10000;
+  RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
+};
+
+void FleetReadCommand::AddOptions(CLI::App* app) {
+  app->add_option("--targets", targets_, "host:port,host:port,...")
+      ->check(TargetValidator(/*list=*/true))
+      ->required();
+  request_.dataset = "ds";
+  request_.RegisterSampleFlags(app);
+  app->get_option("--dataset")->required(false)->capture_default_str();
+  // The fleet client checks each answer's tensor size (no decompression)
+  // and prints no per-sample parameters.
+  for (const char* flag : {"--compression", "--compression-level", "--include-params"}) {
+    app->remove_option(app->get_option(flag));
+  }
+  app->add_option("--manifest", manifest_, "manifest file")->required();
+  plan_.Register(app);
+  app->add_option("--start-batch", start_,
+                  "first global batch (< the epoch's number of global batches)")
+      ->check(UnsignedValidator(UINT64_MAX))
+      ->capture_default_str();
+  app->add_option("--stop-batch", stop_,
+                  "global batch to stop before (<= the epoch's number of global batches; "
+                  "default: the end of the epoch)")
+      ->check(UnsignedValidator(INT64_MAX));
+  app->add_option("--step-ms", step_ms_, "simulated trainer step: sleep this long after each batch")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
+  app->add_option("--prefetch", prefetch_, "global batches fetched ahead (>= 1)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--rpc-timeout-ms", rpc_timeout_ms_,
+                  "deadline of each request to a node (0: none); a node that does not "
+                  "answer in time is failed over")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--response-batch", response_batch_,
+                  "samples per response message (0: one message per node request)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+}
+
+int FleetReadCommand::Run() {
+  const uint64_t epoch = plan_.params.epoch;
+  std::ifstream f(manifest_, std::ios::binary);
+  if (!f) return FleetFail(manifest_ + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  absl::StatusOr<fleet::Manifest> m = fleet::ParseManifest(ss.str());
+  if (!m.ok()) return FleetFail(std::string(m.status().message()));
+  {
+    // The epoch's plan, to refuse positions past its end before any node
+    // is contacted (they used to read nothing and exit 0).
+    auto plan = fleet::GlobalPlan::Create(m->partition_start, plan_.params);
+    if (!plan.ok()) return FleetFail(std::string(plan.status().message()));
+    absl::Status range = CheckBatchRange(**plan, "--start-batch", start_, "--stop-batch", stop_);
+    if (!range.ok()) return FleetFail(std::string(range.message()));
+  }
+  // What each sample becomes, with `nearprep stream`'s names and checks; the
+  // fleet client fills in the dataset, ids, batch size, seed, epoch and
+  // manifest hash of each node request.
+  absl::StatusOr<v1::StreamBatchesRequest> req = request_.ToRequest();
+  if (!req.ok()) return FleetFail(std::string(req.status().message()));
+  FleetClientOptions o;
+  o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
+  o.dataset = request_.dataset;
+  o.manifest = *m;
+  o.plan = plan_.params;
+  o.trainers = plan_.trainers;
+  o.rank = plan_.trainer;
+  o.prefetch = prefetch_;
+  o.response_batch = response_batch_;
+  o.rpc_timeout = std::chrono::milliseconds(rpc_timeout_ms_);
+  // TLS files and the bearer token ($NEARPREP_TOKEN_FILE / $NEARPREP_TOKEN
+  // or --token-file), sent to every node alike.
+  o.credentials = request_.tls.ToClientOptions("");
+  *o.request.mutable_transform() = req->transform();
+  *o.request.mutable_output() = req->output();
+  o.on_event = [](const std::string& e) { std::fprintf(stderr, "event: %s\n", e.c_str()); };
+  absl::StatusOr<std::unique_ptr<FleetClient>> fc = FleetClient::Create(o);
+  if (!fc.ok()) return FleetFail(std::string(fc.status().message()));
+  const uint64_t end = stop_ >= 0 ? static_cast<uint64_t>(stop_) : (*fc)->NumBatches(epoch);
+  for (uint64_t g = start_; g < end; ++g) {
+    absl::StatusOr<FleetBatch> b = (*fc)->ReadBatch(epoch, g);
+    if (!b.ok()) return FleetFail(b.status().ToString());  // "CODE: message"
+    std::vector<std::pair<uint64_t, std::string>> lines;
+    for (const FleetSample& s : b->samples) {
+      lines.emplace_back(s.position,
+                         std::to_string(s.sample_id) + " " + fleet::Sha256Hex(s.tensor));
+    }
+    for (const FleetSampleError& e : b->errors) {
+      lines.emplace_back(e.position, std::to_string(e.sample_id) + " error:" + e.code);
+    }
+    std::sort(lines.begin(), lines.end());
+    for (const auto& [p, text] : lines) {
+      std::printf("%llu %llu %s\n", static_cast<unsigned long long>(epoch),
+                  static_cast<unsigned long long>(p), text.c_str());
+    }
+    std::fflush(stdout);
+    if (step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms_));
+  }
+  const FleetClient::Stats st = (*fc)->stats();
+  std::fprintf(stderr,
+               "requests %llu failovers %llu duplicates_dropped %llu waits %llu "
+               "kept_partial %llu retries %llu\n",
+               static_cast<unsigned long long>(st.requests),
+               static_cast<unsigned long long>(st.failovers),
+               static_cast<unsigned long long>(st.duplicates_dropped),
+               static_cast<unsigned long long>(st.waits),
+               static_cast<unsigned long long>(st.kept_partial),
+               static_cast<unsigned long long>(st.retries));
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Command> NewFleetReadCommand() { return std::make_unique<FleetReadCommand>(); }
+
+}  // namespace nearprep
