@@ -4,14 +4,14 @@
 // block shuffle. Before each run every file of the dataset is dropped from
 // the page cache (posix_fadvise DONTNEED), so reads come from the device.
 //
-// Read stage alone: Dataset::ReadSample over the epoch order, one thread
-// (the daemon's read path, with the block hint for the block shuffle).
+// Read stage alone: a stream's SampleSource over the epoch order, one thread
+// (the daemon's read path: block reads for the block shuffle).
 // Figures: MB/s and images/s of the read stage, and the read sizes the
 // dataset issued (its own counters: reads, bytes, bytes per read, O_DIRECT
 // reads and buffered fallbacks).
 //
 // End to end (--e2e): the same epoch, cold cache again, each sample read
-// (Dataset::ReadSampleView: a view into the block buffer for the block
+// (SampleSource::Read: a view into the block buffer for the block
 // shuffle, no copy) and then decoded and transformed by PreprocessJpeg
 // (224x224 random-resized crop, flip, brightness, saturation: the README's
 // TF_COMPAT pipeline), one thread: images/s of read + decode + transform.
@@ -33,6 +33,7 @@
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
 #include "server/data/epoch_plan.h"
+#include "server/data/sample_source.h"
 #include "server/image/preprocess.h"
 
 namespace {
@@ -96,9 +97,11 @@ Row Run(const std::string& name, const std::string& root,
   Row row;
   row.name = name;
   const auto t0 = Clock::now();
+  nearprep::SampleSourceOptions reads;
+  reads.block_samples = block ? p.block_samples : 0;
+  const nearprep::SampleSource source(**ds, reads);
   for (uint64_t id : order) {
-    absl::StatusOr<nearprep::SampleView> v = (*ds)->ReadSampleView(
-        id, nearprep::ReadHint{block ? p.block_samples : 0}, &buf);
+    absl::StatusOr<nearprep::SampleView> v = source.Read(id, &buf);
     if (!v.ok()) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(), v.status().ToString().c_str());
       std::exit(1);

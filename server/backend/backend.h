@@ -15,8 +15,10 @@
 //  - Output is a pure function of (ctx, sample_id): two backends produce the
 //    same bytes for the same sample in TF_COMPAT fidelity (the shared
 //    conformance suite in tests/unit/backend checks this).
-//  - The backend reads the sample bytes itself (ctx.dataset), so a backend
-//    with peer-to-peer storage can bypass host memory.
+//  - The backend reads the sample bytes itself, through the stream's
+//    SampleSource (ctx.source; server/data/sample_source.h), so a backend
+//    with peer-to-peer storage can bypass host memory. How the source
+//    reads (alone, in blocks) is the source's business.
 #ifndef NEARPREP_SERVER_BACKEND_BACKEND_H_
 #define NEARPREP_SERVER_BACKEND_BACKEND_H_
 
@@ -29,20 +31,22 @@
 #include "absl/status/status.h"
 #include "server/common/types.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_source.h"
 
 namespace nearprep {
 
 // Everything that is the same for every sample of a stream.
 struct WorkContext {
+  // The catalogue (names, sizes, labels); reads go through `source`.
   const Dataset* dataset = nullptr;
+  // Where the stream's samples are read from (made once per stream, for
+  // `dataset`). Shared: the request and its copies hold it alive.
+  std::shared_ptr<const SampleSource> source;
   TransformSpec spec;
   OutputSpec output;
   DecodeLimits limits;
   uint64_t seed = 0;
   uint64_t epoch = 0;
-  // How the stream reads (Dataset::ReadSample's hint): block-shuffle
-  // streams read record shards one block at a time.
-  ReadHint read_hint;
 };
 
 // One sample to process, and its result.

@@ -75,11 +75,10 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
       s->status = reader(ctx, s->sample_id, buffer);
       view.data = buffer->data();
       view.size = buffer->size();
-    } else if (ctx.dataset == nullptr) {
-      s->status = absl::FailedPreconditionError("no dataset in WorkContext");
+    } else if (ctx.source == nullptr) {
+      s->status = absl::FailedPreconditionError("no sample source in WorkContext");
     } else {
-      absl::StatusOr<SampleView> v =
-          ctx.dataset->ReadSampleView(s->sample_id, ctx.read_hint, buffer);
+      absl::StatusOr<SampleView> v = ctx.source->Read(s->sample_id, buffer);
       if (v.ok()) {
         view = *std::move(v);
       } else {

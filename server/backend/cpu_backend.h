@@ -1,5 +1,5 @@
 // CpuBackend: the reference backend. For each sample: read the file
-// (ctx.dataset->ReadSample, timed as read_us), then PreprocessJpeg with the
+// (ctx.source->Read, timed as read_us), then PreprocessJpeg with the
 // sample's random parameters drawn by DrawSampleParams(spec, seed, epoch,
 // id, decoded height, decoded width).
 //
@@ -26,12 +26,12 @@
 namespace nearprep {
 
 // Reads a sample's encoded bytes into *out. The default (an empty function)
-// reads the file through ctx.dataset; benchmarks substitute bytes preloaded
+// reads the file through ctx.source; benchmarks substitute bytes preloaded
 // in memory.
 using SampleReader = std::function<absl::Status(
     const WorkContext& ctx, uint64_t sample_id, std::vector<uint8_t>* out)>;
 
-// One sample on the CPU: reads it with `reader` (or ctx.dataset when empty)
+// One sample on the CPU: reads it with `reader` (or ctx.source when empty)
 // into `buffer` (scratch), then PreprocessSampleBytes. Sets every result
 // field of *sample; never throws.
 void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,

@@ -2,7 +2,6 @@
 #include "server/data/dataset.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -206,9 +205,6 @@ uint64_t RecordEnd(const ListedSample& s) {
   return s.record_bytes ? s.record_offset + s.record_bytes : s.offset + s.size;
 }
 
-// Blocks larger than this are not worth holding: read samples one by one.
-constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
-
 struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
@@ -345,68 +341,6 @@ absl::StatusOr<std::vector<BlockSample>> Dataset::ReadBlockInto(
   return out;
 }
 
-absl::StatusOr<SampleView> Dataset::ViewFromBlock(
-    uint64_t id, uint64_t block_samples) const {
-  const ListedSample& where = listed_[id];
-  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
-  BlockRange(id, block_samples, &lo, &hi, &begin, &end);
-  // Too large to be worth holding: an empty view, read the sample alone.
-  if (end - begin > kMaxBlockBytes) return SampleView{};
-  bool loaded = false;
-  absl::StatusOr<Block> block = block_cache_->GetOrLoad(
-      BlockCache::Key{where.file, begin, end - begin},
-      [&] { return ReadBlock(where.file, begin, end - begin); }, &loaded);
-  if (!block.ok()) {
-    return absl::Status(block.status().code(), Where(id, block.status().message()));
-  }
-  (loaded ? counters_.block_misses : counters_.block_hits)
-      .fetch_add(1, std::memory_order_relaxed);
-  return ViewInBlock(id, *block);
-}
-
-absl::StatusOr<SampleView> Dataset::ViewFromPlanBlock(
-    uint64_t id, uint64_t block_samples, uint64_t plan_tag) const {
-  const ListedSample& where = listed_[id];
-  const uint64_t base =
-      manifest_ ? manifest_->partition_start[manifest_->PartitionOf(id)] : 0;
-  uint64_t lo = 0, hi = 0, begin = 0, end = 0;
-  BlockRange(id, block_samples, &lo, &hi, &begin, &end, base);
-  if (end - begin > kMaxBlockBytes) return SampleView{};
-  // Held until each sample was served; a block whose samples went to
-  // another node (failover) or whose epoch stopped is dropped once it has
-  // been idle this long and room is needed.
-  constexpr std::chrono::seconds kIdle{30};
-  BlockCache::Once outcome = BlockCache::Once::kHit;
-  uint64_t idle_drops = 0;
-  absl::StatusOr<Block> block = block_cache_->GetOrLoadOnce(
-      BlockCache::Key{where.file, begin, end - begin, plan_tag}, static_cast<uint32_t>(id - lo),
-      static_cast<uint32_t>(hi - lo),
-      [&] { return ReadBlock(where.file, begin, end - begin); }, kIdle, &outcome,
-      &idle_drops,
-      // Bad records are reported without a read (ReadSampleView).
-      [&](uint32_t i) { return !listed_[lo + i].error.empty(); });
-  if (idle_drops > 0) {
-    counters_.block_idle_drops.fetch_add(idle_drops, std::memory_order_relaxed);
-  }
-  switch (outcome) {
-    case BlockCache::Once::kNoRoom:
-      counters_.block_bypasses.fetch_add(1, std::memory_order_relaxed);
-      return SampleView{};
-    case BlockCache::Once::kAlone:
-      counters_.block_alone.fetch_add(1, std::memory_order_relaxed);
-      return SampleView{};
-    case BlockCache::Once::kLoaded:
-    case BlockCache::Once::kHit:
-      break;
-  }
-  if (!block.ok()) {
-    return absl::Status(block.status().code(), Where(id, block.status().message()));
-  }
-  (outcome == BlockCache::Once::kLoaded ? counters_.block_misses : counters_.block_hits)
-      .fetch_add(1, std::memory_order_relaxed);
-  return ViewInBlock(id, *block);
-}
-
 absl::StatusOr<SampleView> Dataset::ViewInBlock(uint64_t id,
                                                 const Block& b) const {
   const ListedSample& where = listed_[id];
@@ -475,30 +409,11 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
 }
 
 absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out) const {
-  return ReadSample(id, out, ReadHint{});
+  return ReadAlone(id, out).status();
 }
 
-absl::Status Dataset::ReadSample(uint64_t id, std::vector<uint8_t>* out,
-                                 const ReadHint& hint) const {
-  absl::StatusOr<SampleView> view = ReadSampleView(id, hint, out);
-  if (!view.ok()) return view.status();
-  if (view->keep != nullptr) out->assign(view->data, view->data + view->size);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SampleView> Dataset::ReadSampleView(
-    uint64_t id, const ReadHint& hint, std::vector<uint8_t>* scratch) const {
-  if (hint.plan_block_samples > 0 && id < listed_.size() &&
-      !listed_[id].whole_file && listed_[id].error.empty()) {
-    absl::StatusOr<SampleView> view = ViewFromPlanBlock(id, hint.plan_block_samples, hint.plan_tag);
-    // An empty view: too large or no room, read the sample alone below.
-    if (!view.ok() || view->data != nullptr) return view;
-  } else if (hint.block_samples > 0 && id < listed_.size() &&
-      !listed_[id].whole_file && listed_[id].error.empty()) {
-    absl::StatusOr<SampleView> view = ViewFromBlock(id, hint.block_samples);
-    // An empty view: the block is too large, read the sample alone below.
-    if (!view.ok() || view->data != nullptr) return view;
-  }
+absl::StatusOr<SampleView> Dataset::ReadAlone(uint64_t id,
+                                              std::vector<uint8_t>* scratch) const {
   absl::StatusOr<SampleFile> f = OpenSample(id, OpenOptions{});
   if (!f.ok()) return f.status();
   const ListedSample& where = listed_[id];

@@ -1,16 +1,28 @@
-// A dataset the daemon owns: a manifest of samples with stable ids (index in
-// the sorted sample keys), listed once at start from a Storage
-// (server/storage/storage.h; a folder on disk unless a test passes another),
-// and read through that same storage.
+// A dataset the daemon owns: the catalogue of its samples. A manifest of
+// samples with stable ids (index in the sorted sample keys, or a fleet
+// manifest's global ids), listed once at start from a Storage
+// (server/storage/storage.h; a folder on disk unless a test passes another):
+// names, labels, where each sample's bytes are (file, or record of a
+// shard), the fleet manifest and placement, the listing version, and the
+// read counters and block cache its streams share.
+//
+// How a stream reads is not decided here: a per-stream SampleSource
+// (sample_source.h) owns the read strategy (one read per sample, block
+// reads for block shuffle, plan blocks for a fleet plan) and uses this
+// class's read primitives (private, for the source): one sample alone, a
+// block's records with one aligned read (into a cached block or a caller's
+// buffer), the TFRecord framing and CRC checks, and P2P opens. ReadSample
+// below is the one public read: one sample alone, for tools and tests.
 //
 // Formats, and what is refused at listing time: server/storage/
-// sample_listing.h (image_folder, file_list). Entries that resolve outside
-// the root or that are not regular files are never served; ReadSample
-// re-checks at open time (every path component opened O_NOFOLLOW from the
-// real root), so a file swapped for a symlink later is refused too.
+// sample_listing.h (image_folder, file_list, tfrecord, tar). Entries that
+// resolve outside the root or that are not regular files are never served;
+// every read re-checks at open time (every path component opened
+// O_NOFOLLOW from the real root), so a file swapped for a symlink later is
+// refused too, and a shard replaced since it was indexed is refused.
 //
-// Thread-safety: immutable after Open(); ReadSample and OpenSample are safe
-// from any thread.
+// Thread-safety: immutable after Open() (counters and the block cache are
+// internally synchronised); reads are safe from any thread.
 #ifndef NEARPREP_SERVER_DATA_DATASET_H_
 #define NEARPREP_SERVER_DATA_DATASET_H_
 
@@ -81,36 +93,17 @@ struct DatasetConfig {
   bool allow_empty = false;
 };
 
-// How a reader is going to read (a hint; the bytes are the same either way).
-struct ReadHint {
-  // > 0: the caller reads in block-shuffle order with blocks of this many
-  // samples; a record dataset then reads each block's records in one large
-  // read and serves the block's samples from it.
-  uint64_t block_samples = 0;
-  // > 0: the caller serves a fleet plan's explicit ids (server/fleet/
-  // global_plan.h) whose blocks are this many consecutive offsets of a
-  // partition: each sample once per epoch, a block's samples spread over
-  // many requests. A record dataset with a manifest reads each such block
-  // (its part in one shard) with one large read and holds it until each of
-  // its samples has been served (BlockCache::GetOrLoadOnce); a block that
-  // does not fit the cache is not read, its samples are read alone.
-  uint64_t plan_block_samples = 0;
-  // With plan_block_samples: identifies the plan (seed, epoch), so two
-  // epochs' reads of the same block are accounted apart.
-  uint64_t plan_tag = 0;
-};
-
 // The bytes of one sample, read: [data, data + size). They live either in a
-// block buffer of the dataset's BlockCache (record datasets read in
-// block-shuffle order; `keep` holds that block alive, nothing was copied) or
-// in the caller's scratch vector passed to ReadSampleView (`keep` empty).
+// block buffer of the dataset's BlockCache (record datasets read in blocks
+// by a SampleSource; `keep` holds that block alive, nothing was copied) or
+// in the caller's scratch vector passed to SampleSource::Read (`keep` empty).
 struct SampleView {
   const uint8_t* data = nullptr;
   size_t size = 0;
   std::shared_ptr<const uint8_t> keep;
 };
 
-// One sample of a block read into a caller's buffer (Dataset::
+// One sample of a block read into a caller's buffer (SampleSource::
 // ReadBlockInto): its image bytes are [offset, offset + size) of that buffer,
 // or `status` says why not (DATA_LOSS naming shard and offset).
 struct BlockSample {
@@ -169,22 +162,14 @@ class Dataset {
   // placement).
   std::vector<uint32_t> partitions_missing() const;
 
-  // Reads the bytes of sample `id` into *out (resized; a file that shrank
-  // since it was opened gives what is there). Errors: NOT_FOUND (gone),
-  // PERMISSION_DENIED (outside the root / symlink / not regular),
-  // RESOURCE_EXHAUSTED (over max_file_bytes), DATA_LOSS (I/O), OUT_OF_RANGE
-  // (id >= size()). Messages: "dataset 'NAME': PATH: reason".
+  // Reads the bytes of sample `id` alone (one read of its file or record)
+  // into *out (resized; a file that shrank since it was opened gives what
+  // is there). Errors: NOT_FOUND (gone), PERMISSION_DENIED (outside the
+  // root / symlink / not regular), RESOURCE_EXHAUSTED (over
+  // max_file_bytes), DATA_LOSS (I/O, a bad or changed TFRecord record),
+  // OUT_OF_RANGE (id >= size()). Messages: "dataset 'NAME': PATH: reason".
+  // A stream reads through its SampleSource instead.
   absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out) const;
-  absl::Status ReadSample(uint64_t id, std::vector<uint8_t>* out,
-                          const ReadHint& hint) const;
-
-  // Like ReadSample, without the copy where the bytes are already in memory:
-  // a sample served from a block (ReadHint::block_samples > 0 on a record
-  // dataset) is a view into the block buffer; otherwise the bytes are read
-  // into *scratch and the view points there (valid until *scratch changes).
-  // Same errors as ReadSample; the TFRecord CRCs are checked either way.
-  absl::StatusOr<SampleView> ReadSampleView(
-      uint64_t id, const ReadHint& hint, std::vector<uint8_t>* scratch) const;
 
   // What the dataset's reads cost storage (read sizes: bytes / reads).
   const ReadCounters& read_counters() const { return counters_; }
@@ -199,29 +184,42 @@ class Dataset {
   // Bytes of blocks held in memory now (record datasets' block reads).
   uint64_t block_cache_resident_bytes() const;
 
-  // Record datasets, for readers that fill their own buffer with many samples
-  // at once (the FPGA backend's input buffer, the P2P target): the block of
-  // `block_samples` that holds sample `id` (its samples in id's shard, as
-  // ReadHint reads them). BlockBytesFor gives the bytes of buffer that block
-  // needs (its records' range rounded out to 4 KiB), 0 when `id` is not a
-  // TFRecord sample, is known bad, or the block is over 64 MiB.
-  // ReadBlockInto reads that range with one read into dst (O_DIRECT when dst
-  // and the file system allow it, else buffered; counted in read_counters),
-  // checks every record (TFRecord framing and CRCs) and says where each
-  // sample's image bytes are in dst. dst holds `capacity` bytes.
+ private:
+  // The read strategies (block reads, plan blocks) live in the per-stream
+  // source; it reads through the primitives below.
+  friend class SampleSource;
+
+  // Blocks larger than this are not worth holding: read samples one by one.
+  static constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
+
+  explicit Dataset(DatasetConfig c) : config_(std::move(c)) {}
+
+  // Primitives for SampleSource.
+  // ReadSample's read, into *scratch; the view points there.
+  absl::StatusOr<SampleView> ReadAlone(uint64_t id, std::vector<uint8_t>* scratch) const;
+  // Whether sample `id` can be served from a block of records (a listed
+  // record, not a whole file, not known bad).
+  bool InBlocks(uint64_t id) const {
+    return id < listed_.size() && !listed_[id].whole_file && listed_[id].error.empty();
+  }
+  // The block of `block_samples` that holds sample `id` (its samples in
+  // id's shard): BlockBytesFor gives the bytes of buffer it needs (its
+  // records' range rounded out to 4 KiB), 0 when `id` is not a TFRecord
+  // sample, is known bad, or the block is over kMaxBlockBytes.
+  // ReadBlockInto reads that range with one read into dst (O_DIRECT when
+  // dst and the file system allow it, else buffered; counted in
+  // read_counters), checks every record (TFRecord framing and CRCs) and
+  // says where each sample's image bytes are in dst. dst holds `capacity`
+  // bytes.
   uint64_t BlockBytesFor(uint64_t id, uint64_t block_samples) const;
   absl::StatusOr<std::vector<BlockSample>> ReadBlockInto(uint64_t id, uint64_t block_samples,
                                                          uint8_t* dst,
                                                          uint64_t capacity) const;
-
   // Opens sample `id` (with `options`, e.g. O_DIRECT for a P2P reader) and
   // checks its size against max_file_bytes; the caller reads
   // result.size bytes at result.offset. Same errors as ReadSample.
   absl::StatusOr<SampleFile> OpenSample(uint64_t id,
                                         const OpenOptions& options) const;
-
- private:
-  explicit Dataset(DatasetConfig c) : config_(std::move(c)) {}
   // Checks the framing and CRCs of sample `id`'s TFRecord record, read
   // whole into [record, record + n), and returns where its image bytes start
   // in it; DATA_LOSS naming shard and offset otherwise.
@@ -270,16 +268,6 @@ class Dataset {
   // config_.node; fills placement_ / assigned_ (dataset_manifest.cc).
   absl::Status ApplyPlacement(const fleet::Manifest& m);
 
-  // The block-read path of ReadSample (record formats): a view of the
-  // sample's image bytes inside its block; an empty view (data == nullptr)
-  // when the block is too large to hold.
-  absl::StatusOr<SampleView> ViewFromBlock(uint64_t id,
-                                            uint64_t block_samples) const;
-  // The same for a fleet plan's block (ReadHint::plan_block_samples): blocks
-  // aligned to the start of id's partition, held until consumed. An empty
-  // view when the block is too large or does not fit the cache now.
-  absl::StatusOr<SampleView> ViewFromPlanBlock(uint64_t id, uint64_t block_samples,
-                                                uint64_t plan_tag) const;
   // The view of sample `id` inside `block`: DATA_LOSS when the block is
   // short (the shard shrank), the TFRecord checks otherwise.
   absl::StatusOr<SampleView> ViewInBlock(uint64_t id, const Block& block) const;

@@ -197,7 +197,7 @@ void FpgaBackend::Process(const WorkContext& ctx, SampleWork* samples,
   // The CPU path keeps the request's fidelity.
   const WorkContext& cpu_ctx = ctx;
   std::vector<size_t> fallback;
-  if (ctx.dataset == nullptr || ctx.spec.height <= 0 || ctx.spec.width <= 0) {
+  if (ctx.source == nullptr || ctx.spec.height <= 0 || ctx.spec.width <= 0) {
     for (size_t i = 0; i < n; ++i) fallback.push_back(i);
     stats_.fallback_host.fetch_add(n, std::memory_order_relaxed);
   } else if (ctx.spec.fidelity != Fidelity::kTfCompat) {

@@ -6,11 +6,11 @@
 //  1. Staging. The chunk is cut into runs of up to max_images_per_run
 //     images. Each image's JPEG bytes are placed at a 4 KiB aligned offset of
 //     the run's input buffer. P2P path: the input buffer is allocated with
-//     xrt::bo::flags::p2p and the sample is opened through the dataset's
-//     storage with O_DIRECT (Dataset::OpenSample: the same O_NOFOLLOW walk
+//     xrt::bo::flags::p2p and the sample is opened through the stream's
+//     source with O_DIRECT (SampleSource::OpenSample: the same O_NOFOLLOW walk
 //     as every read) and read straight into its mapping, so the NVMe DMA
 //     lands in FPGA memory. Buffered path (no p2p bo, mapping or file offset
-//     not aligned, O_DIRECT refused): Dataset::ReadSample into host memory,
+//     not aligned, O_DIRECT refused): SampleSource::ReadInto host memory,
 //     copied into the mapping, then bo.sync(to device).
 //     FpgaStats::p2p_read_bytes / buffered_read_bytes count the bytes of
 //     each path.
@@ -117,8 +117,9 @@ struct FpgaStats {
   std::atomic<uint64_t> device_errors{0};    // runs lost to device errors
   std::atomic<uint64_t> direct_reads{0};     // files read with O_DIRECT (count)
   std::atomic<uint64_t> buffered_files{0};   // files read buffered (count)
-  // Record datasets read in blocks (ReadHint): one read of a whole block of
-  // records into a run's input buffer, its samples staged in place.
+  // Record datasets read in blocks (a block-shuffle stream's SampleSource):
+  // one read of a whole block of records into a run's input buffer, its
+  // samples staged in place.
   std::atomic<uint64_t> block_reads{0};
   std::atomic<uint64_t> block_read_bytes{0};
   std::atomic<uint64_t> block_samples{0};    // samples staged from them

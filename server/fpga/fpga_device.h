@@ -86,8 +86,8 @@ struct BufferSet {
     uint64_t read_us = 0;
   };
   std::vector<Entry> entries;
-  // Blocks of records read whole into jpeg_map (record datasets read with
-  // ReadHint.block_samples): each sample's image bytes at base + offset.
+  // Blocks of records read whole into jpeg_map (SampleSource::ReadBlockInto,
+  // block-shuffle streams): each sample's image bytes at base + offset.
   struct StagedBlock {
     uint64_t base = 0;
     std::vector<BlockSample> samples;

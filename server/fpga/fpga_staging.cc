@@ -11,6 +11,7 @@
 #include "nearprep_kernel_abi.h"
 #include "server/backend/cpu_backend.h"
 #include "server/data/epoch_plan.h"
+#include "server/data/sample_source.h"
 #include "server/fpga/fpga_device.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/preprocess.h"
@@ -94,7 +95,6 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
   // and each sample of it is staged in place - the kernel gets the offset
   // and size of its image bytes inside the buffer. Not available (image
   // folders, a block larger than a run's buffer): the per-sample paths.
-  const uint64_t bs = ctx.read_hint.block_samples;
   const BlockSample* in_block = nullptr;
   uint64_t block_base = 0;
   for (const BufferSet::StagedBlock& b : s->blocks) {
@@ -105,8 +105,9 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
       }
     }
   }
-  if (in_block == nullptr && bs > 0) {
-    const uint64_t need = ctx.dataset->BlockBytesFor(sample->sample_id, bs);
+  const SampleSource& source = *ctx.source;
+  if (in_block == nullptr) {
+    const uint64_t need = source.BlockBytesFor(sample->sample_id);
     if (need > 0 && need <= s->jpeg_capacity) {
       if (offset + need > s->jpeg_capacity) {
         if (!s->entries.empty()) return StageResult::kFull;
@@ -114,8 +115,8 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
         s->jpeg_used = 0;
         offset = 0;
       }
-      absl::StatusOr<std::vector<BlockSample>> got = ctx.dataset->ReadBlockInto(
-          sample->sample_id, bs, s->jpeg_map + offset, s->jpeg_capacity - offset);
+      absl::StatusOr<std::vector<BlockSample>> got = source.ReadBlockInto(
+          sample->sample_id, s->jpeg_map + offset, s->jpeg_capacity - offset);
       if (got.ok()) {
         s->blocks.push_back(BufferSet::StagedBlock{offset, std::move(got).value()});
         s->jpeg_used = offset + need;
@@ -145,7 +146,7 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
   }
 
   // P2P path: O_DIRECT read straight into the (p2p) buffer mapping,
-  // through the dataset's storage (the same O_NOFOLLOW walk as every
+  // through the stream's source (the same O_NOFOLLOW walk as every
   // read). Anything unusual (open refused, empty, too big, unaligned
   // range, short or refused read) takes the buffered path, which reports
   // the real error if there is one.
@@ -153,7 +154,7 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
     OpenOptions direct;
     direct.direct = true;
     absl::StatusOr<SampleFile> f =
-        ctx.dataset->OpenSample(sample->sample_id, direct);
+        source.OpenSample(sample->sample_id, direct);
     if (f.ok() && f->size > 0 && f->size < (uint64_t{1} << 32) &&
         f->offset % kAlign == 0) {
       size = f->size;
@@ -181,11 +182,10 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
     }
   }
 
-  // Buffered path: the dataset's own reader, then a copy into the mapping.
+  // Buffered path: the stream's own reader, then a copy into the mapping.
   if (!staged) {
     thread_local std::vector<uint8_t> buf;
-    const absl::Status st =
-        ctx.dataset->ReadSample(sample->sample_id, &buf, ctx.read_hint);
+    const absl::Status st = source.ReadInto(sample->sample_id, &buf);
     if (!st.ok()) {
       sample->status = st;
       sample->times.read_us = MicrosSince(t0);

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <memory>
 #include <thread>
 #include <utility>
 
+#include "server/data/sample_source.h"
 #include "server/pipeline/scheduler.h"
 #include "server/pipeline/stream_handle.h"
 
@@ -52,6 +54,25 @@ Pipeline::Pipeline(const PipelineOptions& options,
 
 Pipeline::~Pipeline() { scheduler_->Shutdown(); }
 
+namespace {
+
+// The request with its stream's SampleSource: made here, once per stream,
+// unless the caller brought one.
+StreamRequest WithSampleSource(const StreamRequest& request) {
+  StreamRequest r = request;
+  if (r.context.source == nullptr && r.context.dataset != nullptr) {
+    SampleSourceOptions o;
+    o.block_samples = r.block_shuffle ? r.block.block_samples : 0;
+    o.plan_block_samples = r.sample_ids.empty() ? 0 : r.plan_block_samples;
+    o.seed = r.context.seed;
+    o.epoch = r.context.epoch;
+    r.context.source = std::make_shared<const SampleSource>(*r.context.dataset, o);
+  }
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<BatchStream>> Pipeline::OpenStream(
     const StreamRequest& request) {
   // Preconditions (see StreamRequest); request_validation.cc enforces them.
@@ -62,11 +83,12 @@ absl::StatusOr<std::unique_ptr<BatchStream>> Pipeline::OpenStream(
   assert(BatchMemoryBytes(request) <= request.memory_limit_bytes);
   assert(request.compression == TensorCompression::kNone ||
          request.context.output.dtype == DType::kUint8);
+  const StreamRequest with_source = WithSampleSource(request);
   auto stream = std::make_shared<Scheduler::Stream>(
-      request, scheduler_->options().prefetch_depth, &scheduler_->counters());
+      with_source, scheduler_->options().prefetch_depth, &scheduler_->counters());
   scheduler_->Add(stream);
   return std::unique_ptr<BatchStream>(
-      new StreamHandle(scheduler_, std::move(stream), request));
+      new StreamHandle(scheduler_, std::move(stream), with_source));
 }
 
 const PipelineCounters& Pipeline::counters() const {

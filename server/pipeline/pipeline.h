@@ -83,7 +83,9 @@ namespace nearprep {
 //   or the dtype is uint8.
 struct StreamRequest {
   // What every sample of the stream shares (dataset, transform, output,
-  // decode limits, seed, epoch); handed to the backend as is.
+  // decode limits, seed, epoch); handed to the backend as is. OpenStream
+  // sets context.source (the stream's SampleSource, made from this
+  // request's order: block_shuffle / plan_block_samples) when it is empty.
   WorkContext context;
   uint32_t batch_size = 32;
   bool shuffle = false;
@@ -109,6 +111,10 @@ struct StreamRequest {
   // Non-empty: the explicit mode (fleet datasets): the stream serves
   // exactly these ids in this order instead of a shard of the epoch order.
   std::vector<uint64_t> sample_ids;
+  // With sample_ids: > 0 when they follow a fleet plan whose blocks are
+  // this many consecutive offsets of a partition (the stream's
+  // SampleSource then reads each such block once; sample_source.h).
+  uint64_t plan_block_samples = 0;
   // Lossless compression of each batch's tensor (common/tensor_codec.h;
   // uint8 only). Applied when the consumer takes a batch (StreamHandle::Next
   // runs it on the thread that answers Next, with no pipeline lock held):

@@ -85,10 +85,7 @@ absl::Status ApplyExplicitIds(const v1::StreamBatchesRequest& request,
   }
   r->shuffle = false;
   r->block_shuffle = false;
-  r->context.read_hint.block_samples = 0;
-  r->context.read_hint.plan_block_samples = request.plan_block_samples();
-  r->context.read_hint.plan_tag =
-      request.seed() * 0x9E3779B97F4A7C15ull ^ (request.epoch() + 1);
+  r->plan_block_samples = request.plan_block_samples();
   return absl::OkStatus();
 }
 

@@ -436,7 +436,6 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
     r.block.open_blocks =
         b.open_blocks() != 0 ? b.open_blocks() : kDefaultOpenBlocks;
     r.block.window = b.window() != 0 ? b.window() : kDefaultShuffleWindow;
-    r.context.read_hint.block_samples = r.block.block_samples;
   }
   r.shard_index = request.shard_index();
   r.num_shards = num_shards;

@@ -5,10 +5,16 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(
 //       Fpga, BackendConformanceTest,
-//       ::testing::Values(BackendUnderTest{"fpga", [] { return MakeFpga(); }}),
+//       ::testing::ValuesIn(OnEveryStorage({"fpga", [] { return MakeFpga(); }})),
 //       [](const auto& info) { return info.param.name; });
 //
-// Link: nearprep_backend, libjpeg-turbo::turbojpeg, GTest.
+// OnEveryStorage runs the suite twice: the dataset read from its folder
+// (PosixStorage), and read through a FaultInjectionStorage over it
+// ("NAME_faults"), where it also checks that injected open and read errors
+// become those samples' statuses.
+//
+// Link: nearprep_backend, nearprep_storage_testing, libjpeg-turbo::turbojpeg,
+// GTest.
 //
 // What it checks, on a generated dataset (test_images.h) and several
 // TF_COMPAT WorkContexts (whole-image resize, random resized crop, center
@@ -17,7 +23,10 @@
 //    CpuBackend's, whatever the chunk it is processed in;
 //  - broken files (truncated, empty, not a JPEG, huge header) get a non-OK
 //    status and do not disturb the other samples of their chunk;
-//  - Process() called concurrently from two threads gives the same results.
+//  - Process() called concurrently from two threads gives the same results;
+//  - (through FaultInjectionStorage) a sample whose open or reads fail gets
+//    that error (its code, naming the sample) as its status, the others are
+//    unaffected, and the sample is served again once the fault is gone.
 //
 // Thread-safety: test code; the fixture is per test.
 #ifndef NEARPREP_TESTS_UNIT_BACKEND_BACKEND_CONFORMANCE_H_
@@ -35,6 +44,9 @@
 #include "server/backend/backend.h"
 #include "server/backend/cpu_backend.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_source.h"
+#include "server/storage/fault_injection_storage.h"
+#include "server/storage/posix_storage.h"
 #include "tests/common/temp_dir.h"
 #include "tests/unit/backend/test_images.h"
 #include "tests/unit/pipeline/fake_backend.h"
@@ -44,7 +56,18 @@ namespace nearprep {
 struct BackendUnderTest {
   std::string name;
   std::function<std::shared_ptr<Backend>()> make;
+  // Read the dataset through a FaultInjectionStorage (over its folder).
+  bool fault_injection = false;
 };
+
+// `b` reading the dataset's folder, and `b` reading through a
+// FaultInjectionStorage ("NAME_faults").
+inline std::vector<BackendUnderTest> OnEveryStorage(const BackendUnderTest& b) {
+  BackendUnderTest faults = b;
+  faults.name += "_faults";
+  faults.fault_injection = true;
+  return {b, faults};
+}
 
 inline void PrintTo(const BackendUnderTest& b, std::ostream* os) {
   *os << b.name;
@@ -97,6 +120,7 @@ inline std::vector<WorkContext> Contexts(const Dataset* ds) {
   std::vector<WorkContext> out;
   WorkContext whole;
   whole.dataset = ds;
+  whole.source = std::make_shared<const SampleSource>(*ds);
   whole.seed = 1234;
   whole.epoch = 2;
   whole.spec.height = 24;
@@ -143,7 +167,16 @@ class BackendConformanceTest
     DatasetConfig config;
     config.name = "conformance";
     config.root = dir_.path();
-    auto ds = Dataset::Open(config);
+    absl::StatusOr<std::unique_ptr<Dataset>> ds;
+    if (GetParam().fault_injection) {
+      auto base = PosixStorage::Create(dir_.path());
+      ASSERT_TRUE(base.ok()) << base.status();
+      faults_ = std::make_shared<FaultInjectionStorage>(
+          std::shared_ptr<const Storage>(std::move(base).value()));
+      ds = Dataset::Open(config, faults_);
+    } else {
+      ds = Dataset::Open(config);
+    }
     ASSERT_TRUE(ds.ok()) << ds.status();
     dataset_ = std::move(ds).value();
     ASSERT_EQ(dataset_->size(), 12u);
@@ -156,6 +189,8 @@ class BackendConformanceTest
   }
 
   testing_common::TempDir dir_;
+  // With fault_injection: the storage the dataset reads through.
+  std::shared_ptr<FaultInjectionStorage> faults_;
   std::unique_ptr<Dataset> dataset_;
   std::vector<uint64_t> ids_;
   std::vector<bool> bad_;
@@ -234,6 +269,54 @@ TEST_P(BackendConformanceTest, ConcurrentCallsFromTwoThreads) {
             << "thread " << t << " sample " << i;
       }
     }
+  }
+}
+
+
+TEST_P(BackendConformanceTest, InjectedStorageErrorsAreSampleErrors) {
+  if (faults_ == nullptr) GTEST_SKIP() << "reads the folder directly";
+  using conformance_internal::ProcessAll;
+  const WorkContext ctx = conformance_internal::Contexts(dataset_.get())[0];
+  const auto want = ProcessAll(reference_, ctx, ids_, 1);
+  // Two good samples: one whose reads fail, one whose open fails.
+  std::vector<size_t> good;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    if (!bad_[i]) good.push_back(i);
+  }
+  ASSERT_GE(good.size(), 3u);
+  const size_t read_fails = good[0], open_fails = good[2];
+  const std::string& read_path = dataset_->samples()[read_fails].path;
+  const std::string& open_path = dataset_->samples()[open_fails].path;
+  faults_->FailReads(read_path, absl::DataLossError("injected read error"));
+  faults_->FailOpen(open_path, absl::UnavailableError("injected open error"));
+  for (size_t chunk : {size_t{1}, ids_.size()}) {
+    SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
+    const auto got = ProcessAll(*backend_, ctx, ids_, chunk);
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      SCOPED_TRACE(dataset_->samples()[i].path);
+      if (i == read_fails || i == open_fails) {
+        ASSERT_FALSE(got[i].ok);
+        EXPECT_EQ(got[i].status.code(), i == read_fails ? absl::StatusCode::kDataLoss
+                                                        : absl::StatusCode::kUnavailable)
+            << got[i].status;
+        EXPECT_NE(got[i].status.message().find(dataset_->samples()[i].path),
+                  std::string::npos)
+            << got[i].status;
+        continue;
+      }
+      ASSERT_EQ(got[i].ok, want[i].ok) << got[i].status;
+      EXPECT_TRUE(got[i].bytes == want[i].bytes) << "output bytes differ";
+    }
+  }
+  const FaultInjectionStorage::Counts fired = faults_->injected();
+  EXPECT_GT(fired.read_errors, 0u);
+  EXPECT_GT(fired.open_errors, 0u);
+  // The faults gone, the same samples are served, unchanged.
+  faults_->Clear();
+  const auto again = ProcessAll(*backend_, ctx, ids_, ids_.size());
+  for (size_t i : {read_fails, open_fails}) {
+    ASSERT_TRUE(again[i].ok) << again[i].status;
+    EXPECT_TRUE(again[i].bytes == want[i].bytes);
   }
 }
 

@@ -19,8 +19,8 @@ namespace {
 
 INSTANTIATE_TEST_SUITE_P(
     Cpu, BackendConformanceTest,
-    ::testing::Values(BackendUnderTest{
-        "cpu", [] { return std::shared_ptr<Backend>(new CpuBackend()); }}),
+    ::testing::ValuesIn(OnEveryStorage(BackendUnderTest{
+        "cpu", [] { return std::shared_ptr<Backend>(new CpuBackend()); }})),
     [](const ::testing::TestParamInfo<BackendUnderTest>& info) {
       return info.param.name;
     });

@@ -13,12 +13,21 @@
 #include "nearprep/v1/tf_example.pb.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_source.h"
 #include "server/records/tfrecord.h"
 #include "server/storage/fault_injection_storage.h"
 #include "server/storage/mem_storage.h"
 
 namespace nearprep {
 namespace {
+
+// A stream's source over `d` reading blocks of `block_samples` (block
+// shuffle; 0: each sample alone).
+SampleSource Source(const Dataset& d, uint64_t block_samples) {
+  SampleSourceOptions o;
+  o.block_samples = block_samples;
+  return SampleSource(d, o);
+}
 
 std::string Image(int i) {
   return std::string(1000 + 37 * i, static_cast<char>('A' + i % 26));
@@ -87,7 +96,7 @@ TEST(RecordDatasetTest, BlockReadsGiveTheSameBytesInFewLargeReads) {
   std::vector<uint8_t> a, b;
   const uint64_t reads_before = (*ds)->read_counters().reads.load();
   for (uint64_t id : order) {
-    ASSERT_TRUE((*ds)->ReadSample(id, &a, ReadHint{8}).ok()) << id;
+    ASSERT_TRUE(Source(**ds, 8).ReadInto(id, &a).ok()) << id;
     EXPECT_EQ(std::string(a.begin(), a.end()), Image(static_cast<int>(id)));
   }
   const auto& c = (*ds)->read_counters();
@@ -110,8 +119,8 @@ TEST(RecordDatasetTest, BlockViewsPointIntoTheBlockWithoutACopy) {
   auto ds = Dataset::Open(Config(), storage);
   ASSERT_TRUE(ds.ok());
   std::vector<uint8_t> scratch;
-  absl::StatusOr<SampleView> v3 = (*ds)->ReadSampleView(3, ReadHint{8}, &scratch);
-  absl::StatusOr<SampleView> v5 = (*ds)->ReadSampleView(5, ReadHint{8}, &scratch);
+  absl::StatusOr<SampleView> v3 = Source(**ds, 8).Read(3, &scratch);
+  absl::StatusOr<SampleView> v5 = Source(**ds, 8).Read(5, &scratch);
   ASSERT_TRUE(v3.ok() && v5.ok());
   EXPECT_EQ(std::string(v3->data, v3->data + v3->size), Image(3));
   EXPECT_EQ(std::string(v5->data, v5->data + v5->size), Image(5));
@@ -123,7 +132,7 @@ TEST(RecordDatasetTest, BlockViewsPointIntoTheBlockWithoutACopy) {
   EXPECT_TRUE(scratch.empty());
   EXPECT_EQ((*ds)->read_counters().reads.load(), 1u);
   // Without the hint the bytes land in the scratch vector.
-  absl::StatusOr<SampleView> v9 = (*ds)->ReadSampleView(9, ReadHint{}, &scratch);
+  absl::StatusOr<SampleView> v9 = Source(**ds, 0).Read(9, &scratch);
   ASSERT_TRUE(v9.ok());
   EXPECT_EQ(v9->keep, nullptr);
   EXPECT_EQ(v9->data, scratch.data());
@@ -142,13 +151,13 @@ TEST(RecordDatasetTest, DamagedRecordFailsAloneWithShardAndOffset) {
   ASSERT_EQ((*ds)->size(), 4u);
   std::vector<uint8_t> out;
   for (uint64_t hint : {uint64_t{0}, uint64_t{4}}) {
-    EXPECT_TRUE((*ds)->ReadSample(0, &out, ReadHint{hint}).ok());
-    absl::Status s = (*ds)->ReadSample(1, &out, ReadHint{hint});
+    EXPECT_TRUE(Source(**ds, hint).ReadInto(0, &out).ok());
+    absl::Status s = Source(**ds, hint).ReadInto(1, &out);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(s.message().find("s.tfrecord offset " + std::to_string(second)),
               std::string::npos)
         << s;
-    EXPECT_TRUE((*ds)->ReadSample(2, &out, ReadHint{hint}).ok());
+    EXPECT_TRUE(Source(**ds, hint).ReadInto(2, &out).ok());
   }
 }
 
@@ -164,7 +173,7 @@ TEST(RecordDatasetTest, ShardChangedAfterIndexingIsDataLossNotACrash) {
   // (issue 23 item 7), the records still in it included.
   for (uint64_t id : {uint64_t{9}, uint64_t{0}}) {
     for (uint64_t hint : {uint64_t{0}, uint64_t{5}}) {
-      absl::Status s = (*ds)->ReadSample(id, &out, ReadHint{hint});
+      absl::Status s = Source(**ds, hint).ReadInto(id, &out);
       EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
       EXPECT_NE(s.message().find("replaced or rewritten since it was indexed (size "),
                 std::string::npos) << s;
@@ -179,12 +188,12 @@ TEST(RecordDatasetTest, ReadFaultIsReportedAndNotCached) {
   ASSERT_TRUE(ds.ok());
   faulty->FailReads("train-0.tfrecord", absl::DataLossError("read: Input/output error"));
   std::vector<uint8_t> out;
-  absl::Status s = (*ds)->ReadSample(3, &out, ReadHint{10});
+  absl::Status s = Source(**ds, 10).ReadInto(3, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("Input/output"), std::string::npos) << s;
   EXPECT_GT(faulty->injected().read_errors, 0u);
   faulty->Clear();
-  ASSERT_TRUE((*ds)->ReadSample(3, &out, ReadHint{10}).ok());
+  ASSERT_TRUE(Source(**ds, 10).ReadInto(3, &out).ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), Image(3));
 }
 
@@ -346,14 +355,14 @@ TEST(RecordShardReplacedTest, ReplacedShardIsRefusedNotMixed) {
   // Alone, from a block, and a fleet plan's block: each read of the
   // replaced shard is DATA_LOSS naming it; the other shard is served.
   for (int i = 0; i < 10; ++i) {
-    for (ReadHint hint : {ReadHint{0}, ReadHint{4}}) {
-      absl::Status s = (*ds)->ReadSample(i, &out, hint);
+    for (uint64_t hint : {uint64_t{0}, uint64_t{4}}) {
+      absl::Status s = Source(**ds, hint).ReadInto(i, &out);
       ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << i << ": " << s;
       EXPECT_NE(s.message().find("train-0.tfrecord"), std::string::npos) << s;
       EXPECT_NE(s.message().find("replaced or rewritten"), std::string::npos) << s;
     }
   }
-  auto opened = (*ds)->OpenSample(3, OpenOptions{});
+  auto opened = Source(**ds, 0).OpenSample(3, OpenOptions{});
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss);
   for (int i = 10; i < 20; ++i) {
     ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
@@ -376,8 +385,8 @@ TEST(RecordShardReplacedTest, RecordCrcCatchesARewriteTheFileSystemHides) {
   ReplaceShardSameSizes(mem.get(), 10);
   std::vector<uint8_t> out;
   for (int i = 0; i < 10; ++i) {
-    for (ReadHint hint : {ReadHint{0}, ReadHint{4}}) {
-      absl::Status s = (*ds)->ReadSample(i, &out, hint);
+    for (uint64_t hint : {uint64_t{0}, uint64_t{4}}) {
+      absl::Status s = Source(**ds, hint).ReadInto(i, &out);
       ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << i << ": " << s;
       EXPECT_NE(s.message().find("changed since the shard was indexed"),
                 std::string::npos) << s;

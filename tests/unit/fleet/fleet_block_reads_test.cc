@@ -1,5 +1,6 @@
-// A daemon's reads of a fleet plan's explicit ids with the plan's block
-// hint (ReadHint::plan_block_samples): every block part (a plan block, B
+// A daemon's reads of a fleet plan's explicit ids through a stream's
+// SampleSource made for the plan's blocks (SampleSourceOptions::
+// plan_block_samples, seed, epoch): every block part (a plan block, B
 // consecutive offsets of a partition, cut at shard boundaries) is read once
 // with one large read and each sample is then served from memory, the bytes
 // equal per-sample reads, nothing stays held after the epoch, and a cache
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nearprep/v1/tf_example.pb.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_source.h"
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
 #include "server/records/tfrecord.h"
@@ -95,10 +97,19 @@ uint64_t ExpectedParts(const fleet::Manifest& m, uint64_t b, const Dataset& d) {
   return parts.size();
 }
 
+// What a daemon's stream for plan `p` with blocks of `block` reads with.
+SampleSourceOptions PlanBlocks(uint64_t block, const fleet::PlanParams& p) {
+  SampleSourceOptions o;
+  o.plan_block_samples = block;
+  o.seed = p.seed;
+  o.epoch = p.epoch;
+  return o;
+}
+
 // Reads every held position of one epoch in trainer request order and
 // checks the bytes.
-void ReadEpoch(const Dataset& d, const fleet::GlobalPlan& plan, uint32_t trainers,
-               const ReadHint& hint) {
+void ReadEpoch(const SampleSource& source, const fleet::GlobalPlan& plan, uint32_t trainers) {
+  const Dataset& d = source.dataset();
   std::vector<uint8_t> scratch;
   for (uint64_t g = 0; g < plan.num_batches(); ++g) {
     for (uint32_t k = 0; k < trainers; ++k) {
@@ -106,7 +117,7 @@ void ReadEpoch(const Dataset& d, const fleet::GlobalPlan& plan, uint32_t trainer
       for (uint64_t pos = lo; pos < hi; ++pos) {
         const uint64_t id = plan.At(pos).sample_id;
         if (!d.Holds(id)) continue;
-        absl::StatusOr<SampleView> v = d.ReadSampleView(id, hint, &scratch);
+        absl::StatusOr<SampleView> v = source.Read(id, &scratch);
         ASSERT_TRUE(v.ok()) << id << ": " << v.status();
         ASSERT_EQ(std::string(reinterpret_cast<const char*>(v->data), v->size), Image(id))
             << id;
@@ -149,14 +160,12 @@ TEST(FleetBlockReads, EachBlockPartReadOnceThenServedFromMemory) {
       params.epoch = 5;
       auto half = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
       ASSERT_TRUE(half.ok());
-      ReadHint hint;
-      hint.plan_block_samples = c.block;
-      hint.plan_tag = 6;
+      const SampleSource source(d, PlanBlocks(c.block, params));
       std::vector<uint8_t> scratch;
       for (uint64_t pos = 0; pos < (*half)->size() / 2; ++pos) {
         const uint64_t id = (*half)->At(pos).sample_id;
         if (d.Holds(id)) {
-          ASSERT_TRUE(d.ReadSampleView(id, hint, &scratch).ok());
+          ASSERT_TRUE(source.Read(id, &scratch).ok());
         }
       }
     }
@@ -169,10 +178,7 @@ TEST(FleetBlockReads, EachBlockPartReadOnceThenServedFromMemory) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       const ReadCounters& rc = d.read_counters();
       const uint64_t reads0 = rc.reads, hits0 = rc.block_hits;
-      ReadHint hint;
-      hint.plan_block_samples = c.block;
-      hint.plan_tag = epoch + 1;
-      ReadEpoch(d, **plan, c.trainers, hint);
+      ReadEpoch(SampleSource(d, PlanBlocks(c.block, params)), **plan, c.trainers);
       uint64_t held = 0;
       for (uint64_t id = 0; id < d.size(); ++id) held += d.Holds(id) ? 1 : 0;
       const uint64_t parts = ExpectedParts(f.manifest, c.block, d);
@@ -185,11 +191,11 @@ TEST(FleetBlockReads, EachBlockPartReadOnceThenServedFromMemory) {
       // Every block of this epoch was consumed and dropped.
       EXPECT_EQ(d.block_cache_resident_bytes(), left_over);
     }
-    // Without the hint: one read per sample, the same bytes.
+    // A source without plan blocks: one read per sample, the same bytes.
     const uint64_t reads0 = d.read_counters().reads;
     params.epoch = 2;
     auto plan = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
-    ReadEpoch(d, **plan, c.trainers, ReadHint{});
+    ReadEpoch(SampleSource(d), **plan, c.trainers);
     uint64_t held = 0;
     for (uint64_t id = 0; id < d.size(); ++id) held += d.Holds(id) ? 1 : 0;
     EXPECT_EQ(d.read_counters().reads - reads0, held);
@@ -209,9 +215,7 @@ TEST(FleetBlockReads, ASmallCacheFallsBackToSampleReadsWithoutRereadingBlocks) {
   params.global_batch = 16;
   auto plan = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
   ASSERT_TRUE(plan.ok());
-  ReadHint hint;
-  hint.plan_block_samples = 16;
-  ReadEpoch(d, **plan, 2, hint);
+  ReadEpoch(SampleSource(d, PlanBlocks(16, params)), **plan, 2);
   const ReadCounters& rc = d.read_counters();
   EXPECT_GT(rc.block_bypasses.load(), 0u);
   EXPECT_GT(rc.block_hits.load(), 0u);

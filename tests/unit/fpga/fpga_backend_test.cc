@@ -25,6 +25,7 @@
 #include "server/backend/cpu_backend.h"
 #include "server/daemon/backend_choice.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_source.h"
 #include "server/fpga/fpga_backend.h"
 #include "server/fpga/fpga_factory.h"
 #include "server/records/tfrecord.h"
@@ -123,6 +124,7 @@ int CountDifferences(const Dataset& ds, const std::vector<Result>& want,
 WorkContext AugmentingContext(const Dataset* ds) {
   WorkContext ctx;
   ctx.dataset = ds;
+  ctx.source = std::make_shared<const SampleSource>(*ds);
   ctx.seed = 99;
   ctx.epoch = 3;
   ctx.spec.height = 40;
@@ -486,7 +488,7 @@ TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
               static_cast<unsigned long long>(fpga->fpga_stats().fallbacks.load()));
 }
 
-// A TFRecord dataset read in blocks (ReadHint, as block shuffle reads): the
+// A TFRecord dataset read in blocks (a block-shuffle stream's source): the
 // backend reads each block of records with one large read into the run's
 // input buffer and gives the kernel the offset and size of every image
 // inside it (issue 8: the SmartSSD's P2P path needs large reads).
@@ -521,7 +523,9 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ((*ds)->size(), static_cast<size_t>(kShards * kPerShard));
   WorkContext ctx = AugmentingContext(ds->get());
-  ctx.read_hint.block_samples = 8;
+  SampleSourceOptions blocks;
+  blocks.block_samples = 8;
+  ctx.source = std::make_shared<const SampleSource>(**ds, blocks);
   CpuBackend cpu;
   const auto want = ProcessAll(cpu, ctx, 1);
   ASSERT_FALSE(want[kBad].status.ok());  // the damaged record: DATA_LOSS
@@ -550,9 +554,10 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
   std::printf("tfrecord blocks: %llu reads, %llu bytes (%.0f bytes/read) for %zu samples\n",
               static_cast<unsigned long long>(reads), static_cast<unsigned long long>(bytes),
               static_cast<double>(bytes) / static_cast<double>(reads), (*ds)->size());
-  // Without the hint (global shuffle): one read per sample, no block reads.
+  // A source without blocks (global shuffle): one read per sample, no block
+  // reads.
   WorkContext one = ctx;
-  one.read_hint.block_samples = 0;
+  one.source = std::make_shared<const SampleSource>(**ds);
   auto fpga2 = MakeFpga(TestConfig());
   ASSERT_NE(fpga2, nullptr);
   const uint64_t reads1 = rc.reads.load();
@@ -564,8 +569,8 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fpga, BackendConformanceTest,
-    ::testing::Values(BackendUnderTest{
-        "fpga", [] { return std::shared_ptr<Backend>(MakeFpga(TestConfig())); }}),
+    ::testing::ValuesIn(OnEveryStorage(BackendUnderTest{
+        "fpga", [] { return std::shared_ptr<Backend>(MakeFpga(TestConfig())); }})),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

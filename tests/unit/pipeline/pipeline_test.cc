@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "server/data/epoch_plan.h"
+#include "server/data/sample_source.h"
 #include "tests/unit/pipeline/fake_backend.h"
 
 namespace nearprep {
@@ -706,6 +708,80 @@ TEST_F(PipelineTest, StartPastTheEndIsAnEmptyStream) {
   // Without a token the validation runs out of shard first.
   req.start_position = 0;
   EXPECT_TRUE(RunStream(pipeline, req).empty());
+}
+
+
+// Records the SampleSource each Process() call reads through.
+class SourceRecordingBackend : public Backend {
+ public:
+  std::string name() const override { return "source-recording"; }
+  void Process(const WorkContext& ctx, SampleWork* samples, size_t n) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sources_.insert(ctx.source);
+    }
+    for (size_t i = 0; i < n; ++i) samples[i].status = absl::OkStatus();
+  }
+  std::set<std::shared_ptr<const SampleSource>> sources() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sources_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::shared_ptr<const SampleSource>> sources_;
+};
+
+TEST_F(PipelineTest, EachStreamReadsThroughOneSourceMadeForItsOrder) {
+  struct Case {
+    const char* what;
+    std::function<void(StreamRequest*)> set;
+    SampleSourceOptions want;
+  };
+  BlockShuffleParams block;
+  block.block_samples = 6;
+  block.open_blocks = 2;
+  block.window = 4;
+  const std::vector<Case> cases = {
+      {"global shuffle", [](StreamRequest*) {}, SampleSourceOptions{0, 0, 42, 3}},
+      {"block shuffle",
+       [&](StreamRequest* r) {
+         r->block_shuffle = true;
+         r->block = block;
+       },
+       SampleSourceOptions{6, 0, 42, 3}},
+      {"fleet plan blocks",
+       [](StreamRequest* r) {
+         r->shuffle = false;
+         r->sample_ids = {5, 1, 9, 2, 7};
+         r->plan_block_samples = 4;
+       },
+       SampleSourceOptions{0, 4, 42, 3}},
+      // plan_block_samples without explicit ids is not a fleet plan.
+      {"plan blocks without ids", [](StreamRequest* r) { r->plan_block_samples = 4; },
+       SampleSourceOptions{0, 0, 42, 3}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto backend = std::make_shared<SourceRecordingBackend>();
+    Pipeline pipeline(Options(2, 2), backend);
+    StreamRequest req = SmallRequest(ds_.get());
+    c.set(&req);
+    ASSERT_FALSE(RunStream(pipeline, req).empty());
+    // Several chunks, one source, made for this dataset and order.
+    const auto sources = backend->sources();
+    ASSERT_EQ(sources.size(), 1u);
+    const std::shared_ptr<const SampleSource>& s = *sources.begin();
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(&s->dataset(), ds_.get());
+    EXPECT_EQ(s->options().block_samples, c.want.block_samples);
+    EXPECT_EQ(s->options().plan_block_samples, c.want.plan_block_samples);
+    EXPECT_EQ(s->options().seed, c.want.seed);
+    EXPECT_EQ(s->options().epoch, c.want.epoch);
+    // A second stream gets its own source.
+    ASSERT_FALSE(RunStream(pipeline, req).empty());
+    EXPECT_EQ(backend->sources().size(), 2u);
+  }
 }
 
 }  // namespace
