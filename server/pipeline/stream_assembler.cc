@@ -42,12 +42,12 @@ void CountFailure(PipelineCounters& c, const absl::Status& s) {
   }
 }
 
-uint64_t DepthFor(const StreamRequest& r, int prefetch_depth) {
-  const uint64_t batch_bytes = BatchMemoryBytes(r);
+uint64_t DepthFor(const StreamRequest& r, const BatchMemory& memory,
+                  int prefetch_depth) {
   return std::max<uint64_t>(
       1, std::min<uint64_t>(static_cast<uint64_t>(std::max(1, prefetch_depth)),
                             r.memory_limit_bytes /
-                                std::max<uint64_t>(1, batch_bytes)));
+                                std::max<uint64_t>(1, memory.total())));
 }
 
 }  // namespace
@@ -67,9 +67,10 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
                            request.shuffle),
           request.shard_index, request.num_shards)),
       batch_(request.batch_size),
-      sample_bytes_(request.context.output.SampleBytes(request.context.spec)),
-      depth_(DepthFor(request, prefetch_depth)),
-      pool_(std::make_shared<BufferPool>(batch_ * sample_bytes_, depth_ + 1)),
+      memory_(BatchMemoryOf(request)),
+      sample_bytes_(memory_.sample_bytes),
+      depth_(DepthFor(request, memory_, prefetch_depth)),
+      pool_(std::make_shared<BufferPool>(memory_.tensor_bytes, depth_ + 1)),
       end_pos_(shard_.size()) {
   cur_ = NewBatchMeta();
   uint64_t limit = 0;

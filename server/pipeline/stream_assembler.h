@@ -174,7 +174,8 @@ class StreamAssembler {
   PipelineCounters* const counters_;
   const std::vector<uint64_t> shard_;  // sample id by shard position
   const uint64_t batch_;               // B
-  const size_t sample_bytes_;
+  const BatchMemory memory_;           // BatchMemoryOf(req_)
+  const size_t sample_bytes_;          // memory_.sample_bytes
   const uint64_t depth_;
   const std::shared_ptr<BufferPool> pool_;
   uint64_t start_slots_ = 0;  // start_batch * B (kNoLimit on overflow)
