@@ -39,19 +39,19 @@ StreamRequest RequestFor(const Case& c) {
 }
 
 const std::vector<Case>& Cases() {
+  constexpr TensorCompression kNone = TensorCompression::kNone;
   static const std::vector<Case> cases = {
-      {224, 224, DType::kFloat32, Layout::kNHWC, 32, TensorCompression::kNone, 4},
-      {224, 224, DType::kFloat32, Layout::kNCHW, 32, TensorCompression::kNone, 4},
-      {160, 128, DType::kFloat16, Layout::kNHWC, 7, TensorCompression::kNone, 2},
-      {99, 301, DType::kBFloat16, Layout::kNCHW, 1, TensorCompression::kNone, 2},
-      {64, 48, DType::kUint8, Layout::kNHWC, 256, TensorCompression::kNone, 1},
+      {224, 224, DType::kFloat32, Layout::kNHWC, 32, kNone, 4},
+      {224, 224, DType::kFloat32, Layout::kNCHW, 32, kNone, 4},
+      {160, 128, DType::kFloat16, Layout::kNHWC, 7, kNone, 2},
+      {99, 301, DType::kBFloat16, Layout::kNCHW, 1, kNone, 2},
+      {64, 48, DType::kUint8, Layout::kNHWC, 256, kNone, 1},
       {64, 48, DType::kUint8, Layout::kNHWC, 16,
        TensorCompression::kDeltaZstd, 1},
       {33, 17, DType::kUint8, Layout::kNCHW, 5,
        TensorCompression::kGradientZstd, 1},
       // Large enough that batch * sample bytes needs 64 bits.
-      {4096, 4096, DType::kFloat32, Layout::kNHWC, 100000,
-       TensorCompression::kNone, 4},
+      {4096, 4096, DType::kFloat32, Layout::kNHWC, 100000, kNone, 4},
   };
   return cases;
 }
