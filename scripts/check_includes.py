@@ -69,7 +69,9 @@ RULES = [
      ["server/common", "server/data", "server/storage", "server/records",
       "server/fleet", "server/backend", "server/pipeline", "server/metrics",
       "server/authz", "common", "proto"],
-     "the gRPC adapter (only gRPC code), validation, server lifecycle"),
+     "the gRPC adapter (the only gRPC code, listed below) over the "
+     "service without gRPC (service_core: listing, ServerInfo, counters; "
+     "validation; the stream registry), server lifecycle"),
     ("server/daemon",
      ["server/common", "server/data", "server/backend", "server/fpga",
       "server/pipeline", "server/authz", "server/service", "server/metrics",
@@ -103,12 +105,30 @@ NARROW = {
     "server/fpga": ["server/fpga/fpga_factory.h", "server/fpga/fpga_options.h"],
 }
 
+# The only files (or folders) that may include a gRPC header (<grpc/...>,
+# <grpcpp/...>, "nearprep/v1/*.grpc.pb.h"); any other file of a checked
+# folder is refused one, so the server's gRPC stays in its adapter.
+GRPC = [
+    ("server/service/preprocessor_service.h",
+     "the adapter: raw callback methods, one reactor per stream"),
+    ("server/service/preprocessor_service.cc", "the adapter"),
+    ("server/service/batch_serializer.h",
+     "a batch as a grpc::ByteBuffer over the pipeline's memory"),
+    ("server/service/batch_serializer.cc", "the same"),
+    ("server/service/server.cc",
+     "the lifecycle: builder, credentials, resource quota, in-process "
+     "channel"),
+    ("client/cpp", "the C++ client's channels and stubs"),
+]
+
 # Only .cc/.h files of the checked folders; tests/ and bench/ may include
 # anything.
 SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp")
 SKIP_DIRS = {"build", ".git", "__pycache__"}
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+GRPC_INCLUDE_RE = re.compile(
+    r'^\s*#\s*include\s+[<"]((?:grpc|grpcpp)/[^>"]+|[^>"]*\.grpc\.pb\.h)[>"]')
 DOC_PATH = os.path.join("docs", "architecture.md")
 DOC_BEGIN = "<!-- include-rules:begin (scripts/check_includes.py table) -->"
 DOC_END = "<!-- include-rules:end -->"
@@ -163,6 +183,10 @@ def allowed(rel, folder, layer, inc):
     return False
 
 
+def grpc_allowed(rel):
+    return any(rel == p or rel.startswith(p + "/") for p, _ in GRPC)
+
+
 def check_tree(root):
     """Returns the list of violations (strings)."""
     kernel_names = kernel_headers(root)
@@ -180,6 +204,11 @@ def check_tree(root):
                     continue  # a nested folder with its own rule
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        g = GRPC_INCLUDE_RE.match(line)
+                        if g and not grpc_allowed(rel):
+                            bad.append(f"{rel}:{n}: only the gRPC adapter "
+                                       f'may include "{g.group(1)}" (gRPC)')
+                            continue
                         m = INCLUDE_RE.match(line)
                         if not m:
                             continue
@@ -207,6 +236,10 @@ def table():
     for layer, headers in NARROW.items():
         out += ["", f"Other folders reach `{layer}` only through "
                 + ", ".join(f"`{h}`" for h in headers) + "."]
+    out += ["", "Only these may include a gRPC header (`<grpc/...>`, "
+            "`<grpcpp/...>`, `*.grpc.pb.h`):", ""]
+    for prefix, why in GRPC:
+        out.append(f"- `{prefix}`: {why}")
     out += ["", "Exceptions (one file or tool folder, one more layer):", ""]
     for prefix, extra, why in EXCEPTIONS:
         out.append(f"- `{prefix}` -> `{extra}`: {why}")
@@ -251,6 +284,9 @@ def cmd_selftest():
         "fpga_kernels/bad_c.cc": '#include "server/image/preprocess.h"\n',
         "server/image/bad_d.cc": '#include "nearprep/v1/nearprep.pb.h"\n',
         "server/daemon/bad_e.cc": '#include "server/fpga/fpga_backend.h"\n',
+        "server/service/bad_f.cc": "#include <grpcpp/grpcpp.h>\n",
+        "server/service/bad_g.h": '#include "nearprep/v1/nearprep.grpc.pb.h"\n',
+        "server/pipeline/bad_h.cc": "#include <grpc/grpc.h>\n",
     }
     clean = {
         "server/pipeline/ok.cc": '#include "server/backend/backend.h"\n'
@@ -260,6 +296,11 @@ def cmd_selftest():
         "fpga_kernels/include/nearprep_kernel_abi.h": "// abi\n",
         "client/cpp/pack/ok.cc": '#include "server/records/tfrecord.h"\n',
         "server/daemon/ok.cc": '#include "server/fpga/fpga_factory.h"\n',
+        "server/service/preprocessor_service.cc":
+            "#include <grpcpp/grpcpp.h>\n"
+            '#include "nearprep/v1/nearprep.grpc.pb.h"\n',
+        "server/service/ok.cc": '#include "nearprep/v1/nearprep.pb.h"\n',
+        "client/cpp/src/ok.cc": "#include <grpcpp/grpcpp.h>\n",
     }
     with tempfile.TemporaryDirectory() as tmp:
         for rel, text in clean.items():

@@ -36,13 +36,19 @@ TensorGeometry OutputGeometry(const StreamRequest& request, uint64_t n) {
              : TensorGeometry::Nhwc(n, h, w, 3);
 }
 
-uint64_t BatchMemoryBytes(const StreamRequest& request) {
-  uint64_t bytes = uint64_t{request.batch_size} *
-                   request.context.output.SampleBytes(request.context.spec);
+BatchMemory BatchMemoryOf(const StreamRequest& request) {
+  BatchMemory m;
+  m.sample_bytes = request.context.output.SampleBytes(request.context.spec);
+  m.tensor_bytes = uint64_t{request.batch_size} * m.sample_bytes;
   if (request.compression != TensorCompression::kNone) {
-    bytes += CompressedBound(OutputGeometry(request, request.batch_size));
+    m.compressed_bytes =
+        CompressedBound(OutputGeometry(request, request.batch_size));
   }
-  return bytes;
+  return m;
+}
+
+uint64_t BatchMemoryBytes(const StreamRequest& request) {
+  return BatchMemoryOf(request).total();
 }
 
 Pipeline::Pipeline(const PipelineOptions& options,

@@ -139,8 +139,28 @@ struct StreamRequest {
 // The geometry of an n-image tensor of the request's output.
 TensorGeometry OutputGeometry(const StreamRequest& request, uint64_t n);
 
-// Memory one batch of the request may hold: batch_size * sample bytes, plus
-// with a compression the bound of its compressed copy.
+// The memory of one batch of the request, computed in one place for every
+// user: request_validation's per_stream_memory_bytes checks, the stream's
+// prefetch depth (DepthFor), its batch buffer pool and its compressed-copy
+// pool. Labels, sample ids and the serialized header are small per-batch
+// vectors outside this count (as they always were).
+struct BatchMemory {
+  // One sample's tensor slot: height * width * 3 * DTypeSize(dtype)
+  // (OutputSpec::SampleBytes; the layout does not change it).
+  uint64_t sample_bytes = 0;
+  // batch_size * sample_bytes: one batch buffer of the stream's pool.
+  uint64_t tensor_bytes = 0;
+  // With a compression, the bound of the compressed copy's buffer
+  // (CompressedBound of the batch's geometry); 0 without one.
+  uint64_t compressed_bytes = 0;
+  // What one batch may hold: tensor_bytes + compressed_bytes.
+  uint64_t total() const { return tensor_bytes + compressed_bytes; }
+};
+// Reads batch_size, context.spec (height, width), context.output and
+// compression only.
+BatchMemory BatchMemoryOf(const StreamRequest& request);
+
+// BatchMemoryOf(request).total().
 uint64_t BatchMemoryBytes(const StreamRequest& request);
 
 struct SampleErrorInfo {

@@ -43,7 +43,7 @@ std::shared_ptr<std::vector<int8_t>> ValidityCache::Get(
   return it->second;
 }
 
-ResumeValidator::ResumeValidator(const std::vector<uint64_t>* shard,
+ResumeValidator::ResumeValidator(const ShardView* shard,
                                  uint64_t needed,
                                  std::shared_ptr<std::vector<int8_t>> cache)
     : shard_(*shard),

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "server/backend/backend.h"
+#include "server/data/epoch_order_cache.h"
 #include "server/pipeline/pipeline.h"
 
 namespace nearprep {
@@ -58,7 +59,7 @@ class ResumeValidator {
  public:
   // `shard`: sample ids by shard position (outlives the validator).
   // `needed`: successes that precede the start. `cache` from ValidityCache.
-  ResumeValidator(const std::vector<uint64_t>* shard, uint64_t needed,
+  ResumeValidator(const ShardView* shard, uint64_t needed,
                   std::shared_ptr<std::vector<int8_t>> cache);
 
   // Whether positions with unknown results remain to be handed out.
@@ -73,7 +74,7 @@ class ResumeValidator {
   std::optional<uint64_t> Advance();
 
  private:
-  const std::vector<uint64_t>& shard_;
+  const ShardView& shard_;
   std::vector<int8_t> known_;  // by sample id: this stream's view
   std::shared_ptr<std::vector<int8_t>> cache_;
   const uint64_t needed_;

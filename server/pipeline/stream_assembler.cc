@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/data/block_shuffle.h"
+#include "server/data/epoch_order_cache.h"
 #include "server/data/epoch_plan.h"
 #include "server/pipeline/resume_token.h"
 #include "spdlog/spdlog.h"
@@ -42,12 +42,29 @@ void CountFailure(PipelineCounters& c, const absl::Status& s) {
   }
 }
 
-uint64_t DepthFor(const StreamRequest& r, int prefetch_depth) {
-  const uint64_t batch_bytes = BatchMemoryBytes(r);
+uint64_t DepthFor(const StreamRequest& r, const BatchMemory& memory,
+                  int prefetch_depth) {
   return std::max<uint64_t>(
       1, std::min<uint64_t>(static_cast<uint64_t>(std::max(1, prefetch_depth)),
                             r.memory_limit_bytes /
-                                std::max<uint64_t>(1, batch_bytes)));
+                                std::max<uint64_t>(1, memory.total())));
+}
+
+// The stream's ids: the explicit ones, or its shard of the epoch order
+// shared with every stream of the same order (SharedEpochOrders).
+ShardView ShardOf(const StreamRequest& r) {
+  if (!r.sample_ids.empty()) {
+    return ShardView(
+        std::make_shared<const std::vector<uint64_t>>(r.sample_ids), 0, 1);
+  }
+  EpochOrderKey key;
+  key.num_samples = r.context.dataset->size();
+  key.seed = r.context.seed;
+  key.epoch = r.context.epoch;
+  key.shuffle = r.shuffle;
+  key.block_shuffle = r.block_shuffle;
+  key.block = r.block;
+  return ShardView(SharedEpochOrders().Get(key), r.shard_index, r.num_shards);
 }
 
 }  // namespace
@@ -57,19 +74,12 @@ StreamAssembler::StreamAssembler(const StreamRequest& request,
                                  PipelineCounters* counters)
     : req_(request),
       counters_(counters),
-      shard_(!request.sample_ids.empty() ? request.sample_ids : ShardSamples(
-          request.shuffle && request.block_shuffle
-              ? BlockShuffledOrder(request.context.dataset->size(),
-                                   request.context.seed,
-                                   request.context.epoch, request.block)
-              : EpochOrder(request.context.dataset->size(),
-                           request.context.seed, request.context.epoch,
-                           request.shuffle),
-          request.shard_index, request.num_shards)),
+      shard_(ShardOf(request)),
       batch_(request.batch_size),
-      sample_bytes_(request.context.output.SampleBytes(request.context.spec)),
-      depth_(DepthFor(request, prefetch_depth)),
-      pool_(std::make_shared<BufferPool>(batch_ * sample_bytes_, depth_ + 1)),
+      memory_(BatchMemoryOf(request)),
+      sample_bytes_(memory_.sample_bytes),
+      depth_(DepthFor(request, memory_, prefetch_depth)),
+      pool_(std::make_shared<BufferPool>(memory_.tensor_bytes, depth_ + 1)),
       end_pos_(shard_.size()) {
   cur_ = NewBatchMeta();
   uint64_t limit = 0;

@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "server/backend/backend.h"
+#include "server/data/epoch_order_cache.h"
 #include "server/pipeline/buffer_pool.h"
 #include "server/pipeline/pipeline.h"
 #include "server/pipeline/resume_validator.h"
@@ -172,9 +173,13 @@ class StreamAssembler {
 
   const StreamRequest req_;
   PipelineCounters* const counters_;
-  const std::vector<uint64_t> shard_;  // sample id by shard position
+  // Sample id by shard position: a view of the epoch order shared by the
+  // streams of the same (size, seed, epoch, mode) (epoch_order_cache.h), or
+  // of the explicit ids.
+  const ShardView shard_;
   const uint64_t batch_;               // B
-  const size_t sample_bytes_;
+  const BatchMemory memory_;           // BatchMemoryOf(req_)
+  const size_t sample_bytes_;          // memory_.sample_bytes
   const uint64_t depth_;
   const std::shared_ptr<BufferPool> pool_;
   uint64_t start_slots_ = 0;  // start_batch * B (kNoLimit on overflow)

@@ -53,7 +53,7 @@ StreamHandle::StreamHandle(std::shared_ptr<Scheduler> scheduler,
     p->level = request.compression_level;
     p->request = request;
     p->pool = std::make_shared<BufferPool>(
-        CompressedBound(OutputGeometry(request, request.batch_size)), 2);
+        BatchMemoryOf(request).compressed_bytes, 2);
     packer_ = std::move(p);
   }
 }

@@ -13,9 +13,6 @@
 #include "server/service/batch_serializer.h"
 #include "server/service/connection_listener.h"
 #include "server/service/display_string.h"
-#include "server/service/fleet_request.h"
-
-#include "common/version.h"
 
 namespace nearprep {
 namespace {
@@ -101,10 +98,10 @@ class PreprocessorService::BatchWriter
   // A stream refused before it started.
   explicit BatchWriter(const grpc::Status& status) { Finish(status); }
 
-  BatchWriter(PreprocessorService* service,
-              std::shared_ptr<StreamRegistry::Entry> entry,
-              DatasetCounters* dataset)
-      : service_(service), dataset_(dataset), entry_(std::move(entry)) {
+  BatchWriter(ServiceCore* core, ServiceCore::OpenedStream opened)
+      : core_(core),
+        dataset_(opened.dataset),
+        entry_(std::move(opened.entry)) {
     NextBatch();
   }
 
@@ -117,19 +114,11 @@ class PreprocessorService::BatchWriter
       return;
     }
     ++batches_;
-    ServiceCounters& c = service_->counters_;
-    c.batches_sent.fetch_add(1, std::memory_order_relaxed);
-    c.bytes_sent.fetch_add(bytes_, std::memory_order_relaxed);
-    c.send_seconds.Observe(
+    core_->CountBatchSent(
+        dataset_, bytes_, samples_,
         std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                       write_started_)
             .count());
-    c.batch_bytes.Observe(static_cast<double>(bytes_));
-    if (dataset_ != nullptr) {
-      dataset_->batches_sent.fetch_add(1, std::memory_order_relaxed);
-      dataset_->samples_sent.fetch_add(samples_, std::memory_order_relaxed);
-      dataset_->bytes_sent.fetch_add(bytes_, std::memory_order_relaxed);
-    }
     NextBatch();
   }
 
@@ -138,7 +127,7 @@ class PreprocessorService::BatchWriter
   }
 
   void OnDone() override {
-    if (entry_) service_->streams_.Close(entry_);
+    if (entry_) core_->streams().Close(entry_);
     delete this;
   }
 
@@ -171,7 +160,7 @@ class PreprocessorService::BatchWriter
     Finish(ToGrpc(status));  // OnDone may run (and delete this) at once.
   }
 
-  PreprocessorService* const service_ = nullptr;
+  ServiceCore* const core_ = nullptr;
   DatasetCounters* const dataset_ = nullptr;
   const std::shared_ptr<StreamRegistry::Entry> entry_;
   grpc::ByteBuffer buffer_;
@@ -181,32 +170,14 @@ class PreprocessorService::BatchWriter
   uint64_t batches_ = 0;
 };
 
-PreprocessorService::PreprocessorService(std::vector<const Dataset*> datasets,
-                                         Pipeline* pipeline,
-                                         ServiceLimits limits,
-                                         std::string backend_why,
+PreprocessorService::PreprocessorService(ServiceCore* core,
                                          authz::Authorizer* authorizer)
-    : pipeline_(pipeline),
-      limits_(limits),
-      authorizer_(authorizer),
-      backend_why_(std::move(backend_why)),
-      start_time_(std::chrono::steady_clock::now()),
-      streams_(pipeline, limits.max_concurrent_streams) {
-  for (const Dataset* d : datasets) {
-    datasets_[d->name()] = d;
-    dataset_names_.push_back(d->name());
-    dataset_counters_[d->name()] = std::make_unique<DatasetCounters>();
-  }
+    : core_(core), authorizer_(authorizer) {
   std::random_device random;
   for (int i = 0; i < 4; ++i) internal_key_ += std::to_string(random());
 }
 
 PreprocessorService::~PreprocessorService() = default;
-
-const Dataset* PreprocessorService::FindDataset(const std::string& name) const {
-  auto it = datasets_.find(name);
-  return it == datasets_.end() ? nullptr : it->second;
-}
 
 grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
@@ -214,7 +185,7 @@ grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::ListDatasetsRequest request;
   if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
-    counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    core_->CountRejected(/*invalid=*/false);
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
@@ -229,76 +200,9 @@ grpc::ServerUnaryReactor* PreprocessorService::ListDatasets(
     visible = std::move(*f);
   }
   v1::ListDatasetsResponse response_message;
-  v1::ListDatasetsResponse* response = &response_message;
-  for (const auto& [name, d] : datasets_) {
-    // Only what the caller may list (server/authz).
-    if (visible && !visible(name)) continue;
-    v1::DatasetInfo* info = response->add_datasets();
-    // String fields must be UTF-8; names from the file system or the
-    // config are bytes (display_string.h).
-    info->set_name(DisplayString(name));
-    info->set_format(DisplayString(d->config().format));
-    info->set_num_samples(d->size());
-    info->set_num_classes(d->num_classes());
-    for (const std::string& c : d->class_names()) {
-      info->add_class_names(DisplayString(c));
-      info->add_class_name_bytes(c);
-    }
-    info->set_num_refused(d->num_refused());
-    info->set_num_shards(d->num_shards());
-    info->set_total_bytes(d->total_bytes());
-    info->set_block_samples(d->block_samples());
-    FillFleetInfo(*d, info);
-  }
+  core_->FillDatasetList(visible, &response_message);
   reactor->Finish(SerializeResponse(response_message, raw_response));
   return reactor;
-}
-
-void PreprocessorService::FillServerInfo(v1::ServerInfo* info) const {
-  info->set_version(NEARPREP_VERSION);
-  Backend& backend = pipeline_->backend();
-  info->set_backend(backend.name());
-  std::string detail = backend.detail();
-  if (!backend_why_.empty()) {
-    detail = detail.empty() ? backend_why_ : detail + "; " + backend_why_;
-  }
-  info->set_backend_detail(DisplayString(detail));
-  info->set_workers(static_cast<uint32_t>(pipeline_->workers()));
-  info->add_compressions(v1::COMPRESSION_DELTA_ZSTD);
-  info->add_compressions(v1::COMPRESSION_GRADIENT_ZSTD);
-  v1::Limits* l = info->mutable_limits();
-  l->set_max_batch_size(limits_.max_batch_size);
-  l->set_max_output_pixels(limits_.max_output_pixels);
-  l->set_max_decoded_pixels(limits_.max_decoded_pixels);
-  l->set_max_concurrent_streams(limits_.max_concurrent_streams);
-  l->set_per_stream_memory_bytes(limits_.per_stream_memory_bytes);
-  l->set_prefetch_depth(
-      static_cast<uint32_t>(pipeline_->options().prefetch_depth));
-
-  constexpr auto kRelaxed = std::memory_order_relaxed;
-  const PipelineCounters& p = pipeline_->counters();
-  v1::Counters* c = info->mutable_counters();
-  c->set_streams_started(streams_.counters().streams_started.load(kRelaxed));
-  c->set_streams_active(streams_.counters().streams_active.load(kRelaxed));
-  c->set_batches_sent(counters_.batches_sent.load(kRelaxed));
-  c->set_samples_ok(p.samples_ok.load(kRelaxed));
-  c->set_samples_failed(p.samples_failed.load(kRelaxed));
-  c->set_bytes_sent(counters_.bytes_sent.load(kRelaxed));
-  c->set_requests_rejected(counters_.requests_rejected.load(kRelaxed));
-  c->set_decode_errors(p.decode_errors.load(kRelaxed));
-  c->set_limit_errors(p.limit_errors.load(kRelaxed));
-  c->set_io_errors(p.io_errors.load(kRelaxed));
-  // The backend's own counters that ServerInfo has fields for (a backend
-  // without them, like cpu, leaves them 0).
-  for (const BackendStat& s : backend.stats()) {
-    if (s.name == "fallbacks") c->set_backend_fallbacks(s.value);
-    if (s.name == "p2p_read_bytes") c->set_p2p_reads(s.value);
-    if (s.name == "buffered_read_bytes") c->set_buffered_reads(s.value);
-  }
-  info->set_uptime_seconds(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(
-          std::chrono::steady_clock::now() - start_time_)
-          .count()));
 }
 
 grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
@@ -307,7 +211,7 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   v1::GetServerInfoRequest request;
   if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
-    counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    core_->CountRejected(/*invalid=*/false);
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
@@ -335,28 +239,25 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
     }
   }
   v1::ServerInfo info;
-  FillServerInfo(&info);
+  core_->FillServerInfo(&info);
   reactor->Finish(SerializeResponse(info, raw_response));
   return reactor;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  // `invalid`: the request itself was at fault (not the server's state).
-  auto reject = [this, context](const absl::Status& st, bool invalid) {
-    counters_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-    if (invalid) {
-      counters_.request_errors.fetch_add(1, std::memory_order_relaxed);
-    }
+  // Refusals before the core was asked (unparseable, not authorized) are
+  // counted here; the core counts its own.
+  auto reject = [this, context](const absl::Status& st) {
     spdlog::info("StreamBatches from {} refused: {}",
-                 PeerName(context->peer()),
-                 st.ToString());
+                 PeerName(context->peer()), st.ToString());
     return new BatchWriter(ToGrpc(st));
   };
 
   v1::StreamBatchesRequest request;
   if (absl::Status st = ParseRequest(*raw, &request); !st.ok()) {
-    return reject(st, /*invalid=*/true);
+    core_->CountRejected(/*invalid=*/true);
+    return reject(st);
   }
   // Before validation: a caller the policy does not allow learns nothing
   // about the dataset (not even whether it exists). Fleet explicit-id
@@ -366,30 +267,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
             CredentialsOf(*context), authz::Operation::kStream,
             request.dataset());
         !st.ok()) {
-      return reject(st, /*invalid=*/false);
+      core_->CountRejected(/*invalid=*/false);
+      return reject(st);
     }
   }
-  absl::StatusOr<StreamRequest> validated = ValidateStreamRequest(
-      request, [this](const std::string& n) { return FindDataset(n); },
-      limits_, dataset_names_);
-  if (!validated.ok()) return reject(validated.status(), /*invalid=*/true);
-  validated->origin = PeerName(context->peer());
-
-  absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> entry =
-      streams_.Open(*validated);
-  if (!entry.ok()) return reject(entry.status(), /*invalid=*/false);
-  spdlog::debug("stream from {}: dataset={} batch_size={} shard={}/{} "
-                "start_batch={}",
-                PeerName(context->peer()), request.dataset(), request.batch_size(),
-                validated->shard_index, validated->num_shards,
-                validated->start_batch);
-  DatasetCounters* dc = nullptr;
-  if (auto it = dataset_counters_.find(request.dataset());
-      it != dataset_counters_.end()) {
-    dc = it->second.get();
-    dc->streams_started.fetch_add(1, std::memory_order_relaxed);
-  }
-  return new BatchWriter(this, std::move(*entry), dc);
+  absl::StatusOr<ServiceCore::OpenedStream> opened =
+      core_->OpenStream(request, PeerName(context->peer()));
+  if (!opened.ok()) return reject(opened.status());
+  return new BatchWriter(core_, std::move(*opened));
 }
 
 }  // namespace nearprep

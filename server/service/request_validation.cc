@@ -395,27 +395,28 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   }
   r.context.output.dtype = static_cast<DType>(request.output().dtype());
   r.context.output.layout = static_cast<Layout>(request.output().layout());
-  const uint64_t batch_bytes = static_cast<uint64_t>(request.batch_size()) *
-                               r.context.output.SampleBytes(*spec);
-  if (batch_bytes > limits.per_stream_memory_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "batch_size: one batch of ", request.batch_size(), " samples is ",
-        batch_bytes, " bytes, over the server limit per_stream_memory_bytes = ",
-        limits.per_stream_memory_bytes));
-  }
+  r.context.spec = *spec;
+  r.batch_size = request.batch_size();
   r.compression =
       static_cast<TensorCompression>(request.output().compression());
+  // The pipeline's own count (BatchMemoryOf), so the limit checked here is
+  // the memory the stream's pools will hold.
+  const BatchMemory memory = BatchMemoryOf(r);
+  if (memory.tensor_bytes > limits.per_stream_memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "batch_size: one batch of ", request.batch_size(), " samples is ",
+        memory.tensor_bytes,
+        " bytes, over the server limit per_stream_memory_bytes = ",
+        limits.per_stream_memory_bytes));
+  }
   if (r.compression != TensorCompression::kNone) {
     r.compression_level = request.output().compression_level() != 0
                               ? request.output().compression_level()
                               : kDefaultCompressionLevel;
-    r.context.spec = *spec;
-    r.batch_size = request.batch_size();
-    const uint64_t with_copy = BatchMemoryBytes(r);
-    if (with_copy > limits.per_stream_memory_bytes) {
+    if (memory.total() > limits.per_stream_memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "output.compression: one batch of ", request.batch_size(),
-          " samples and its compressed copy need ", with_copy,
+          " samples and its compressed copy need ", memory.total(),
           " bytes, over the server limit per_stream_memory_bytes = ",
           limits.per_stream_memory_bytes));
     }

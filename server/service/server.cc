@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/pem.h"
 #include "server/service/preprocessor_service.h"
+#include "server/service/service_core.h"
 
 namespace nearprep {
 namespace {
@@ -98,9 +99,10 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
                  options.authorization.rules.size());
   }
   s->pipeline_ = std::make_unique<Pipeline>(options.pipeline, backend);
-  s->service_ = std::make_unique<PreprocessorService>(
-      std::move(ptrs), s->pipeline_.get(), options.limits, why,
-      s->authorizer_.get());
+  s->core_ = std::make_unique<ServiceCore>(std::move(ptrs), s->pipeline_.get(),
+                                           options.limits, why);
+  s->service_ = std::make_unique<PreprocessorService>(s->core_.get(),
+                                                      s->authorizer_.get());
   s->tls_ = options.tls;
   s->grpc_memory_bytes_ = options.grpc_memory_bytes;
   s->max_connections_ = options.max_connections;
@@ -116,6 +118,7 @@ NearprepServer::~NearprepServer() {
     server_.reset();
   }
   service_.reset();
+  core_.reset();
   pipeline_.reset();
 }
 
@@ -243,7 +246,7 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
     server = server_.get();
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
-  StreamRegistry& streams = service_->streams();
+  StreamRegistry& streams = core_->streams();
   // While the streams drain the server keeps listening: the health service
   // answers NOT_SERVING (load balancers and probes see the drain), new
   // streams are refused with UNAVAILABLE by the registry (clients resume

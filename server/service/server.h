@@ -45,6 +45,7 @@ class Server;
 namespace nearprep {
 
 class PreprocessorService;
+class ServiceCore;
 
 struct ServerOptions {
   std::vector<DatasetConfig> datasets;
@@ -114,7 +115,9 @@ class NearprepServer {
   // its cap; with TLS gRPC listens itself and this stays all zero).
   ConnectionStats connection_stats() const;
 
-  PreprocessorService& service() { return *service_; }
+  // The service without gRPC: counters, ServerInfo, live streams
+  // (service_core.h; metrics read it).
+  ServiceCore& core() { return *core_; }
   // The live policy: nearprepd reloads it on SIGHUP; metrics read its
   // decision counters.
   authz::Authorizer& authorizer() { return *authorizer_; }
@@ -137,7 +140,8 @@ class NearprepServer {
   std::vector<std::unique_ptr<Dataset>> datasets_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<authz::Authorizer> authorizer_;
-  std::unique_ptr<PreprocessorService> service_;
+  std::unique_ptr<ServiceCore> core_;
+  std::unique_ptr<PreprocessorService> service_;  // the adapter over core_
   absl::Mutex mu_;
   // Set by Start; once shut_down_ is set it no longer changes (Shutdown then
   // uses it without the lock).

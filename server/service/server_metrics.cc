@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "server/service/connection_listener.h"
-#include "server/service/preprocessor_service.h"
+#include "server/service/service_core.h"
 #include "server/service/stream_registry.h"
 
 #include "common/version.h"
@@ -29,7 +29,7 @@ double Load(const std::atomic<int64_t>& v) {
 
 void CollectServerMetrics(NearprepServer& server,
                           std::vector<metrics::MetricFamily>* out) {
-  PreprocessorService& service = server.service();
+  ServiceCore& service = server.core();
   Pipeline& pipeline = server.pipeline();
   const PipelineCounters& p = pipeline.counters();
   const ServiceCounters& s = service.counters();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "server/data/epoch_order_cache.h"
 #include "server/data/epoch_plan.h"
 #include "server/data/sample_source.h"
 #include "tests/unit/pipeline/fake_backend.h"
@@ -697,6 +698,58 @@ TEST_F(PipelineTest, StreamsShareWorkersRoundRobin) {
     longest = std::max(longest, run);
   }
   EXPECT_LE(longest, 2);
+}
+
+// Streams of the same (dataset size, seed, epoch, mode) read one shared
+// epoch order (epoch_order_cache.h); another seed has its own; the orders
+// go when their streams end. What the streams emit is checked against the
+// per-stream computation by the tests above.
+TEST_F(PipelineTest, StreamsOfOneEpochShareItsOrder) {
+  EpochOrderCache& cache = SharedEpochOrders();
+  ASSERT_EQ(cache.live(), 0u);
+  Pipeline pipeline(Options(2), backend_);
+  StreamRequest req = SmallRequest(ds_.get());
+  StreamRequest shard1 = req;
+  shard1.num_shards = 2;
+  shard1.shard_index = 1;
+  StreamRequest other_seed = req;
+  other_seed.context.seed = req.context.seed + 1;
+  std::vector<std::unique_ptr<BatchStream>> open;
+  for (const StreamRequest* r : {&req, &req, &shard1, &other_seed}) {
+    auto s = pipeline.OpenStream(*r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    open.push_back(std::move(*s));
+  }
+  EXPECT_EQ(cache.live(), 2u);
+  EpochOrderKey key;
+  key.num_samples = ds_->size();
+  key.seed = req.context.seed;
+  key.epoch = req.context.epoch;
+  key.shuffle = true;
+  EpochOrderPtr shared = cache.Get(key);
+  // This reference and the three streams' (two of shard 0, one of shard 1).
+  EXPECT_EQ(shared.use_count(), 4);
+  EXPECT_EQ(*shared, EpochOrder(ds_->size(), key.seed, key.epoch, true));
+  key.seed = other_seed.context.seed;
+  EXPECT_EQ(cache.Get(key).use_count(), 2);  // its stream's and this one
+  // Both streams of shard 0 emit the shard of the per-stream computation.
+  auto want = ExpectedStream(Shard(*ds_, req), {}, req.batch_size, false);
+  for (int i = 0; i < 2; ++i) {
+    absl::Status st;
+    auto got = Drain(*open[static_cast<size_t>(i)], &st);
+    ASSERT_TRUE(st.ok()) << st;
+    ExpectBatches(got, want, 0, req, *ds_);
+  }
+  open.clear();
+  // A stream's state may outlive its handle on a worker for a moment.
+  for (int i = 0; i < 500 && cache.live() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cache.live(), 1u);  // `shared` only
+  std::weak_ptr<const std::vector<uint64_t>> watch = shared;
+  shared.reset();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(cache.live(), 0u);
 }
 
 TEST_F(PipelineTest, StartPastTheEndIsAnEmptyStream) {
