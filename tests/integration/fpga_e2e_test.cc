@@ -273,7 +273,7 @@ TEST_F(FpgaEndToEndTest, SimulatedDeviceStreamsTheSameBytesAsCpu) {
   EXPECT_GT(device_images, Processed(info) / 2);
   // backend_detail is built at call time, so it carries the live count.
   EXPECT_NE(info.backend_detail().find(
-                absl::StrCat("device images ", device_images, ",")),
+                absl::StrCat("device_images ", device_images, ",")),
             std::string::npos)
       << info.backend_detail();
   // The JPEG bytes went through the FPGA input buffers (the noop shim's
