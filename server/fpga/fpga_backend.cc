@@ -87,7 +87,7 @@ absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
   }
   if (config.max_images_per_run < 1 || config.buffer_sets < 1 ||
       config.jpeg_bytes_per_run < kAlign || config.out_bytes_per_run < 1 ||
-      config.scratch_bytes < kAlign || config.run_timeout_ms < 1) {
+      config.run_timeout_ms < 1) {
     return absl::InvalidArgumentError("fpga: invalid backend configuration");
   }
   std::shared_ptr<FpgaBackend> b(new FpgaBackend());

@@ -41,9 +41,12 @@
 //
 // The xclbin's kernel arguments are checked against the ABI table
 // (nearprep_kernel_abi.h) at creation; a mismatching xclbin is refused with
-// FAILED_PRECONDITION naming the arguments that differ. Every run has its
-// own buffers, scratch included (queued runs may overlap inside the compute
-// unit: the kernel's top is ap_ctrl_chain + DATAFLOW).
+// FAILED_PRECONDITION naming the arguments that differ; every run's cfg
+// carries kAbiVersion, which the kernel checks. Every run has its own
+// buffers (queued runs may overlap inside the compute unit: the kernel's top
+// is ap_ctrl_chain + DATAFLOW). The kernel keeps every image on chip between
+// its stages: there is no DDR scratch buffer (ABI version 2 removed the
+// unused `scratch` argument).
 //
 // XRT's noop shim (XCL_EMULATION_MODE=noop) completes runs without executing
 // anything; the RunHook below lets tests execute the C-simulation kernel on
@@ -81,7 +84,6 @@ struct FpgaRunView {
   const uint32_t* cfg = nullptr;
   uint8_t* out = nullptr;
   uint32_t* status = nullptr;
-  uint8_t* scratch = nullptr;  // null when the scratch bo is device-only
   uint32_t num_images = 0;
   uint64_t run_index = 0;      // 0, 1, 2, ... over the backend's lifetime
 };
@@ -97,11 +99,9 @@ struct FpgaBackendConfig {
   int max_images_per_run = 32;
   uint64_t jpeg_bytes_per_run = uint64_t{32} << 20;
   uint64_t out_bytes_per_run = uint64_t{64} << 20;  // bounds images/run for big outputs
-  uint64_t scratch_bytes = uint64_t{64} << 20;      // shared by all runs (one CU)
   int buffer_sets = 4;           // pool size; each Process() call uses <= 2
   bool use_p2p = true;           // allocate the input bo with flags::p2p
   bool use_o_direct = true;      // pread with O_DIRECT on the P2P path
-  bool scratch_device_only = true;  // no host backing for scratch
   int run_timeout_ms = 10000;
   FpgaRunHook hook;              // tests / development only
   // Shown first in detail() (e.g. that the hook simulates the kernel).
@@ -203,7 +203,7 @@ class FpgaBackend : public Backend {
 // Development hooks (fpga_simulation.cc), used by CreateFpgaBackend for
 // FpgaOptions::simulate_kernel / inject_error_run.
 //  - simulate_kernel: executes the C-simulation kernel (nearprep_fpga_csim)
-//    on the run's mapped buffers; needs config.scratch_device_only = false.
+//    on the run's mapped buffers.
 //  - inject_error_run >= 0: the run with that run_index reports a device
 //    error (UNAVAILABLE) instead of results.
 // Returns an empty function when neither is asked for.

@@ -57,18 +57,17 @@ inline uint32_t Lo(uint64_t v) { return static_cast<uint32_t>(v); }
 inline uint32_t Hi(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 
 // One set of run buffers (input JPEGs, descriptors, config, output,
-// status, scratch) with its xrt::run, plus the host-side record of what is
-// staged. Every buffer a run touches is its set's own, scratch included: the
-// kernel's top is ap_ctrl_chain + DATAFLOW, so a queued run may start inside
-// the compute unit while the one before it is still draining.
+// status) with its xrt::run, plus the host-side record of what is staged.
+// Every buffer a run touches is its set's own: the kernel's top is
+// ap_ctrl_chain + DATAFLOW, so a queued run may start inside the compute
+// unit while the one before it is still draining.
 struct BufferSet {
-  xrt::bo jpeg, desc, cfg, out, status, scratch;
+  xrt::bo jpeg, desc, cfg, out, status;
   uint8_t* jpeg_map = nullptr;
   uint32_t* desc_map = nullptr;
   uint32_t* cfg_map = nullptr;
   uint8_t* out_map = nullptr;
   uint32_t* status_map = nullptr;
-  uint8_t* scratch_map = nullptr;  // null when the scratch bo is device-only
   uint64_t jpeg_capacity = 0;
   uint64_t out_capacity = 0;
   int max_images = 0;

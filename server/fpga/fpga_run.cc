@@ -38,8 +38,7 @@ void FpgaBackend::Impl::Launch(BufferSet* s, const WorkContext& ctx) {
     }
     c[nf::kCfgMaxValuesLo] = Lo(ctx.limits.max_decoded_values);
     c[nf::kCfgMaxValuesHi] = Hi(ctx.limits.max_decoded_values);
-    c[nf::kCfgScratchLo] = Lo(config.scratch_bytes);
-    c[nf::kCfgScratchHi] = Hi(config.scratch_bytes);
+    c[nf::kCfgAbiVersion] = nf::kAbiVersion;
     c[nf::kCfgJpegBytesLo] = Lo(s->jpeg_used);
     c[nf::kCfgJpegBytesHi] = Hi(s->jpeg_used);
     const uint64_t out_bytes = static_cast<uint64_t>(n) * s->slot_bytes;
@@ -59,7 +58,6 @@ void FpgaBackend::Impl::Launch(BufferSet* s, const WorkContext& ctx) {
     s->run.set_arg(nf::kArgCfg, s->cfg);
     s->run.set_arg(nf::kArgOut, s->out);
     s->run.set_arg(nf::kArgStatus, s->status);
-    s->run.set_arg(nf::kArgScratch, s->scratch);
     s->run.set_arg(nf::kArgNumImages, n);
     s->run.start();
     stats->Add(FpgaCounter::kRuns);
@@ -97,7 +95,6 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& ctx,
           v.cfg = s->cfg_map;
           v.out = s->out_map;
           v.status = s->status_map;
-          v.scratch = s->scratch_map;
           v.num_images = n;
           v.run_index = run_counter++;
           const absl::Status hs = config.hook(v);

@@ -66,11 +66,6 @@ std::unique_ptr<BufferSet> FpgaBackend::Impl::NewSet() {
   s->status = xrt::bo(device, n * nf::kStatusWords * 4,
                       xrt::bo::flags::normal, kernel.group_id(nf::kArgStatus));
   s->status_map = s->status.map<uint32_t*>();
-  const auto sflags = config.scratch_device_only ? xrt::bo::flags::device_only
-                                                 : xrt::bo::flags::normal;
-  s->scratch = xrt::bo(device, config.scratch_bytes, sflags,
-                       kernel.group_id(nf::kArgScratch));
-  if (!config.scratch_device_only) s->scratch_map = s->scratch.map<uint8_t*>();
   s->run = xrt::run(kernel);
   return s;
 }

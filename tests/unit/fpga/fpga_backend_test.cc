@@ -47,20 +47,16 @@ const bool kEnvReady = [] {
 // The hook that makes the noop shim behave like a device: the C-simulation
 // kernel on the run's mapped buffers.
 absl::Status RunKernel(const FpgaRunView& v) {
-  if (v.scratch == nullptr) return absl::InternalError("scratch not mapped");
   nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
-                        reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
-                      v.num_images);
+                      reinterpret_cast<WideWord*>(v.out), v.status, v.num_images);
   return absl::OkStatus();
 }
 
 FpgaBackendConfig TestConfig() {
   FpgaBackendConfig c;
   c.xclbin = NEARPREP_TEST_XCLBIN;
-  c.scratch_device_only = false;  // the hook's kernel needs the mapping
   c.buffer_sets = 3;
   c.jpeg_bytes_per_run = 4u << 20;
-  c.scratch_bytes = 48u << 20;
   c.hook = RunKernel;
   return c;
 }
@@ -206,9 +202,9 @@ TEST_F(FpgaBackendTest, CreateFailsCleanlyOnMissingOrBadXclbin) {
 }
 
 TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
-  // Generated with `nearprep_xclbin_gen --omit-arg scratch`: a kernel whose
-  // sixth argument is num_images. Its host would write num_images into the
-  // scratch pointer's registers; it is refused at creation.
+  // Generated with `nearprep_xclbin_gen --omit-arg status`: a kernel whose
+  // fifth argument is num_images. Its host would write num_images into the
+  // status pointer's registers; it is refused at creation.
   FpgaBackendConfig c = TestConfig();
   c.xclbin = NEARPREP_TEST_XCLBIN_BAD_ARGS;
   auto bad = FpgaBackend::Create(c);
@@ -217,8 +213,8 @@ TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
   const std::string msg(bad.status().message());
   EXPECT_NE(msg.find("does not match the kernel ABI"), std::string::npos) << msg;
   EXPECT_NE(msg.find(NEARPREP_TEST_XCLBIN_BAD_ARGS), std::string::npos) << msg;
-  EXPECT_NE(msg.find("6 arguments, the ABI has 7"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("argument 5 is 'num_images' (scalar, 4 bytes), expected 'scratch' "
+  EXPECT_NE(msg.find("5 arguments, the ABI has 6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("argument 4 is 'num_images' (scalar, 4 bytes), expected 'status' "
                      "(global memory pointer, 8 bytes)"),
             std::string::npos)
       << msg;
@@ -238,16 +234,16 @@ TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
 TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
   // The kernel's top is ap_ctrl_chain + DATAFLOW: run k+1 is started (and
   // may begin inside the compute unit) before run k is waited for, so the
-  // two must not share any buffer - the scratch included.
+  // two must not share any buffer.
   FpgaBackendConfig c = TestConfig();
   c.max_images_per_run = 2;
   c.jpeg_bytes_per_run = 8192;
   struct RunBuffers {
-    const void* p[6];
+    const void* p[5];
   };
   std::vector<RunBuffers> runs;
   c.hook = [&runs](const FpgaRunView& v) {
-    runs.push_back(RunBuffers{{v.jpeg, v.desc, v.cfg, v.out, v.status, v.scratch}});
+    runs.push_back(RunBuffers{{v.jpeg, v.desc, v.cfg, v.out, v.status}});
     return RunKernel(v);
   };
   auto fpga = MakeFpga(c);
@@ -257,10 +253,10 @@ TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
   ASSERT_GE(runs.size(), 6u);
-  const char* names[6] = {"jpeg", "desc", "cfg", "out", "status", "scratch"};
+  const char* names[5] = {"jpeg", "desc", "cfg", "out", "status"};
   for (size_t k = 0; k + 1 < runs.size(); ++k) {
-    for (int a = 0; a < 6; ++a) {
-      for (int b = 0; b < 6; ++b) {
+    for (int a = 0; a < 5; ++a) {
+      for (int b = 0; b < 5; ++b) {
         EXPECT_NE(runs[k].p[a], runs[k + 1].p[b])
             << "runs " << k << " and " << k + 1 << " share a buffer (" << names[a] << ", "
             << names[b] << ")";
@@ -484,7 +480,6 @@ TEST_F(FpgaBackendTest, AFailedRunIsServedFromItsStagedBytesWithNoSecondRead) {
 TEST_F(FpgaBackendTest, WithoutTheHookEveryImageIsNotRunAndServedByTheCpu) {
   FpgaBackendConfig c = TestConfig();
   c.hook = nullptr;
-  c.scratch_device_only = true;
   auto fpga = MakeFpga(c);
   ASSERT_NE(fpga, nullptr);
   const WorkContext ctx = AugmentingContext(dataset_.get());
@@ -512,7 +507,6 @@ TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_GT((*ds)->size(), 0u);
   FpgaBackendConfig c = TestConfig();
-  c.scratch_bytes = 64u << 20;
   auto fpga = MakeFpga(c);
   ASSERT_NE(fpga, nullptr);
   WorkContext ctx = AugmentingContext(ds->get());
