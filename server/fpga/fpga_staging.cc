@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "nearprep_kernel_abi.h"
-#include "server/backend/cpu_backend.h"
 #include "server/data/epoch_plan.h"
 #include "server/fpga/fpga_device.h"
 #include "server/image/jpeg_decoder.h"
