@@ -125,14 +125,14 @@ ModeResult RunMode(const std::vector<std::string>& files, const std::string& mod
     cfg[nf::kCfgFlags] = nf::kCfgClip;
     cfg[nf::kCfgStd0] = cfg[nf::kCfgStd1] = cfg[nf::kCfgStd2] = Bits(1.0f);
     cfg[nf::kCfgMaxValuesLo] = 1u << 29;
+    cfg[nf::kCfgAbiVersion] = nf::kAbiVersion;
     cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
     jpeg.resize((jpeg.size() + 63) / 64 * 64);
     std::vector<uint8_t> out((n * slot + 63) / 64 * 64);
     cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(n * slot);
     std::vector<uint32_t> status(n * nf::kStatusWords, nf::kStatusNotRun);
-    uint8_t scratch[64];
     nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc.data(), cfg.data(),
-                        reinterpret_cast<WideWord*>(out.data()), status.data(), scratch,
+                        reinterpret_cast<WideWord*>(out.data()), status.data(),
                         static_cast<uint32_t>(n));
     hls_sim::EndKernelCall();
     for (size_t i = 0; i < n; ++i) {

@@ -81,14 +81,14 @@ int main(int argc, char** argv) {
   cfg[nf::kCfgFlags] = nf::kCfgClip;
   cfg[nf::kCfgStd0] = cfg[nf::kCfgStd1] = cfg[nf::kCfgStd2] = Bits(1.0f);
   cfg[nf::kCfgMaxValuesLo] = 1u << 29;
+  cfg[nf::kCfgAbiVersion] = nf::kAbiVersion;
   cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
   jpeg.resize((jpeg.size() + 63) / 64 * 64);
   std::vector<uint8_t> out((n * slot + 63) / 64 * 64, 0);
   cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(n * slot);
   std::vector<uint32_t> status(n * nf::kStatusWords, nf::kStatusNotRun);
-  uint8_t scratch[64] = {0};
   nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc.data(), cfg.data(),
-                      reinterpret_cast<WideWord*>(out.data()), status.data(), scratch, n);
+                      reinterpret_cast<WideWord*>(out.data()), status.data(), n);
   std::vector<uint8_t> result(out);
   const uint8_t* st = reinterpret_cast<const uint8_t*>(status.data());
   result.insert(result.end(), st, st + status.size() * 4);

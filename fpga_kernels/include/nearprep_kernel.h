@@ -18,10 +18,10 @@ extern "C" {
 // words: both buffers must be allocated in whole words (cfg gives their
 // sizes; the kernel never touches a word past RoundUp64(size)). Output slots
 // must be in increasing order and not overlap. A bad descriptor or stream
-// yields a non-OK status for that image only. `scratch` is unused.
+// yields a non-OK status for that image only; a cfg whose kCfgAbiVersion is
+// not kAbiVersion makes every image UNSUPPORTED.
 void nearprep_preprocess(const WideWord* jpeg, const uint32_t* desc, const uint32_t* cfg,
-                         WideWord* out, uint32_t* status, uint8_t* scratch,
-                         uint32_t num_images);
+                         WideWord* out, uint32_t* status, uint32_t num_images);
 }
 
 #endif  // NEARPREP_FPGA_KERNELS_NEARPREP_KERNEL_H_

@@ -17,12 +17,22 @@ namespace nearprep_fpga {
 
 constexpr const char kKernelName[] = "nearprep_preprocess";
 
+// The version of this contract. The host writes it into cfg word
+// kCfgAbiVersion and the kernel serves no image of a run whose version
+// differs (UNSUPPORTED): a host and a kernel built from different ABI
+// tables cannot silently misread each other's words. Bump it with every
+// change to the arguments, the descriptor, cfg or status words.
+//   1: seven arguments, the 6th an unused `scratch` pointer; cfg words 13-14
+//      its size.
+//   2: `scratch` removed (six arguments); cfg word 13 the ABI version.
+constexpr uint32_t kAbiVersion = 2;
+
 // Per-image status codes written by the kernel.
 enum KernelStatus : uint32_t {
   kStatusOk = 0,
   kStatusUnsupported = 1,  // progressive, arithmetic, CMYK, 12-bit, multi-scan, odd sampling
   kStatusCorrupt = 2,      // anything libjpeg would warn or fail on
-  kStatusTooLarge = 3,     // over max_decoded_values or over the scratch area
+  kStatusTooLarge = 3,     // over max_decoded_values, or wider than the kernel decodes
   kStatusNotRun = 0xFFFFFFFFu,  // host pre-fills this; a kernel that ran overwrites it
 };
 
@@ -48,17 +58,16 @@ struct KernelArg {
   const char* type;
   uint32_t size;  // bytes of the scalar / pointer
 };
-constexpr int kNumArgs = 7;
+constexpr int kNumArgs = 6;
 constexpr KernelArg kKernelArgs[kNumArgs] = {
     {"jpeg", 1, "M_AXI_GMEM0", "ap_uint<512>*", 8},      // JPEG bytes (P2P target), 64-byte words
     {"desc", 1, "M_AXI_GMEM1", "unsigned int*", 8},      // per-image descriptors
     {"cfg", 1, "M_AXI_GMEM1", "unsigned int*", 8},       // job configuration
     {"out", 1, "M_AXI_GMEM2", "ap_uint<512>*", 8},       // finished tensors, 64-byte words
     {"status", 1, "M_AXI_GMEM1", "unsigned int*", 8},    // per-image status records
-    {"scratch", 1, "M_AXI_GMEM3", "unsigned char*", 8},  // unused (kept in the ABI)
     {"num_images", 0, "S_AXI_CONTROL", "unsigned int", 4},
 };
-enum ArgIndex { kArgJpeg = 0, kArgDesc, kArgCfg, kArgOut, kArgStatus, kArgScratch, kArgNumImages };
+enum ArgIndex { kArgJpeg = 0, kArgDesc, kArgCfg, kArgOut, kArgStatus, kArgNumImages };
 
 // Descriptor: kDescWords uint32 per image.
 constexpr int kDescWords = 16;
@@ -84,7 +93,7 @@ enum CfgWord {
   kCfgMean0, kCfgMean1, kCfgMean2,  // float bits
   kCfgStd0, kCfgStd1, kCfgStd2,     // float bits
   kCfgMaxValuesLo, kCfgMaxValuesHi,  // decode limit: h*w*3 must be < this
-  kCfgScratchLo, kCfgScratchHi,      // bytes of the scratch buffer
+  kCfgAbiVersion,                    // kAbiVersion of the host
   kCfgJpegBytesLo, kCfgJpegBytesHi,  // bytes of the jpeg buffer
   kCfgOutBytesLo, kCfgOutBytesHi,    // bytes of the out buffer
 };

@@ -73,26 +73,21 @@ void DecodeToRgb(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
 
 extern "C" void nearprep_preprocess(const WideWord* jpeg, const uint32_t* desc,
                                     const uint32_t* cfg, WideWord* out, uint32_t* status,
-                                    uint8_t* scratch, uint32_t num_images) {
+                                    uint32_t num_images) {
 #pragma HLS INTERFACE m_axi port = jpeg offset = slave bundle = gmem0 max_read_burst_length = 64 num_read_outstanding = 8 depth = 4096
 #pragma HLS INTERFACE m_axi port = desc offset = slave bundle = gmem1 depth = 512
 #pragma HLS INTERFACE m_axi port = cfg offset = slave bundle = gmem1 depth = 24
 #pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem2 max_write_burst_length = 64 num_write_outstanding = 8 depth = 4096
 #pragma HLS INTERFACE m_axi port = status offset = slave bundle = gmem1 depth = 256
-#pragma HLS INTERFACE m_axi port = scratch offset = slave bundle = gmem3 depth = 1
 #pragma HLS INTERFACE s_axilite port = jpeg
 #pragma HLS INTERFACE s_axilite port = desc
 #pragma HLS INTERFACE s_axilite port = cfg
 #pragma HLS INTERFACE s_axilite port = out
 #pragma HLS INTERFACE s_axilite port = status
-#pragma HLS INTERFACE s_axilite port = scratch
 #pragma HLS INTERFACE s_axilite port = num_images
 #pragma HLS INTERFACE ap_ctrl_chain port = return
 #pragma HLS DATAFLOW
   using namespace nearprep_fpga;
-  // `scratch` is kept in the argument list (the host ABI, kKernelArgs) but
-  // unused: nothing of an image goes through DDR between stages.
-  (void)scratch;
   hls::stream<ImageJob, kJobDepth> j_read("j_read"), j_header("j_header"), j_resize("j_resize"),
       j_math("j_math"), j_pack("j_pack"), j_words("j_words"), j_write("j_write"),
       j_status("j_status");

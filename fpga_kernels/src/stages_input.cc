@@ -103,6 +103,8 @@ cfg_copy:
   }
   const uint64_t jpeg_bytes = U64(c[kCfgJpegBytesLo], c[kCfgJpegBytesHi]);
   const uint64_t out_bytes = U64(c[kCfgOutBytesLo], c[kCfgOutBytesHi]);
+  // A host of another ABI version: its words mean something else.
+  const bool abi_ok = c[kCfgAbiVersion] == kAbiVersion;
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
@@ -145,7 +147,9 @@ images:
                             static_cast<uint64_t>(static_cast<int64_t>(j.out_w)) * 3 *
                             static_cast<uint64_t>(ElementBytes(j.dtype));
     // JPEG words are read whole: the buffer is allocated in 64-byte words.
-    if (j.jpeg_off > jpeg_bytes || j.jpeg_size > jpeg_bytes - j.jpeg_off) {
+    if (!abi_ok) {
+      j.status = kStatusUnsupported;
+    } else if (j.jpeg_off > jpeg_bytes || j.jpeg_size > jpeg_bytes - j.jpeg_off) {
       j.status = kStatusCorrupt;
     } else if (j.out_off > out_bytes || obytes > out_bytes - j.out_off ||
                ((j.out_off + obytes + 63) & ~uint64_t{63}) > ((out_bytes + 63) & ~uint64_t{63})) {

@@ -71,6 +71,17 @@ struct BackendStat {
   uint64_t value = 0;
 };
 
+// Whether a backend computes a stream's samples on its own path
+// (Backend::Supports). A stream it does not support is still served, by the
+// backend's fallback with the same bytes: this says where samples run and,
+// when not on the backend's own path, why.
+struct Capability {
+  bool supported = true;
+  // When not supported: why, naming the request field (e.g.
+  // "transform.fidelity: the kernel computes TF_COMPAT only").
+  std::string reason;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -82,6 +93,12 @@ class Backend {
   // Processes samples[0..n). See the contract above.
   virtual void Process(const WorkContext& ctx, SampleWork* samples,
                        size_t n) = 0;
+  // Whether Process() computes ctx's samples on this backend's own path
+  // (default: everything). Thread-safe and cheap: callers may ask per stream.
+  virtual Capability Supports(const WorkContext& ctx) const {
+    (void)ctx;
+    return {};
+  }
   // A snapshot of the backend's counters; may be called concurrently with
   // Process(). Empty when the backend counts nothing of its own.
   virtual std::vector<BackendStat> stats() const { return {}; }

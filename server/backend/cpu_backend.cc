@@ -43,12 +43,17 @@ std::string CpuBackend::detail() const {
 }
 
 void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
-                           size_t size, uint64_t read_us, SampleWork* s) {
+                           size_t size, uint64_t read_us, SampleWork* s,
+                           const SampleParams* drawn) {
   s->times = StageTimes{};
   s->params = SampleParams{};
   try {
     const uint64_t id = s->sample_id;
-    ParamsFn draw = [&ctx, id](int height, int width) {
+    ParamsFn draw = [&ctx, id, drawn](int height, int width) {
+      if (drawn != nullptr && drawn->source_height == height &&
+          drawn->source_width == width) {
+        return *drawn;
+      }
       return DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch, id, height, width);
     };
     s->status = PreprocessJpeg(data, size, ctx.spec, ctx.output, ctx.limits,

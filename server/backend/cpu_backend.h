@@ -39,9 +39,13 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
 
 // One sample on the CPU from its encoded bytes [data, data + size), already
 // read by the caller in `read_us` microseconds (reported as times.read_us).
-// Sets every result field of *sample; never throws.
+// `drawn`: the sample's parameters when the caller has already drawn them
+// for this image's size (DrawSampleParams, crop box resolved), used as they
+// are instead of a second draw; null: drawn here. Sets every result field of
+// *sample; never throws.
 void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
-                           size_t size, uint64_t read_us, SampleWork* sample);
+                           size_t size, uint64_t read_us, SampleWork* sample,
+                           const SampleParams* drawn = nullptr);
 
 class CpuBackend : public Backend {
  public:

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "nearprep_kernel_abi.h"
 #include "server/backend/cpu_backend.h"
+#include "server/fpga/fpga_capability.h"
 #include "server/fpga/fpga_device.h"
 #include "spdlog/spdlog.h"
 
@@ -86,7 +87,7 @@ absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
   }
   if (config.max_images_per_run < 1 || config.buffer_sets < 1 ||
       config.jpeg_bytes_per_run < kAlign || config.out_bytes_per_run < 1 ||
-      config.scratch_bytes < kAlign || config.run_timeout_ms < 1) {
+      config.run_timeout_ms < 1) {
     return absl::InvalidArgumentError("fpga: invalid backend configuration");
   }
   std::shared_ptr<FpgaBackend> b(new FpgaBackend());
@@ -150,83 +151,84 @@ FpgaBackend::~FpgaBackend() {
 bool FpgaBackend::p2p_buffers() const { return impl_->p2p; }
 
 std::vector<BackendStat> FpgaBackend::stats() const {
-  const auto r = [](const std::atomic<uint64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
-  return {{"fallbacks", r(stats_.fallbacks)},
-          {"p2p_read_bytes", r(stats_.p2p_read_bytes)},
-          {"buffered_read_bytes", r(stats_.buffered_read_bytes)},
-          {"runs", r(stats_.runs)},
-          {"device_images", r(stats_.device_images)},
-          {"device_errors", r(stats_.device_errors)},
-          {"block_reads", r(stats_.block_reads)},
-          {"block_read_bytes", r(stats_.block_read_bytes)},
-          // Read counts by path (the metrics' p2p vs buffered reads): files
-          // read with O_DIRECT into p2p buffers; files and record blocks
-          // read through host memory.
-          {"p2p_reads", r(stats_.direct_reads)},
-          {"buffered_reads",
-           r(stats_.buffered_files) + r(stats_.block_reads)}};
+  std::vector<BackendStat> out;
+  out.reserve(kNumFpgaCounters + 1);
+  for (int i = 0; i < kNumFpgaCounters; ++i) {
+    out.push_back({kFpgaCounterNames[i], stats_.Get(static_cast<FpgaCounter>(i))});
+  }
+  out.push_back({"fallbacks", stats_.fallbacks()});
+  return out;
+}
+
+Capability FpgaBackend::Supports(const WorkContext& ctx) const {
+  return FpgaSupports(ctx);
 }
 
 std::string FpgaBackend::detail() const {
-  const auto r = [](const std::atomic<uint64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
+  std::string refused;
+  {
+    MutexLock lock(&impl_->refusal_mu);
+    if (!impl_->last_refusal.empty()) {
+      refused = absl::StrCat("; last request not on the device: ", impl_->last_refusal);
+    }
+  }
+  std::string counters;
+  for (const BackendStat& s : stats()) {
+    absl::StrAppend(&counters, counters.empty() ? "" : ", ", s.name, " ", s.value);
+  }
   return absl::StrCat(
       impl_->config.detail_note, impl_->config.detail_note.empty() ? "" : "; ",
       "fpga: device ", impl_->config.device_index, " (", impl_->device_name,
       "), xclbin ", impl_->config.xclbin, " (", impl_->uuid.to_string(),
       "), kernel ", nf::kKernelName, ", input buffers ",
-      impl_->p2p ? "p2p" : "host-synced", "; runs ", r(stats_.runs),
-      ", device images ", r(stats_.device_images), ", device errors ",
-      r(stats_.device_errors), ", CPU fallbacks ", r(stats_.fallbacks),
-      " (unsupported ", r(stats_.fallback_unsupported), ", corrupt ",
-      r(stats_.fallback_corrupt), ", too large ", r(stats_.fallback_too_large),
-      ", not run ", r(stats_.fallback_not_run), ", host ",
-      r(stats_.fallback_host), ", device error ",
-      r(stats_.fallback_device_error), "); P2P bytes ",
-      r(stats_.p2p_read_bytes), ", buffered bytes ",
-      r(stats_.buffered_read_bytes), "; record blocks ", r(stats_.block_reads), " (",
-      r(stats_.block_read_bytes), " bytes, ", r(stats_.block_samples), " samples)");
+      impl_->p2p ? "p2p" : "host-synced", "; ", counters, refused);
+}
+
+void FpgaBackend::Impl::Fallback(const WorkContext& ctx, FpgaCounter why,
+                                 const Staged* staged, SampleWork* sample) {
+  stats->Add(why);
+  if (staged != nullptr) {
+    PreprocessSampleBytes(ctx, staged->data, static_cast<size_t>(staged->size),
+                          staged->read_us, sample, staged->params);
+    return;
+  }
+  thread_local std::vector<uint8_t> buf;
+  ProcessSampleOnCpu(ctx, nullptr, &buf, sample);
+  if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
 }
 
 void FpgaBackend::Process(const WorkContext& ctx, SampleWork* samples,
                           size_t n) {
   if (n == 0) return;
-  // The CPU path keeps the request's fidelity.
-  const WorkContext& cpu_ctx = ctx;
-  std::vector<size_t> fallback;
+  std::vector<Impl::Deferred> deferred;
+  auto defer_all = [&](FpgaCounter why) {
+    deferred.clear();
+    for (size_t i = 0; i < n; ++i) deferred.push_back({i, why});
+  };
   if (ctx.source == nullptr || ctx.spec.height <= 0 || ctx.spec.width <= 0) {
-    for (size_t i = 0; i < n; ++i) fallback.push_back(i);
-    stats_.fallback_host.fetch_add(n, std::memory_order_relaxed);
-  } else if (ctx.spec.fidelity != Fidelity::kTfCompat) {
-    // The kernel computes TF_COMPAT arithmetic only: any other fidelity
-    // (FAST, TORCHVISION) is unsupported on the device and served by the CPU
-    // with that fidelity, so a sample's bytes never depend on where it ran.
-    for (size_t i = 0; i < n; ++i) fallback.push_back(i);
-    stats_.fallback_unsupported.fetch_add(n, std::memory_order_relaxed);
+    defer_all(FpgaCounter::kFallbackHost);
+  } else if (Capability cap = Supports(ctx); !cap.supported) {
+    // A field the kernel does not compute (e.g. a fidelity other than
+    // TF_COMPAT): the CPU serves the request as asked, so a sample's bytes
+    // never depend on where it ran.
+    defer_all(FpgaCounter::kFallbackUnsupported);
+    MutexLock lock(&impl_->refusal_mu);
+    if (impl_->last_refusal != cap.reason) {
+      impl_->Warn(absl::StrCat("request served by the CPU: ", cap.reason));
+      impl_->last_refusal = std::move(cap.reason);
+    }
   } else {
     try {
-      impl_->RunChunk(ctx, cpu_ctx, samples, n, &fallback);
+      impl_->RunChunk(ctx, samples, n, &deferred);
     } catch (const std::exception& e) {
       // Not expected (XRT calls are guarded inside); never lose the chunk.
       impl_->Warn(absl::StrCat("unexpected: ", e.what()));
-      fallback.clear();
-      for (size_t i = 0; i < n; ++i) fallback.push_back(i);
-      stats_.fallback_device_error.fetch_add(n, std::memory_order_relaxed);
+      defer_all(FpgaCounter::kFallbackDeviceError);
     }
   }
-  if (fallback.empty()) return;
-  // Samples the device loop did not take (no usable buffer set, a file too
-  // big for a run's buffer, an unexpected failure): read and served by the
-  // CPU path.
-  thread_local std::vector<uint8_t> buf;
-  for (size_t i : fallback) {
-    ProcessSampleOnCpu(cpu_ctx, nullptr, &buf, &samples[i]);
+  for (const Impl::Deferred& d : deferred) {
+    impl_->Fallback(ctx, d.why, nullptr, &samples[d.index]);
   }
-  stats_.fallbacks.fetch_add(fallback.size(), std::memory_order_relaxed);
-  if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
 }
 
 }  // namespace nearprep

@@ -12,8 +12,7 @@
 //     lands in FPGA memory. Buffered path (no p2p bo, mapping or file offset
 //     not aligned, O_DIRECT refused): SampleSource::ReadInto host memory,
 //     copied into the mapping, then bo.sync(to device).
-//     FpgaStats::p2p_read_bytes / buffered_read_bytes count the bytes of
-//     each path.
+//     The p2p_* / buffered_* counters (FpgaCounter) count each path.
 //  2. Parameters are resolved on the host: ReadJpegHeader (dimensions) +
 //     DrawSampleParams (crop box, flip, brightness, saturation), written to
 //     the kernel's descriptor table (nearprep_kernel_abi.h).
@@ -22,27 +21,32 @@
 //     waited for, so the compute unit never idles between runs of a chunk.
 //  4. After a run: status records and tensors are synced back; each OK image
 //     whose decoded size matches the host header is copied to its slot.
-//  5. CPU fallback (the CPU backend's per-sample path, same parameters;
-//     counted in FpgaStats::fallbacks): images the kernel reports
-//     unsupported / corrupt / too large / not run, images whose header the
-//     host cannot use, images that do not fit a run's buffers, and the whole
-//     run when the device fails (XRT exception, run state other than
-//     COMPLETED, timeout). An image already read is served from the bytes
-//     staged in the run's input buffer (PreprocessSampleBytes), so no file
-//     is read twice. Nothing is lost: every sample ends with the same bytes
+//  5. One CPU fallback (Impl::Fallback: the CPU backend's per-sample path
+//     with the request's fidelity), counted per reason (FpgaCounter
+//     kFallback*): a request the device path does not compute (Supports()),
+//     images the kernel reports unsupported / corrupt / too large / not run,
+//     images whose header the host cannot use, images that do not fit a
+//     run's buffers, and the whole run when the device fails (XRT
+//     exception, run state other than COMPLETED, timeout). An image already
+//     staged hands over its staged bytes and the parameters drawn for it
+//     (PreprocessSampleBytes with them): no file is read twice, nothing is
+//     drawn twice. Nothing is lost: every sample ends with the same bytes
 //     and status the CPU backend would give it.
 //
-// TF_COMPAT fidelity is bit-exact with the CPU backend. The kernel computes
-// TF_COMPAT only: a request of any other fidelity (FAST, TORCHVISION) is
-// unsupported on the device and served by the CPU path with the request's
-// fidelity (counted as unsupported fallbacks), so output stays a pure
-// function of (ctx, sample_id).
+// TF_COMPAT fidelity is bit-exact with the CPU backend. What the device path
+// computes is one table (fpga_capability.h): any other fidelity (FAST,
+// TORCHVISION), say, is unsupported on the device and served by the CPU path
+// with the request's fidelity, so output stays a pure function of
+// (ctx, sample_id).
 //
 // The xclbin's kernel arguments are checked against the ABI table
 // (nearprep_kernel_abi.h) at creation; a mismatching xclbin is refused with
-// FAILED_PRECONDITION naming the arguments that differ. Every run has its
-// own buffers, scratch included (queued runs may overlap inside the compute
-// unit: the kernel's top is ap_ctrl_chain + DATAFLOW).
+// FAILED_PRECONDITION naming the arguments that differ; every run's cfg
+// carries kAbiVersion, which the kernel checks. Every run has its own
+// buffers (queued runs may overlap inside the compute unit: the kernel's top
+// is ap_ctrl_chain + DATAFLOW). The kernel keeps every image on chip between
+// its stages: there is no DDR scratch buffer (ABI version 2 removed the
+// unused `scratch` argument).
 //
 // XRT's noop shim (XCL_EMULATION_MODE=noop) completes runs without executing
 // anything; the RunHook below lets tests execute the C-simulation kernel on
@@ -80,7 +84,6 @@ struct FpgaRunView {
   const uint32_t* cfg = nullptr;
   uint8_t* out = nullptr;
   uint32_t* status = nullptr;
-  uint8_t* scratch = nullptr;  // null when the scratch bo is device-only
   uint32_t num_images = 0;
   uint64_t run_index = 0;      // 0, 1, 2, ... over the backend's lifetime
 };
@@ -96,39 +99,71 @@ struct FpgaBackendConfig {
   int max_images_per_run = 32;
   uint64_t jpeg_bytes_per_run = uint64_t{32} << 20;
   uint64_t out_bytes_per_run = uint64_t{64} << 20;  // bounds images/run for big outputs
-  uint64_t scratch_bytes = uint64_t{64} << 20;      // shared by all runs (one CU)
   int buffer_sets = 4;           // pool size; each Process() call uses <= 2
   bool use_p2p = true;           // allocate the input bo with flags::p2p
   bool use_o_direct = true;      // pread with O_DIRECT on the P2P path
-  bool scratch_device_only = true;  // no host backing for scratch
   int run_timeout_ms = 10000;
   FpgaRunHook hook;              // tests / development only
   // Shown first in detail() (e.g. that the hook simulates the kernel).
   std::string detail_note;
 };
 
-// The backend's statistics (monotonic).
-struct FpgaStats {
-  std::atomic<uint64_t> fallbacks{0};            // samples served on the CPU
-  std::atomic<uint64_t> p2p_read_bytes{0};       // bytes landed by P2P reads
-  std::atomic<uint64_t> buffered_read_bytes{0};  // bytes read into host memory
-  std::atomic<uint64_t> runs{0};
-  std::atomic<uint64_t> device_images{0};    // images finished on the device
-  std::atomic<uint64_t> device_errors{0};    // runs lost to device errors
-  std::atomic<uint64_t> direct_reads{0};     // files read with O_DIRECT (count)
-  std::atomic<uint64_t> buffered_files{0};   // files read buffered (count)
-  // Record datasets read in blocks (a block-shuffle stream's SampleSource):
-  // one read of a whole block of records into a run's input buffer, its
-  // samples staged in place.
-  std::atomic<uint64_t> block_reads{0};
-  std::atomic<uint64_t> block_read_bytes{0};
-  std::atomic<uint64_t> block_samples{0};    // samples staged from them
-  std::atomic<uint64_t> fallback_unsupported{0};
-  std::atomic<uint64_t> fallback_corrupt{0};
-  std::atomic<uint64_t> fallback_too_large{0};
-  std::atomic<uint64_t> fallback_not_run{0};
-  std::atomic<uint64_t> fallback_host{0};    // header/read/capacity on the host
-  std::atomic<uint64_t> fallback_device_error{0};
+// The backend's counters (monotonic), one per event or fallback reason.
+// FpgaStats holds one atomic per FpgaCounter; stats() and detail() list them
+// all by their names (kFpgaCounterNames), so a counter added here is reported
+// without further code.
+enum class FpgaCounter : int {
+  kRuns = 0,           // runs started on the device
+  kDeviceImages,       // images finished on the device
+  kDeviceErrors,       // runs lost to device errors
+  kP2pReads,           // files read with O_DIRECT into p2p buffers
+  kP2pReadBytes,       // bytes landed by them
+  kBufferedReads,      // files and record blocks read through host memory
+  kBufferedReadBytes,  // bytes read into host memory (blocks included)
+  // Record datasets read in blocks (a block-shuffle stream's SampleSource): one read of a whole block of
+  // records into a run's input buffer, its samples staged in place.
+  kBlockReads,
+  kBlockReadBytes,
+  kBlockSamples,       // samples staged from them
+  // Samples served by the CPU fallback, by reason; "fallbacks" is their sum.
+  kFallbackUnsupported,  // the request (Supports() says no) or the image (kernel UNSUPPORTED)
+  kFallbackCorrupt,      // kernel CORRUPT, or OK with a size other than the header's
+  kFallbackTooLarge,     // kernel TOO_LARGE
+  kFallbackNotRun,       // kernel left NOT_RUN (e.g. the noop shim without a hook)
+  kFallbackHost,         // header, read or capacity problem on the host
+  kFallbackDeviceError,  // the run failed, or no buffer set was usable
+  kNumCounters
+};
+inline constexpr int kNumFpgaCounters = static_cast<int>(FpgaCounter::kNumCounters);
+inline constexpr FpgaCounter kFirstFallbackCounter = FpgaCounter::kFallbackUnsupported;
+inline constexpr const char* kFpgaCounterNames[] = {
+    "runs",          "device_images",        "device_errors",    "p2p_reads",
+    "p2p_read_bytes", "buffered_reads",      "buffered_read_bytes", "block_reads",
+    "block_read_bytes", "block_samples",     "fallback_unsupported", "fallback_corrupt",
+    "fallback_too_large", "fallback_not_run", "fallback_host",   "fallback_device_error",
+};
+static_assert(sizeof(kFpgaCounterNames) / sizeof(kFpgaCounterNames[0]) == kNumFpgaCounters,
+              "one name per FpgaCounter");
+
+class FpgaStats {
+ public:
+  void Add(FpgaCounter c, uint64_t n = 1) {
+    v_[static_cast<int>(c)].fetch_add(n, std::memory_order_relaxed);
+  }
+  uint64_t Get(FpgaCounter c) const {
+    return v_[static_cast<int>(c)].load(std::memory_order_relaxed);
+  }
+  // Samples served on the CPU: the sum of the fallback reasons.
+  uint64_t fallbacks() const {
+    uint64_t sum = 0;
+    for (int i = static_cast<int>(kFirstFallbackCounter); i < kNumFpgaCounters; ++i) {
+      sum += v_[i].load(std::memory_order_relaxed);
+    }
+    return sum;
+  }
+
+ private:
+  std::atomic<uint64_t> v_[kNumFpgaCounters] = {};
 };
 
 class FpgaBackend : public Backend {
@@ -144,9 +179,13 @@ class FpgaBackend : public Backend {
   std::string name() const override { return "fpga"; }
   std::string detail() const override;
   void Process(const WorkContext& ctx, SampleWork* samples, size_t n) override;
+  // FpgaSupports (fpga_capability.h): derived from the table of the spec
+  // fields the device path computes. Process() sends an unsupported
+  // request's samples to the CPU fallback (kFallbackUnsupported), and
+  // detail() names the last refusal.
+  Capability Supports(const WorkContext& ctx) const override;
 
-  // fallbacks, p2p_read_bytes, buffered_read_bytes, runs, device_images,
-  // device_errors, block_reads, block_read_bytes, p2p_reads, buffered_reads.
+  // Every FpgaCounter by its name, then "fallbacks" (their fallback sum).
   std::vector<BackendStat> stats() const override;
 
   const FpgaStats& fpga_stats() const { return stats_; }
@@ -164,7 +203,7 @@ class FpgaBackend : public Backend {
 // Development hooks (fpga_simulation.cc), used by CreateFpgaBackend for
 // FpgaOptions::simulate_kernel / inject_error_run.
 //  - simulate_kernel: executes the C-simulation kernel (nearprep_fpga_csim)
-//    on the run's mapped buffers; needs config.scratch_device_only = false.
+//    on the run's mapped buffers.
 //  - inject_error_run >= 0: the run with that run_index reports a device
 //    error (UNAVAILABLE) instead of results.
 // Returns an empty function when neither is asked for.

@@ -57,18 +57,17 @@ inline uint32_t Lo(uint64_t v) { return static_cast<uint32_t>(v); }
 inline uint32_t Hi(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 
 // One set of run buffers (input JPEGs, descriptors, config, output,
-// status, scratch) with its xrt::run, plus the host-side record of what is
-// staged. Every buffer a run touches is its set's own, scratch included: the
-// kernel's top is ap_ctrl_chain + DATAFLOW, so a queued run may start inside
-// the compute unit while the one before it is still draining.
+// status) with its xrt::run, plus the host-side record of what is staged.
+// Every buffer a run touches is its set's own: the kernel's top is
+// ap_ctrl_chain + DATAFLOW, so a queued run may start inside the compute
+// unit while the one before it is still draining.
 struct BufferSet {
-  xrt::bo jpeg, desc, cfg, out, status, scratch;
+  xrt::bo jpeg, desc, cfg, out, status;
   uint8_t* jpeg_map = nullptr;
   uint32_t* desc_map = nullptr;
   uint32_t* cfg_map = nullptr;
   uint8_t* out_map = nullptr;
   uint32_t* status_map = nullptr;
-  uint8_t* scratch_map = nullptr;  // null when the scratch bo is device-only
   uint64_t jpeg_capacity = 0;
   uint64_t out_capacity = 0;
   int max_images = 0;
@@ -146,6 +145,9 @@ class FpgaBackend::Impl {
   Mutex hook_mu;  // the test/simulation hook handles one run at a time
   uint64_t run_counter ABSL_GUARDED_BY(hook_mu) = 0;
   std::atomic<uint64_t> warnings{0};
+  // Why the last request the device path refused was refused (detail()).
+  Mutex refusal_mu;
+  std::string last_refusal ABSL_GUARDED_BY(refusal_mu);
 
   // Blocks until a set is free; null when every set is broken. Only call
   // while holding no other set.
@@ -187,31 +189,59 @@ class FpgaBackend::Impl {
   void EnsureOut(fpga_internal::BufferSet* s, uint64_t bytes);
   std::unique_ptr<fpga_internal::BufferSet> NewSet();
 
+  // A sample the device path does not serve, before it is read (the whole
+  // chunk of an unsupported request, the rest of a chunk after the buffer
+  // sets ran out, a file too big for a run): served by Fallback() after the
+  // device loop, which reads it.
+  struct Deferred {
+    size_t index = 0;  // into the chunk
+    FpgaCounter why = FpgaCounter::kFallbackHost;
+  };
   // What Stage did with a sample: staged it into the set; found the set
-  // full (stage it again into the next one); left it to the CPU path
-  // (appended to the fallback list, nothing read yet); or finished it
-  // (a read error, or served on the CPU from the bytes it read).
-  enum class StageResult { kStaged, kFull, kFallback, kDone };
+  // full (stage it again into the next one); deferred it (appended to the
+  // caller's list, nothing read yet); or finished it (a read error, or
+  // served by Fallback() from the bytes it read).
+  enum class StageResult { kStaged, kFull, kDeferred, kDone };
   // Reads sample `index` of the chunk into `s` and fills its descriptor.
   StageResult Stage(fpga_internal::BufferSet* s, const WorkContext& ctx,
-                    const WorkContext& cpu_ctx, SampleWork* sample,
-                    size_t index);
+                    SampleWork* sample, size_t index,
+                    std::vector<Deferred>* deferred);
+  // The part of staging common to every path: the sample's bytes are at
+  // [offset, offset + size) of the input buffer; reads the header, draws the
+  // parameters and writes the descriptor (kStaged), or hands the bytes to
+  // Fallback() when the host cannot use the header or crop box (kDone).
+  StageResult Describe(fpga_internal::BufferSet* s, const WorkContext& ctx,
+                       SampleWork* sample, size_t index, uint64_t offset,
+                       uint64_t size, uint64_t read_us);
   // Writes the run configuration, syncs the inputs and starts the run.
   void Launch(fpga_internal::BufferSet* s, const WorkContext& ctx);
   // Waits for the run of `s` and reads its results into the chunk's
-  // samples; images the device did not finish are served on the CPU from
-  // their staged bytes.
-  void Finish(fpga_internal::BufferSet* s, const WorkContext& cpu_ctx, SampleWork* samples);
+  // samples; images the device did not finish go to Fallback() with their
+  // staged bytes and parameters.
+  void Finish(fpga_internal::BufferSet* s, const WorkContext& ctx, SampleWork* samples);
   // The device part of Process(): stages, runs and collects the chunk;
-  // images that still need to be read and served on the CPU are appended to
-  // `fallback`.
-  void RunChunk(const WorkContext& ctx, const WorkContext& cpu_ctx,
-                SampleWork* samples, size_t n, std::vector<size_t>* fallback);
+  // samples not read yet that the device path cannot take are appended to
+  // `deferred`.
+  void RunChunk(const WorkContext& ctx, SampleWork* samples, size_t n,
+                std::vector<Deferred>* deferred);
 
-  // The CPU fallback for a sample whose bytes are in hand
-  // (PreprocessSampleBytes with cpu_ctx); counted in stats->fallbacks.
-  void ServeOnCpu(const WorkContext& cpu_ctx, const uint8_t* data,
-                  uint64_t size, uint64_t read_us, SampleWork* sample);
+  // What Fallback() starts from: the sample's bytes as staged (in a run's
+  // input buffer or a host buffer), when they were read, and its parameters
+  // when they were drawn (null when the host could not use the header).
+  struct Staged {
+    const uint8_t* data = nullptr;
+    uint64_t size = 0;
+    uint64_t read_us = 0;
+    const SampleParams* params = nullptr;
+  };
+  // The one CPU fallback of the backend, for every reason: serves `sample`
+  // with the CPU backend's per-sample path and the request's own fidelity,
+  // counted under `why` (a kFallback* counter). From `staged` when given -
+  // no second read, no second parameter draw -, else (nothing read yet) it
+  // reads the sample itself. The sample ends with the bytes and status the
+  // CPU backend would give it.
+  void Fallback(const WorkContext& ctx, FpgaCounter why, const Staged* staged,
+                SampleWork* sample);
 };
 
 }  // namespace nearprep

@@ -18,7 +18,6 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateFpgaBackend(
   config.device_index = options.device_index;
   std::string dev;
   if (options.simulate_kernel) {
-    config.scratch_device_only = false;  // the host kernel needs the mapping
     dev = "SIMULATED KERNEL: the C-simulation kernel runs on the host after "
           "each device run (development/testing, not hardware acceleration)";
   }

@@ -38,8 +38,7 @@ void FpgaBackend::Impl::Launch(BufferSet* s, const WorkContext& ctx) {
     }
     c[nf::kCfgMaxValuesLo] = Lo(ctx.limits.max_decoded_values);
     c[nf::kCfgMaxValuesHi] = Hi(ctx.limits.max_decoded_values);
-    c[nf::kCfgScratchLo] = Lo(config.scratch_bytes);
-    c[nf::kCfgScratchHi] = Hi(config.scratch_bytes);
+    c[nf::kCfgAbiVersion] = nf::kAbiVersion;
     c[nf::kCfgJpegBytesLo] = Lo(s->jpeg_used);
     c[nf::kCfgJpegBytesHi] = Hi(s->jpeg_used);
     const uint64_t out_bytes = static_cast<uint64_t>(n) * s->slot_bytes;
@@ -59,17 +58,16 @@ void FpgaBackend::Impl::Launch(BufferSet* s, const WorkContext& ctx) {
     s->run.set_arg(nf::kArgCfg, s->cfg);
     s->run.set_arg(nf::kArgOut, s->out);
     s->run.set_arg(nf::kArgStatus, s->status);
-    s->run.set_arg(nf::kArgScratch, s->scratch);
     s->run.set_arg(nf::kArgNumImages, n);
     s->run.start();
-    stats->runs.fetch_add(1, std::memory_order_relaxed);
+    stats->Add(FpgaCounter::kRuns);
   } catch (const std::exception& e) {
     s->failed = true;
     s->error = absl::StrCat("launch: ", e.what());
   }
 }
 
-void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
+void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& ctx,
                                SampleWork* samples) {
   const uint32_t n = static_cast<uint32_t>(s->entries.size());
   if (!s->failed) {
@@ -97,7 +95,6 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
           v.cfg = s->cfg_map;
           v.out = s->out_map;
           v.status = s->status_map;
-          v.scratch = s->scratch_map;
           v.num_images = n;
           v.run_index = run_counter++;
           const absl::Status hs = config.hook(v);
@@ -116,15 +113,17 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
       s->error = absl::StrCat("wait: ", e.what());
     }
   }
+  // A staged image the device did not finish: its bytes in the run's input
+  // buffer and its parameters go to the fallback.
+  auto fall_back = [&](const BufferSet::Entry& e, FpgaCounter why) {
+    const Staged staged{s->jpeg_map + e.offset, e.size, e.read_us, &e.params};
+    Fallback(ctx, why, &staged, &samples[e.index]);
+  };
   if (s->failed) {
-    stats->device_errors.fetch_add(1, std::memory_order_relaxed);
-    stats->fallback_device_error.fetch_add(n, std::memory_order_relaxed);
+    stats->Add(FpgaCounter::kDeviceErrors);
     Warn(absl::StrCat("device error (", s->error, "); ", n,
                       " images of the run go to the CPU"));
-    for (const auto& e : s->entries) {
-      ServeOnCpu(cpu_ctx, s->jpeg_map + e.offset, e.size, e.read_us,
-                 &samples[e.index]);
-    }
+    for (const auto& e : s->entries) fall_back(e, FpgaCounter::kFallbackDeviceError);
     s->entries.clear();
     return;
   }
@@ -143,36 +142,24 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& cpu_ctx,
       w.read_bytes = e.size;
       w.times.decode_us = run_us / n;
       w.times.transform_us = 0;
-      stats->device_images.fetch_add(1, std::memory_order_relaxed);
+      stats->Add(FpgaCounter::kDeviceImages);
       continue;
     }
+    FpgaCounter why = FpgaCounter::kFallbackCorrupt;  // OK with another size, or garbage
     switch (code) {
-      case nf::kStatusUnsupported:
-        stats->fallback_unsupported.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case nf::kStatusCorrupt:
-        stats->fallback_corrupt.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case nf::kStatusTooLarge:
-        stats->fallback_too_large.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case nf::kStatusNotRun:
-        stats->fallback_not_run.fetch_add(1, std::memory_order_relaxed);
-        break;
-      default:  // OK with a size other than the header's, or garbage
-        stats->fallback_corrupt.fetch_add(1, std::memory_order_relaxed);
-        break;
+      case nf::kStatusUnsupported: why = FpgaCounter::kFallbackUnsupported; break;
+      case nf::kStatusCorrupt: why = FpgaCounter::kFallbackCorrupt; break;
+      case nf::kStatusTooLarge: why = FpgaCounter::kFallbackTooLarge; break;
+      case nf::kStatusNotRun: why = FpgaCounter::kFallbackNotRun; break;
+      default: break;
     }
-    ServeOnCpu(cpu_ctx, s->jpeg_map + e.offset, e.size, e.read_us,
-               &samples[e.index]);
+    fall_back(e, why);
   }
   s->entries.clear();
 }
 
-void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
-                                 const WorkContext& cpu_ctx,
-                                 SampleWork* samples, size_t n,
-                                 std::vector<size_t>* fallback) {
+void FpgaBackend::Impl::RunChunk(const WorkContext& ctx, SampleWork* samples,
+                                 size_t n, std::vector<Deferred>* deferred) {
   const size_t slot = ctx.output.SampleBytes(ctx.spec);
   const int per_run = static_cast<int>(std::max<uint64_t>(
       1, std::min<uint64_t>(config.max_images_per_run,
@@ -181,8 +168,9 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
   BufferSet* running = nullptr;
   size_t i = 0;
   auto rest_to_cpu = [&](size_t from) {
-    for (size_t k = from; k < n; ++k) fallback->push_back(k);
-    stats->fallback_device_error.fetch_add(n - from, std::memory_order_relaxed);
+    for (size_t k = from; k < n; ++k) {
+      deferred->push_back({k, FpgaCounter::kFallbackDeviceError});
+    }
   };
   // Prepares a free set for staging; false when its out bo cannot grow.
   auto begin = [&](BufferSet* s) {
@@ -206,7 +194,7 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
     Launch(staging, ctx);
     BufferSet* spare = nullptr;
     if (running != nullptr) {
-      Finish(running, cpu_ctx, samples);
+      Finish(running, ctx, samples);
       if (running->broken) {
         Release(running);
       } else {
@@ -219,7 +207,7 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
     staging = nullptr;
     if (!more) return true;
     if (spare == nullptr) {
-      Finish(running, cpu_ctx, samples);
+      Finish(running, ctx, samples);
       if (running->broken) {
         Release(running);
       } else {
@@ -237,7 +225,7 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
   };
   try {
     while (i < n) {
-      const StageResult r = Stage(staging, ctx, cpu_ctx, &samples[i], i);
+      const StageResult r = Stage(staging, ctx, &samples[i], i, deferred);
       if (r == StageResult::kFull) {
         if (!flush(true)) {
           rest_to_cpu(i);
@@ -246,7 +234,6 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
         }
         continue;  // stage sample i again into the new set
       }
-      if (r == StageResult::kFallback) fallback->push_back(i);
       ++i;
     }
     if (staging != nullptr) {
@@ -258,7 +245,7 @@ void FpgaBackend::Impl::RunChunk(const WorkContext& ctx,
       }
     }
     if (running != nullptr) {
-      Finish(running, cpu_ctx, samples);
+      Finish(running, ctx, samples);
       Release(running);
       running = nullptr;
     }

@@ -23,14 +23,13 @@ FpgaRunHook MakeDevelopmentHook(bool simulate_kernel,
     }
     if (!simulate_kernel) return absl::OkStatus();
     if (v.jpeg == nullptr || v.desc == nullptr || v.cfg == nullptr ||
-        v.out == nullptr || v.status == nullptr || v.scratch == nullptr) {
+        v.out == nullptr || v.status == nullptr) {
       return absl::InternalError(
           "kernel simulation: a buffer of the run is not mapped");
     }
     try {
       nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
-                          reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
-                          v.num_images);
+                          reinterpret_cast<WideWord*>(v.out), v.status, v.num_images);
     } catch (const hls_sim::Deadlock& d) {
       // A kernel that would hang in hardware: the run failed (its images go
       // to the CPU path), the daemon goes on.

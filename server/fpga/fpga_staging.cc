@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "nearprep_kernel_abi.h"
-#include "server/backend/cpu_backend.h"
 #include "server/data/epoch_plan.h"
 #include "server/data/sample_source.h"
 #include "server/fpga/fpga_device.h"
@@ -67,18 +66,13 @@ std::unique_ptr<BufferSet> FpgaBackend::Impl::NewSet() {
   s->status = xrt::bo(device, n * nf::kStatusWords * 4,
                       xrt::bo::flags::normal, kernel.group_id(nf::kArgStatus));
   s->status_map = s->status.map<uint32_t*>();
-  const auto sflags = config.scratch_device_only ? xrt::bo::flags::device_only
-                                                 : xrt::bo::flags::normal;
-  s->scratch = xrt::bo(device, config.scratch_bytes, sflags,
-                       kernel.group_id(nf::kArgScratch));
-  if (!config.scratch_device_only) s->scratch_map = s->scratch.map<uint8_t*>();
   s->run = xrt::run(kernel);
   return s;
 }
 
 FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
-    BufferSet* s, const WorkContext& ctx, const WorkContext& cpu_ctx,
-    SampleWork* sample, size_t index) {
+    BufferSet* s, const WorkContext& ctx, SampleWork* sample, size_t index,
+    std::vector<Deferred>* deferred) {
   if (static_cast<int>(s->entries.size()) >= s->per_run) {
     return StageResult::kFull;
   }
@@ -121,9 +115,10 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
         s->blocks.push_back(BufferSet::StagedBlock{offset, std::move(got).value()});
         s->jpeg_used = offset + need;
         s->any_buffered = true;  // host-side read: synced at launch
-        stats->block_reads.fetch_add(1, std::memory_order_relaxed);
-        stats->block_read_bytes.fetch_add(need, std::memory_order_relaxed);
-        stats->buffered_read_bytes.fetch_add(need, std::memory_order_relaxed);
+        stats->Add(FpgaCounter::kBlockReads);
+        stats->Add(FpgaCounter::kBlockReadBytes, need);
+        stats->Add(FpgaCounter::kBufferedReads);
+        stats->Add(FpgaCounter::kBufferedReadBytes, need);
         for (const BlockSample& x : s->blocks.back().samples) {
           if (x.id == sample->sample_id) {
             in_block = &x;
@@ -142,7 +137,7 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
     offset = block_base + in_block->offset;
     size = in_block->size;
     staged = true;
-    stats->block_samples.fetch_add(1, std::memory_order_relaxed);
+    stats->Add(FpgaCounter::kBlockSamples);
   }
 
   // P2P path: O_DIRECT read straight into the (p2p) buffer mapping,
@@ -160,9 +155,9 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
       size = f->size;
       const uint64_t rounded = AlignUp(size);
       if (offset + rounded > s->jpeg_capacity) {
-        if (s->entries.empty()) {
-          stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
-          return StageResult::kFallback;
+        if (s->entries.empty()) {  // larger than a run's buffer
+          deferred->push_back({index, FpgaCounter::kFallbackHost});
+          return StageResult::kDeferred;
         }
         return StageResult::kFull;
       }
@@ -176,8 +171,8 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
       }
       if (rs.ok() && got >= size) {
         staged = true;
-        stats->p2p_read_bytes.fetch_add(size, std::memory_order_relaxed);
-        stats->direct_reads.fetch_add(1, std::memory_order_relaxed);
+        stats->Add(FpgaCounter::kP2pReads);
+        stats->Add(FpgaCounter::kP2pReadBytes, size);
       }
     }
   }
@@ -195,8 +190,10 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
     if (size == 0 || size >= (uint64_t{1} << 32) ||
         offset + size > s->jpeg_capacity) {
       if (s->entries.empty() || size == 0 || size >= (uint64_t{1} << 32)) {
-        stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
-        ServeOnCpu(cpu_ctx, buf.data(), size, MicrosSince(t0), sample);
+        stats->Add(FpgaCounter::kBufferedReads);
+        stats->Add(FpgaCounter::kBufferedReadBytes, size);
+        const Staged staged{buf.data(), size, MicrosSince(t0), nullptr};
+        Fallback(ctx, FpgaCounter::kFallbackHost, &staged, sample);
         return StageResult::kDone;
       }
       return StageResult::kFull;
@@ -204,16 +201,20 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
     std::memcpy(s->jpeg_map + offset, buf.data(), size);
     if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
     s->any_buffered = true;
-    stats->buffered_read_bytes.fetch_add(size, std::memory_order_relaxed);
-    stats->buffered_files.fetch_add(1, std::memory_order_relaxed);
+    stats->Add(FpgaCounter::kBufferedReads);
+    stats->Add(FpgaCounter::kBufferedReadBytes, size);
   }
-  const uint64_t read_us = MicrosSince(t0);
+  return Describe(s, ctx, sample, index, offset, size, MicrosSince(t0));
+}
 
+FpgaBackend::Impl::StageResult FpgaBackend::Impl::Describe(
+    BufferSet* s, const WorkContext& ctx, SampleWork* sample, size_t index,
+    uint64_t offset, uint64_t size, uint64_t read_us) {
   // Host-side parameters from the header (the crop box needs the size).
   auto header = ReadJpegHeader(s->jpeg_map + offset, size, ctx.limits);
-  if (!header.ok()) {
-    stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
-    ServeOnCpu(cpu_ctx, s->jpeg_map + offset, size, read_us, sample);
+  if (!header.ok()) {  // the CPU path reports the header's error
+    const Staged staged{s->jpeg_map + offset, size, read_us, nullptr};
+    Fallback(ctx, FpgaCounter::kFallbackHost, &staged, sample);
     return StageResult::kDone;
   }
   SampleParams p = DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch,
@@ -224,8 +225,8 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
   if (ctx.spec.crop == CropMode::kNone) {
     p.crop = CropBox{0, 0, header->height, header->width};
   } else if (!CropBoxInside(p.crop, header->height, header->width)) {
-    stats->fallback_host.fetch_add(1, std::memory_order_relaxed);
-    ServeOnCpu(cpu_ctx, s->jpeg_map + offset, size, read_us, sample);
+    const Staged staged{s->jpeg_map + offset, size, read_us, &p};
+    Fallback(ctx, FpgaCounter::kFallbackHost, &staged, sample);
     return StageResult::kDone;
   }
 
@@ -259,14 +260,6 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
   s->entries.push_back(e);
   s->jpeg_used = std::max(s->jpeg_used, offset + size);
   return StageResult::kStaged;
-}
-
-void FpgaBackend::Impl::ServeOnCpu(const WorkContext& cpu_ctx,
-                                   const uint8_t* data, uint64_t size,
-                                   uint64_t read_us, SampleWork* sample) {
-  PreprocessSampleBytes(cpu_ctx, data, static_cast<size_t>(size), read_us,
-                        sample);
-  stats->fallbacks.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace nearprep

@@ -70,7 +70,7 @@ int FuzzStreamRequest(const uint8_t* data, size_t size);
 //  real files, a folder, and symlinks leading inside and outside the root.
 int FuzzFileList(const uint8_t* data, size_t size);
 //  FPGA kernel C simulation (nearprep_preprocess) on the bytes as one JPEG,
-//  with guard zones around its output and scratch buffers. One input in
+//  with a guard zone after its output buffer. One input in
 //  FpgaKernelThreadedEvery() runs on the threaded C simulation (every
 //  dataflow process on its own thread, FIFOs of their hardware depth) and
 //  again sequentially, and the two must agree bit for bit; the others run

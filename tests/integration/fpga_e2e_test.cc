@@ -273,7 +273,7 @@ TEST_F(FpgaEndToEndTest, SimulatedDeviceStreamsTheSameBytesAsCpu) {
   EXPECT_GT(device_images, Processed(info) / 2);
   // backend_detail is built at call time, so it carries the live count.
   EXPECT_NE(info.backend_detail().find(
-                absl::StrCat("device images ", device_images, ",")),
+                absl::StrCat("device_images ", device_images, ",")),
             std::string::npos)
       << info.backend_detail();
   // The JPEG bytes went through the FPGA input buffers (the noop shim's
@@ -281,6 +281,22 @@ TEST_F(FpgaEndToEndTest, SimulatedDeviceStreamsTheSameBytesAsCpu) {
   EXPECT_GT(info.counters().p2p_reads() + info.counters().buffered_reads(), 0u);
   EXPECT_EQ(cinfo.counters().p2p_reads() + cinfo.counters().buffered_reads(),
             0u);
+
+  // A request the kernel does not compute (FIDELITY_FAST): the same bytes
+  // as the CPU daemon, every sample a fallback, and ServerInfo says why.
+  EXPECT_EQ(info.backend_detail().find("last request not on the device"), std::string::npos)
+      << info.backend_detail();
+  v1::StreamBatchesRequest fast = Requests("syn", 7, 20, 16)[0];
+  fast.mutable_transform()->set_fidelity(v1::FIDELITY_FAST);
+  ExpectSameStream(cpu.Stream(fast), fpga.Stream(fast), fast.ShortDebugString());
+  const v1::ServerInfo after = fpga.Info();
+  EXPECT_EQ(after.counters().backend_fallbacks() - info.counters().backend_fallbacks(),
+            Processed(after) - Processed(info));
+  EXPECT_NE(after.backend_detail().find(
+                "last request not on the device: transform.fidelity: the kernel computes "
+                "TF_COMPAT only"),
+            std::string::npos)
+      << after.backend_detail();
 }
 
 TEST_F(FpgaEndToEndTest, InjectedDeviceErrorFallsBackWithNoBatchLost) {

@@ -127,6 +127,45 @@ TEST_F(CpuBackendTest, BytesInHandGiveWhatReadingGives) {
   EXPECT_EQ(good, 8);
 }
 
+TEST_F(CpuBackendTest, BytesInHandUseTheParametersAlreadyDrawn) {
+  // A fallback hands over the parameters it drew when it staged the sample
+  // (FPGA backend): they are used as given, not drawn again. Drawn for
+  // another image size, they are not used.
+  WorkContext ctx = conformance_internal::Contexts(dataset_.get())[1];
+  const size_t bytes = ctx.output.SampleBytes(ctx.spec);
+  int checked = 0;
+  for (const Sample& s : dataset_->samples()) {
+    std::vector<uint8_t> file, scratch;
+    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    std::vector<uint8_t> want(bytes), got(bytes), other(bytes);
+    SampleWork w;
+    w.sample_id = s.id;
+    w.out = want.data();
+    ProcessSampleOnCpu(ctx, nullptr, &scratch, &w);
+    if (!w.status.ok()) continue;
+    SampleParams given = w.params;
+    given.flip = !given.flip;  // not what DrawSampleParams gives
+    given.brightness_delta += 0.25f;
+    SampleWork g;
+    g.sample_id = s.id;
+    g.out = got.data();
+    PreprocessSampleBytes(ctx, file.data(), file.size(), 0, &g, &given);
+    ASSERT_TRUE(g.status.ok()) << s.path;
+    EXPECT_EQ(g.params.flip, given.flip) << s.path;
+    EXPECT_NE(got, want) << s.path << ": the given parameters were not used";
+    SampleParams stale = w.params;
+    stale.flip = !stale.flip;
+    stale.source_width += 1;  // drawn for another size: drawn again
+    SampleWork o;
+    o.sample_id = s.id;
+    o.out = other.data();
+    PreprocessSampleBytes(ctx, file.data(), file.size(), 0, &o, &stale);
+    EXPECT_EQ(other, want) << s.path;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+}
+
 std::string Concat(const std::vector<std::shared_ptr<const BatchData>>& bs) {
   std::string s;
   for (const auto& b : bs) {

@@ -48,20 +48,16 @@ const bool kEnvReady = [] {
 // The hook that makes the noop shim behave like a device: the C-simulation
 // kernel on the run's mapped buffers.
 absl::Status RunKernel(const FpgaRunView& v) {
-  if (v.scratch == nullptr) return absl::InternalError("scratch not mapped");
   nearprep_preprocess(reinterpret_cast<const WideWord*>(v.jpeg), v.desc, v.cfg,
-                        reinterpret_cast<WideWord*>(v.out), v.status, v.scratch,
-                      v.num_images);
+                      reinterpret_cast<WideWord*>(v.out), v.status, v.num_images);
   return absl::OkStatus();
 }
 
 FpgaBackendConfig TestConfig() {
   FpgaBackendConfig c;
   c.xclbin = NEARPREP_TEST_XCLBIN;
-  c.scratch_device_only = false;  // the hook's kernel needs the mapping
   c.buffer_sets = 3;
   c.jpeg_bytes_per_run = 4u << 20;
-  c.scratch_bytes = 48u << 20;
   c.hook = RunKernel;
   return c;
 }
@@ -208,9 +204,9 @@ TEST_F(FpgaBackendTest, CreateFailsCleanlyOnMissingOrBadXclbin) {
 }
 
 TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
-  // Generated with `nearprep_xclbin_gen --omit-arg scratch`: a kernel whose
-  // sixth argument is num_images. Its host would write num_images into the
-  // scratch pointer's registers; it is refused at creation.
+  // Generated with `nearprep_xclbin_gen --omit-arg status`: a kernel whose
+  // fifth argument is num_images. Its host would write num_images into the
+  // status pointer's registers; it is refused at creation.
   FpgaBackendConfig c = TestConfig();
   c.xclbin = NEARPREP_TEST_XCLBIN_BAD_ARGS;
   auto bad = FpgaBackend::Create(c);
@@ -219,8 +215,8 @@ TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
   const std::string msg(bad.status().message());
   EXPECT_NE(msg.find("does not match the kernel ABI"), std::string::npos) << msg;
   EXPECT_NE(msg.find(NEARPREP_TEST_XCLBIN_BAD_ARGS), std::string::npos) << msg;
-  EXPECT_NE(msg.find("6 arguments, the ABI has 7"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("argument 5 is 'num_images' (scalar, 4 bytes), expected 'scratch' "
+  EXPECT_NE(msg.find("5 arguments, the ABI has 6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("argument 4 is 'num_images' (scalar, 4 bytes), expected 'status' "
                      "(global memory pointer, 8 bytes)"),
             std::string::npos)
       << msg;
@@ -240,16 +236,16 @@ TEST_F(FpgaBackendTest, RefusesAnXclbinWhoseArgumentsDoNotMatchTheKernelAbi) {
 TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
   // The kernel's top is ap_ctrl_chain + DATAFLOW: run k+1 is started (and
   // may begin inside the compute unit) before run k is waited for, so the
-  // two must not share any buffer - the scratch included.
+  // two must not share any buffer.
   FpgaBackendConfig c = TestConfig();
   c.max_images_per_run = 2;
   c.jpeg_bytes_per_run = 8192;
   struct RunBuffers {
-    const void* p[6];
+    const void* p[5];
   };
   std::vector<RunBuffers> runs;
   c.hook = [&runs](const FpgaRunView& v) {
-    runs.push_back(RunBuffers{{v.jpeg, v.desc, v.cfg, v.out, v.status, v.scratch}});
+    runs.push_back(RunBuffers{{v.jpeg, v.desc, v.cfg, v.out, v.status}});
     return RunKernel(v);
   };
   auto fpga = MakeFpga(c);
@@ -259,10 +255,10 @@ TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
   ASSERT_GE(runs.size(), 6u);
-  const char* names[6] = {"jpeg", "desc", "cfg", "out", "status", "scratch"};
+  const char* names[5] = {"jpeg", "desc", "cfg", "out", "status"};
   for (size_t k = 0; k + 1 < runs.size(); ++k) {
-    for (int a = 0; a < 6; ++a) {
-      for (int b = 0; b < 6; ++b) {
+    for (int a = 0; a < 5; ++a) {
+      for (int b = 0; b < 5; ++b) {
         EXPECT_NE(runs[k].p[a], runs[k + 1].p[b])
             << "runs " << k << " and " << k + 1 << " share a buffer (" << names[a] << ", "
             << names[b] << ")";
@@ -287,15 +283,23 @@ TEST_F(FpgaBackendTest, CpuFallbackKeepsTheRequestFidelity) {
   int fast_differs = 0;
   for (size_t i = 0; i < want_fast.size(); ++i) fast_differs += want_fast[i].bytes != want_tf[i].bytes;
   ASSERT_GT(fast_differs, 0) << "FAST and TF_COMPAT agree here: the test could not fail";
+  // The capability query says so, naming the field, before anything runs.
+  const Capability cap = fpga->Supports(fast);
+  EXPECT_FALSE(cap.supported);
+  EXPECT_EQ(cap.reason.rfind("transform.fidelity: ", 0), 0u) << cap.reason;
+  EXPECT_TRUE(fpga->Supports(tf).supported) << fpga->Supports(tf).reason;
   const auto got = ProcessAll(*fpga, fast, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want_fast, got), 0);
-  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
-  EXPECT_EQ(fpga->fpga_stats().fallback_unsupported.load(), dataset_->size());
-  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), dataset_->size());
+  EXPECT_NE(fpga->detail().find("last request not on the device: " + cap.reason),
+            std::string::npos)
+      << fpga->detail();
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kDeviceImages), 0u);
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kFallbackUnsupported), dataset_->size());
+  EXPECT_EQ(fpga->fpga_stats().fallbacks(), dataset_->size());
   // TF_COMPAT requests still run on the device.
   const auto got_tf = ProcessAll(*fpga, tf, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want_tf, got_tf), 0);
-  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 16u);
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kDeviceImages), 16u);
 }
 
 TEST_F(FpgaBackendTest, TorchvisionIsServedByTheCpuPath) {
@@ -321,8 +325,8 @@ TEST_F(FpgaBackendTest, TorchvisionIsServedByTheCpuPath) {
   ASSERT_GT(differs, 0) << "TORCHVISION and TF_COMPAT agree: the test could not fail";
   const auto got = ProcessAll(*fpga, tv, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
-  EXPECT_EQ(fpga->fpga_stats().fallback_unsupported.load(), dataset_->size());
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kDeviceImages), 0u);
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kFallbackUnsupported), dataset_->size());
 }
 
 TEST_F(FpgaBackendTest, FactoryPicksFpgaForAutoOnlyWhenTheXclbinLoads) {
@@ -363,18 +367,18 @@ TEST_F(FpgaBackendTest, MatchesCpuBytesAndCountsFallbacks) {
   const FpgaStats& st = fpga->fpga_stats();
   // Two progressive files are unsupported by the kernel; the truncated file
   // is corrupt; the three other broken files fail on the host.
-  EXPECT_EQ(st.fallback_unsupported.load(), 2u);
-  EXPECT_EQ(st.fallback_corrupt.load(), 1u);
-  EXPECT_EQ(st.fallback_host.load(), 3u);
-  EXPECT_EQ(st.device_images.load(), 16u);
-  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), 22u - 16u);
-  EXPECT_EQ(st.device_errors.load(), 0u);
+  EXPECT_EQ(st.Get(FpgaCounter::kFallbackUnsupported), 2u);
+  EXPECT_EQ(st.Get(FpgaCounter::kFallbackCorrupt), 1u);
+  EXPECT_EQ(st.Get(FpgaCounter::kFallbackHost), 3u);
+  EXPECT_EQ(st.Get(FpgaCounter::kDeviceImages), 16u);
+  EXPECT_EQ(fpga->fpga_stats().fallbacks(), 22u - 16u);
+  EXPECT_EQ(st.Get(FpgaCounter::kDeviceErrors), 0u);
   // The noop shim's buffers are not 4 KiB aligned: O_DIRECT is refused
   // (EINVAL) and the bytes travel the buffered path.
-  EXPECT_EQ(fpga->fpga_stats().p2p_read_bytes.load(), 0u);
-  EXPECT_GT(fpga->fpga_stats().buffered_read_bytes.load(), 0u);
-  EXPECT_GE(st.runs.load(), 1u);
-  EXPECT_NE(fpga->detail().find("device images 16"), std::string::npos)
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kP2pReadBytes), 0u);
+  EXPECT_GT(fpga->fpga_stats().Get(FpgaCounter::kBufferedReadBytes), 0u);
+  EXPECT_GE(st.Get(FpgaCounter::kRuns), 1u);
+  EXPECT_NE(fpga->detail().find("device_images 16"), std::string::npos)
       << fpga->detail();
   // The generic interface reports the same counters by name.
   uint64_t fallbacks = 0;
@@ -396,8 +400,8 @@ TEST_F(FpgaBackendTest, SmallBuffersSplitAChunkIntoManyDoubleBufferedRuns) {
   const auto want = ProcessAll(cpu_, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-  EXPECT_GE(fpga->fpga_stats().runs.load(), 7u);  // >= 16 device images / 3
-  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 16u);
+  EXPECT_GE(fpga->fpga_stats().Get(FpgaCounter::kRuns), 7u);  // >= 16 device images / 3
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kDeviceImages), 16u);
 }
 
 TEST_F(FpgaBackendTest, InjectedDeviceErrorMidStreamFallsBackWithNoSampleLost) {
@@ -420,33 +424,74 @@ TEST_F(FpgaBackendTest, InjectedDeviceErrorMidStreamFallsBackWithNoSampleLost) {
     const auto got = ProcessAll(*fpga, ctx, 11);
     EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
     const FpgaStats& st = fpga->fpga_stats();
-    EXPECT_EQ(st.device_errors.load(), 1u);
-    EXPECT_GE(st.fallback_device_error.load(), 1u);
-    EXPECT_LE(st.fallback_device_error.load(), 4u);
+    EXPECT_EQ(st.Get(FpgaCounter::kDeviceErrors), 1u);
+    EXPECT_GE(st.Get(FpgaCounter::kFallbackDeviceError), 1u);
+    EXPECT_LE(st.Get(FpgaCounter::kFallbackDeviceError), 4u);
     // 19 images reach a run (18 good + the truncated one); the lost run's
     // images are counted once, as device errors.
-    EXPECT_EQ(st.device_images.load() + st.fallback_device_error.load() +
-                  st.fallback_unsupported.load() + st.fallback_corrupt.load(),
+    EXPECT_EQ(st.Get(FpgaCounter::kDeviceImages) + st.Get(FpgaCounter::kFallbackDeviceError) +
+                  st.Get(FpgaCounter::kFallbackUnsupported) + st.Get(FpgaCounter::kFallbackCorrupt),
               19u);
-    EXPECT_LT(st.device_images.load(), 16u);
+    EXPECT_LT(st.Get(FpgaCounter::kDeviceImages), 16u);
     EXPECT_GT(calls, 2);  // the device is used again after the error
   }
+}
+
+TEST_F(FpgaBackendTest, AFailedRunIsServedFromItsStagedBytesWithNoSecondRead) {
+  // Every run fails: each staged image goes to the one fallback with the
+  // bytes in the run's input buffer and the parameters drawn at staging.
+  // The output is the CPU backend's and no file is read twice.
+  FpgaBackendConfig c = TestConfig();
+  c.max_images_per_run = 5;
+  int runs = 0;
+  c.hook = [&runs](const FpgaRunView&) -> absl::Status {
+    ++runs;
+    return absl::DataLossError("injected: every run fails");
+  };
+  auto fpga = MakeFpga(c);
+  ASSERT_NE(fpga, nullptr);
+  const WorkContext ctx = AugmentingContext(dataset_.get());
+  const auto want = ProcessAll(cpu_, ctx, 1);
+  const uint64_t reads_before = dataset_->read_counters().reads.load();
+  const uint64_t bytes_before = dataset_->read_counters().bytes.load();
+  const auto got = ProcessAll(*fpga, ctx, 11);
+  EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
+  const FpgaStats& st = fpga->fpga_stats();
+  // Each file read once: by the dataset's reader, or with O_DIRECT into a
+  // p2p buffer when the shim's mapping happens to be 4 KiB aligned.
+  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before +
+                st.Get(FpgaCounter::kP2pReads),
+            dataset_->size());
+  uint64_t file_bytes = 0;
+  for (const Sample& s : dataset_->samples()) {
+    file_bytes += std::filesystem::file_size(std::filesystem::path(dir_.path()) / s.path);
+  }
+  EXPECT_EQ(dataset_->read_counters().bytes.load() - bytes_before +
+                st.Get(FpgaCounter::kP2pReadBytes),
+            file_bytes);
+  EXPECT_GE(runs, 4);  // 19 staged images, at most 5 a run
+  EXPECT_EQ(st.Get(FpgaCounter::kDeviceErrors), static_cast<uint64_t>(runs));
+  EXPECT_EQ(st.Get(FpgaCounter::kDeviceImages), 0u);
+  // 18 good images and the truncated one were staged; three files failed
+  // on the host (header) and were served from the bytes read for them.
+  EXPECT_EQ(st.Get(FpgaCounter::kFallbackDeviceError), 19u);
+  EXPECT_EQ(st.Get(FpgaCounter::kFallbackHost), 3u);
+  EXPECT_EQ(st.fallbacks(), dataset_->size());
 }
 
 TEST_F(FpgaBackendTest, WithoutTheHookEveryImageIsNotRunAndServedByTheCpu) {
   FpgaBackendConfig c = TestConfig();
   c.hook = nullptr;
-  c.scratch_device_only = true;
   auto fpga = MakeFpga(c);
   ASSERT_NE(fpga, nullptr);
   const WorkContext ctx = AugmentingContext(dataset_.get());
   const auto want = ProcessAll(cpu_, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, 5);
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
-  EXPECT_EQ(fpga->fpga_stats().device_images.load(), 0u);
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kDeviceImages), 0u);
   // The 18 good images and the truncated one reach a run.
-  EXPECT_EQ(fpga->fpga_stats().fallback_not_run.load(), 19u);
-  EXPECT_EQ(fpga->fpga_stats().fallbacks.load(), 22u);
+  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kFallbackNotRun), 19u);
+  EXPECT_EQ(fpga->fpga_stats().fallbacks(), 22u);
 }
 
 TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
@@ -464,7 +509,6 @@ TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_GT((*ds)->size(), 0u);
   FpgaBackendConfig c = TestConfig();
-  c.scratch_bytes = 64u << 20;
   auto fpga = MakeFpga(c);
   ASSERT_NE(fpga, nullptr);
   WorkContext ctx = AugmentingContext(ds->get());
@@ -480,12 +524,12 @@ TEST(FpgaBackendRealImagesTest, MatchesCpuOnTheSharedImages) {
   const auto want = ProcessAll(cpu, ctx, 1);
   const auto got = ProcessAll(*fpga, ctx, 32);
   EXPECT_EQ(CountDifferences(**ds, want, got), 0);
-  const uint64_t on_device = fpga->fpga_stats().device_images.load();
-  EXPECT_EQ(on_device + fpga->fpga_stats().fallbacks.load(), (*ds)->size());
+  const uint64_t on_device = fpga->fpga_stats().Get(FpgaCounter::kDeviceImages);
+  EXPECT_EQ(on_device + fpga->fpga_stats().fallbacks(), (*ds)->size());
   EXPECT_GT(on_device, (*ds)->size() * 9 / 10);
   std::printf("real images: %llu of %zu on the device (C-sim), %llu CPU fallbacks\n",
               static_cast<unsigned long long>(on_device), (*ds)->size(),
-              static_cast<unsigned long long>(fpga->fpga_stats().fallbacks.load()));
+              static_cast<unsigned long long>(fpga->fpga_stats().fallbacks()));
 }
 
 // A TFRecord dataset read in blocks (a block-shuffle stream's source): the
@@ -544,13 +588,13 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
   // block is split between two runs (32 images per run: [32,40) is read
   // again for the second run).
   EXPECT_GE(reads, 6u);
-  EXPECT_LE(reads, 6u + st.runs.load() - 1);
-  EXPECT_EQ(st.block_reads.load(), reads);
-  EXPECT_GE(st.block_read_bytes.load(), bytes);  // 4 KiB-rounded, past the end of a shard
+  EXPECT_LE(reads, 6u + st.Get(FpgaCounter::kRuns) - 1);
+  EXPECT_EQ(st.Get(FpgaCounter::kBlockReads), reads);
+  EXPECT_GE(st.Get(FpgaCounter::kBlockReadBytes), bytes);  // 4 KiB-rounded, past the end of a shard
   EXPECT_GE(bytes / reads, 4 * 600u);  // several records per read
-  EXPECT_EQ(st.block_samples.load(), static_cast<uint64_t>(kShards * kPerShard - 1));
-  EXPECT_EQ(st.device_images.load(), static_cast<uint64_t>(kShards * kPerShard - 1));
-  EXPECT_EQ(st.fallbacks.load(), 0u);
+  EXPECT_EQ(st.Get(FpgaCounter::kBlockSamples), static_cast<uint64_t>(kShards * kPerShard - 1));
+  EXPECT_EQ(st.Get(FpgaCounter::kDeviceImages), static_cast<uint64_t>(kShards * kPerShard - 1));
+  EXPECT_EQ(st.fallbacks(), 0u);
   std::printf("tfrecord blocks: %llu reads, %llu bytes (%.0f bytes/read) for %zu samples\n",
               static_cast<unsigned long long>(reads), static_cast<unsigned long long>(bytes),
               static_cast<double>(bytes) / static_cast<double>(reads), (*ds)->size());
@@ -563,7 +607,7 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
   const uint64_t reads1 = rc.reads.load();
   const auto got2 = ProcessAll(*fpga2, one, (*ds)->size());
   EXPECT_EQ(CountDifferences(**ds, ProcessAll(cpu, one, 1), got2), 0);
-  EXPECT_EQ(fpga2->fpga_stats().block_reads.load(), 0u);
+  EXPECT_EQ(fpga2->fpga_stats().Get(FpgaCounter::kBlockReads), 0u);
   EXPECT_GE(rc.reads.load() - reads1, static_cast<uint64_t>(kShards * kPerShard - 1));
 }
 

@@ -915,6 +915,21 @@ def abi_findings(top_code, abi_code, connectivity=""):
         if t.replace(" ", "") != want.replace(" ", ""):
             findings.append("(abi) argument %s: the kernel's type is %s, kKernelArgs says %s"
                             % (n, t, want))
+    # connectivity.cfg's sp= lines map global-memory arguments to banks: each
+    # must name a pointer argument of the table (a stale line, e.g. the
+    # `scratch` of ABI version 1, fails v++ link), and once there are any,
+    # every pointer argument needs one.
+    kinds = dict(re.findall(r"\{\s*\"(\w+)\"\s*,\s*(\d+)\s*,", abi_code))
+    mapped = re.findall(r"^\s*sp\s*=\s*\w+\.(\w+)\s*:", connectivity, re.M)
+    for arg in mapped:
+        if kinds.get(arg) != "1":
+            findings.append("(abi) connectivity.cfg maps '%s', which is not a global memory "
+                            "argument of kKernelArgs" % arg)
+    if mapped:
+        for arg, kind in kinds.items():
+            if kind == "1" and arg not in mapped:
+                findings.append("(abi) connectivity.cfg maps no bank for the pointer "
+                                "argument '%s'" % arg)
     if re.search(r"^\s*\[clock\]|freqHz", connectivity, re.M | re.I):
         findings.append("(abi) connectivity.cfg sets a clock: the clock is set in one place, "
                         "KERNEL_MHZ in the Makefile (--kernel_frequency)")
@@ -952,6 +967,11 @@ def selftest_structure():
          ABI_TOP, ABI_GOOD.replace('"ap_uint<512>*"', '"unsigned char*"'), ""),
         ("(abi) a clock in connectivity.cfg", ABI_TOP, ABI_GOOD,
          "[connectivity]\nnk=k:1\n[clock]\ndefaultFreqHz=250000000\n"),
+        ("(abi) connectivity maps an argument the kernel lacks", ABI_TOP, ABI_GOOD,
+         "[connectivity]\nnk=k:1\nsp=k_1.jpeg:bank0\nsp=k_1.desc:bank0\n"
+         "sp=k_1.scratch:bank0\n"),
+        ("(abi) connectivity misses a pointer argument", ABI_TOP, ABI_GOOD,
+         "[connectivity]\nnk=k:1\nsp=k_1.jpeg:bank0\n"),
     ]
     for label, top, abi, conn in planted_abi:
         found = abi_findings(top, abi, conn)
@@ -959,6 +979,8 @@ def selftest_structure():
         if not found:
             failures.append("planted violation not caught: " + label)
     ok = abi_findings(ABI_TOP, ABI_GOOD, "[connectivity]\nnk=k:1\n")
+    ok += abi_findings(ABI_TOP, ABI_GOOD,
+                       "[connectivity]\nnk=k:1\nsp=k_1.jpeg:bank0\nsp=k_1.desc:bank0\n")
     if ok:
         failures.append("clean ABI flagged: " + "; ".join(ok))
     for label, bad, clean in PLANTED_STRUCTURE:

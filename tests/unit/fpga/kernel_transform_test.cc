@@ -75,18 +75,16 @@ int RunAndCompare(const std::vector<Sample>& samples, const TransformSpec& spec,
   const uint64_t limit = uint64_t{1} << 29;
   cfg[nf::kCfgMaxValuesLo] = static_cast<uint32_t>(limit);
   cfg[nf::kCfgMaxValuesHi] = static_cast<uint32_t>(limit >> 32);
-  const uint64_t scratch_bytes = 64u << 20;
-  cfg[nf::kCfgScratchLo] = static_cast<uint32_t>(scratch_bytes);
+  cfg[nf::kCfgAbiVersion] = nf::kAbiVersion;
   cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
   // Both buffers are allocated in whole 64-byte words (the kernel reads and
   // writes words); cfg gives the bytes in use.
   std::vector<uint8_t> out(RoundUp64(samples.size() * slot), 0xAB);
   cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(samples.size() * slot);
   jpeg.resize(RoundUp64(jpeg.size()));
-  std::vector<uint8_t> scratch(64);
   std::vector<uint32_t> status(samples.size() * nf::kStatusWords, nf::kStatusNotRun);
   nearprep_preprocess(reinterpret_cast<const WideWord*>(jpeg.data()), desc.data(), cfg.data(),
-                      reinterpret_cast<WideWord*>(out.data()), status.data(), scratch.data(),
+                      reinterpret_cast<WideWord*>(out.data()), status.data(),
                       static_cast<uint32_t>(samples.size()));
   int compared = 0;
   std::vector<uint8_t> ref(slot);
@@ -296,7 +294,7 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   cfg[nf::kCfgOutHeight] = 8;
   cfg[nf::kCfgOutWidth] = 8;
   cfg[nf::kCfgMaxValuesLo] = 1u << 29;
-  cfg[nf::kCfgScratchLo] = 1u << 20;
+  cfg[nf::kCfgAbiVersion] = nf::kAbiVersion;
   cfg[nf::kCfgJpegBytesLo] = static_cast<uint32_t>(jpeg.size());
   std::vector<uint8_t> out(8 * 8 * 3 * 4);  // 768 bytes: whole 64-byte words
   cfg[nf::kCfgOutBytesLo] = static_cast<uint32_t>(out.size());
@@ -304,7 +302,6 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   padded_jpeg.resize(RoundUp64(jpeg.size()));
   const WideWord* jpeg_words = reinterpret_cast<const WideWord*>(padded_jpeg.data());
   WideWord* out_words = reinterpret_cast<WideWord*>(out.data());
-  std::vector<uint8_t> scratch(64);
   std::vector<uint32_t> desc(4 * nf::kDescWords, 0);
   // 0: jpeg beyond the buffer; 1: output beyond the buffer; 2: crop outside
   // the image; 3: valid.
@@ -319,8 +316,7 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   desc[3 * nf::kDescWords + nf::kDescJpegSize] = static_cast<uint32_t>(jpeg.size());
   desc[3 * nf::kDescWords + nf::kDescFlags] = nf::kFlagWholeImage;
   std::vector<uint32_t> status(4 * nf::kStatusWords, nf::kStatusNotRun);
-  nearprep_preprocess(jpeg_words, desc.data(), cfg.data(), out_words, status.data(),
-                      scratch.data(), 4);
+  nearprep_preprocess(jpeg_words, desc.data(), cfg.data(), out_words, status.data(), 4);
   EXPECT_EQ(status[0 * nf::kStatusWords], nf::kStatusCorrupt);
   EXPECT_EQ(status[1 * nf::kStatusWords], nf::kStatusCorrupt);
   EXPECT_EQ(status[2 * nf::kStatusWords], nf::kStatusUnsupported);
@@ -328,7 +324,7 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
   // Over the decode limit (h * w * 3 values): TOO_LARGE.
   cfg[nf::kCfgMaxValuesLo] = 64 * 48 * 3;
   nearprep_preprocess(jpeg_words, desc.data() + 3 * nf::kDescWords, cfg.data(), out_words,
-                      status.data(), scratch.data(), 1);
+                      status.data(), 1);
   EXPECT_EQ(status[0], nf::kStatusTooLarge);
   // Two images written to overlapping slots: the second is refused (the
   // writer only merges the words adjacent slots share), the first is fine.
@@ -338,10 +334,18 @@ TEST(FpgaKernelTransformTest, BadDescriptorsGiveErrorStatusNotCrash) {
     twice[i * nf::kDescWords + nf::kDescJpegSize] = static_cast<uint32_t>(jpeg.size());
     twice[i * nf::kDescWords + nf::kDescFlags] = nf::kFlagWholeImage;
   }
-  nearprep_preprocess(jpeg_words, twice.data(), cfg.data(), out_words, status.data(),
-                      scratch.data(), 2);
+  nearprep_preprocess(jpeg_words, twice.data(), cfg.data(), out_words, status.data(), 2);
   EXPECT_EQ(status[0], nf::kStatusOk);
   EXPECT_EQ(status[nf::kStatusWords], nf::kStatusCorrupt);
+  // A host of another ABI version (e.g. 1, whose word 13 was the scratch
+  // size): no image is served, every one is UNSUPPORTED.
+  for (const uint32_t version : {nf::kAbiVersion - 1, nf::kAbiVersion + 1, 1u << 20}) {
+    cfg[nf::kCfgAbiVersion] = version;
+    std::fill(status.begin(), status.end(), nf::kStatusNotRun);
+    nearprep_preprocess(jpeg_words, desc.data() + 3 * nf::kDescWords, cfg.data(), out_words,
+                        status.data(), 1);
+    EXPECT_EQ(status[0], nf::kStatusUnsupported) << "version " << version;
+  }
 }
 
 }  // namespace
