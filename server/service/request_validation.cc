@@ -31,8 +31,8 @@ namespace nearprep {
 #define NEARPREP_LAST_VALUE(proto_enum, twin)                          \
   static_assert(proto_enum##_MAX == static_cast<int>(twin) &&          \
                     proto_enum##_MIN == 0,                             \
-                #proto_enum " gained a value: add it to " #twin "'s enum " \
-                            "and to these asserts")
+                #proto_enum " gained a value: add its twin after " #twin \
+                            " and to these asserts")
 NEARPREP_SAME_VALUE(v1::CROP_MODE_NONE, CropMode::kNone);
 NEARPREP_SAME_VALUE(v1::CROP_MODE_CENTER, CropMode::kCenter);
 NEARPREP_SAME_VALUE(v1::CROP_MODE_RANDOM_RESIZED, CropMode::kRandomResized);
@@ -59,7 +59,7 @@ NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD, TensorCompression::kGradientZ
 NEARPREP_LAST_VALUE(v1::Compression, TensorCompression::kGradientZstd);
 // ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
 static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
-              "ShuffleMode gained a value: StreamRequest::block_shuffle cannot say it");
+              "v1::ShuffleMode gained a value: StreamRequest::block_shuffle cannot say it");
 #undef NEARPREP_SAME_VALUE
 #undef NEARPREP_LAST_VALUE
 
