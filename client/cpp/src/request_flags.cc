@@ -305,13 +305,7 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     t->set_ratio_min(ratio[0]);
     t->set_ratio_max(ratio[1]);
   }
-  if (!(flip >= 0.0f && flip <= 1.0f)) {
-    return absl::InvalidArgumentError("--flip: probability in [0, 1]");
-  }
   t->set_flip_probability(flip);
-  if (!(brightness >= 0.0f)) {
-    return absl::InvalidArgumentError("--brightness: must be >= 0");
-  }
   t->set_brightness_max_delta(brightness);
   if (!saturation.empty()) {
     if (saturation.size() != 2 || !(saturation[0] >= 0.0f) ||
@@ -332,6 +326,9 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   if (!fid.ok()) return fid.status();
   t->set_fidelity(static_cast<v1::Fidelity>(*fid));
   if (absl::Status st = ApplyFieldFlags(more_transform, t); !st.ok()) return st;
+  // The proto's (nearprep.v1.range)s, before connecting (the daemon checks
+  // them too).
+  if (absl::Status st = CheckFieldRanges(*t); !st.ok()) return st;
 
   v1::OutputFormat* o = r.mutable_output();
   absl::StatusOr<int> dt = ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype);
@@ -446,6 +443,42 @@ absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
       default:
         return absl::InternalError(absl::StrCat(flag, ": no flag conversion"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFieldRanges(const google::protobuf::Message& m) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    if (f->is_repeated() || !f->options().HasExtension(v1::range)) continue;
+    double v = 0;
+    switch (f->cpp_type()) {
+      case FD::CPPTYPE_FLOAT: v = r->GetFloat(m, f); break;
+      case FD::CPPTYPE_DOUBLE: v = r->GetDouble(m, f); break;
+      case FD::CPPTYPE_INT32: v = r->GetInt32(m, f); break;
+      case FD::CPPTYPE_UINT32: v = r->GetUInt32(m, f); break;
+      case FD::CPPTYPE_INT64: v = static_cast<double>(r->GetInt64(m, f)); break;
+      case FD::CPPTYPE_UINT64: v = static_cast<double>(r->GetUInt64(m, f)); break;
+      default: continue;
+    }
+    const v1::FieldRange& range = f->options().GetExtension(v1::range);
+    // NaN is outside every range.
+    if ((!range.has_min() || v >= range.min()) && (!range.has_max() || v <= range.max())) {
+      continue;
+    }
+    std::string rule;
+    if (range.has_min() && range.has_max()) {
+      rule = absl::StrCat("in [", range.min(), ", ", range.max(), "]");
+    } else if (range.has_min()) {
+      rule = absl::StrCat(">= ", range.min());
+    } else {
+      rule = absl::StrCat("<= ", range.max());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(FlagName(f->name()), ": must be ", rule, ", got ", v));
   }
   return absl::OkStatus();
 }

@@ -129,6 +129,10 @@ void RegisterFieldFlags(CLI::App* app, const google::protobuf::Descriptor* d,
 absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
                              google::protobuf::Message* m);
 
+// INVALID_ARGUMENT naming the flag of the first singular field of `m` outside
+// its (nearprep.v1.range) ("--flip-probability: must be in [0, 1], got 1.5").
+absl::Status CheckFieldRanges(const google::protobuf::Message& m);
+
 // CLI11 check of an enum flag: a name ParseEnumValue (vocabulary.h) takes.
 CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e);
 

@@ -113,6 +113,12 @@ TEST(RequestFlagsTest, RejectsBadValues) {
   EXPECT_FALSE(Parse({"--dataset", "d", "--dtype", "int7"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--saturation", "1.5", "0.5"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--flip", "1.5"}).ok());
+  // The proto's ranges, named by the flag.
+  EXPECT_EQ(Parse({"--dataset", "d", "--flip", "1.5"}).status().message(),
+            "--flip-probability: must be in [0, 1], got 1.5");
+  EXPECT_EQ(Parse({"--dataset", "d", "--brightness-max-delta", "-0.5"}).status().message(),
+            "--brightness-max-delta: must be >= 0, got -0.5");
+  EXPECT_TRUE(Parse({"--dataset", "d", "--flip", "1", "--brightness", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--batch-size", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--mean", "0.5", "0.5", "0.5"}).ok());
   EXPECT_FALSE(Parse({}).ok());  // --dataset is required.
