@@ -121,7 +121,8 @@ wrap_down:
 }
 
 uint64_t OutputBytes(const TransformConfig& cfg) {
-  const uint64_t el = cfg.dtype == kDTypeF32 ? 4 : (cfg.dtype == kDTypeU8 ? 1 : 2);
+  const uint64_t el =
+      cfg.dtype == kDTypeF32 ? 4 : (cfg.dtype == kDTypeU8 ? 1 : 2);
   return static_cast<uint64_t>(cfg.out_h) * cfg.out_w * 3 * el;
 }
 

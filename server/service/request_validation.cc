@@ -25,14 +25,14 @@ namespace nearprep {
 // proto gains must be added to the twin (the _MAX assert fails to compile
 // until it is; docs/architecture.md, "Add a transform field"). The kernel
 // ABI's numbering is tied to the twins in server/fpga/fpga_run.cc.
-#define NEARPREP_SAME_VALUE(proto, twin)                                  \
+#define NEARPREP_SAME_VALUE(proto, twin)                           \
   static_assert(static_cast<int>(proto) == static_cast<int>(twin), \
                 #proto " and " #twin " must have the same number")
-#define NEARPREP_LAST_VALUE(proto_enum, twin)                          \
-  static_assert(proto_enum##_MAX == static_cast<int>(twin) &&          \
-                    proto_enum##_MIN == 0,                             \
-                #proto_enum " gained a value: add its twin after " #twin \
-                            " and to these asserts")
+#define NEARPREP_LAST_VALUE(proto_enum, twin)                              \
+  static_assert(                                                           \
+      proto_enum##_MAX == static_cast<int>(twin) && proto_enum##_MIN == 0, \
+      #proto_enum " gained a value: add its twin after " #twin             \
+                  " and to these asserts")
 NEARPREP_SAME_VALUE(v1::CROP_MODE_NONE, CropMode::kNone);
 NEARPREP_SAME_VALUE(v1::CROP_MODE_CENTER, CropMode::kCenter);
 NEARPREP_SAME_VALUE(v1::CROP_MODE_RANDOM_RESIZED, CropMode::kRandomResized);
@@ -55,11 +55,13 @@ NEARPREP_SAME_VALUE(v1::ERROR_POLICY_FAIL_STREAM, ErrorPolicy::kFailStream);
 NEARPREP_LAST_VALUE(v1::ErrorPolicy, ErrorPolicy::kFailStream);
 NEARPREP_SAME_VALUE(v1::COMPRESSION_NONE, TensorCompression::kNone);
 NEARPREP_SAME_VALUE(v1::COMPRESSION_DELTA_ZSTD, TensorCompression::kDeltaZstd);
-NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD, TensorCompression::kGradientZstd);
+NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD,
+                    TensorCompression::kGradientZstd);
 NEARPREP_LAST_VALUE(v1::Compression, TensorCompression::kGradientZstd);
 // ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
 static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
-              "v1::ShuffleMode gained a value: StreamRequest::block_shuffle cannot say it");
+              "v1::ShuffleMode gained a value: StreamRequest::block_shuffle "
+              "cannot say it");
 #undef NEARPREP_SAME_VALUE
 #undef NEARPREP_LAST_VALUE
 
@@ -84,10 +86,12 @@ absl::Status CheckFinite(const std::string& field, float v) {
 // "0..3" for values 0, 1, 2, 3; else the numbers, comma-separated.
 std::string ValidNumbers(const google::protobuf::EnumDescriptor* e) {
   std::vector<int> numbers;
-  for (int i = 0; i < e->value_count(); ++i) numbers.push_back(e->value(i)->number());
+  for (int i = 0; i < e->value_count(); ++i)
+    numbers.push_back(e->value(i)->number());
   std::sort(numbers.begin(), numbers.end());
   bool dense = true;
-  for (size_t i = 0; i < numbers.size(); ++i) dense = dense && numbers[i] == static_cast<int>(i);
+  for (size_t i = 0; i < numbers.size(); ++i)
+    dense = dense && numbers[i] == static_cast<int>(i);
   if (dense) return absl::StrCat("0..", numbers.back());
   return absl::StrJoin(numbers, ", ");
 }
@@ -103,7 +107,8 @@ std::string Bound(double v) {
 // enum's values, a field with a (nearprep.v1.range) option must lie in the
 // range (NaN passes: CheckFinite words that). Sub-messages are walked with
 // their own prefix, except `skip` (checked by its own function).
-absl::Status CheckVocabulary(const google::protobuf::Message& m, const std::string& prefix,
+absl::Status CheckVocabulary(const google::protobuf::Message& m,
+                             const std::string& prefix,
                              const std::string& skip = "") {
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Descriptor* d = m.GetDescriptor();
@@ -113,7 +118,8 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m, const std::stri
     if (f->is_repeated() || f->name() == skip) continue;
     const std::string field = prefix + f->name();
     if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      if (absl::Status st = CheckVocabulary(r->GetMessage(m, f), field + "."); !st.ok()) {
+      if (absl::Status st = CheckVocabulary(r->GetMessage(m, f), field + ".");
+          !st.ok()) {
         return st;
       }
       continue;
@@ -121,8 +127,9 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m, const std::stri
     if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
       const int v = r->GetEnumValue(m, f);
       if (f->enum_type()->FindValueByNumber(v) == nullptr) {
-        return Invalid(field, absl::StrCat("unknown enum value ", v, " (valid: ",
-                                           ValidNumbers(f->enum_type()), ")"));
+        return Invalid(field,
+                       absl::StrCat("unknown enum value ", v, " (valid: ",
+                                    ValidNumbers(f->enum_type()), ")"));
       }
       continue;
     }
@@ -162,13 +169,16 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m, const std::stri
     const bool high = range.has_max() && v > range.max();
     if (!low && !high) continue;
     if (range.has_min() && range.has_max()) {
-      return Invalid(field, absl::StrCat("must be in [", Bound(range.min()), ", ",
-                                         Bound(range.max()), "], got ", shown));
+      return Invalid(field,
+                     absl::StrCat("must be in [", Bound(range.min()), ", ",
+                                  Bound(range.max()), "], got ", shown));
     }
     if (range.has_min()) {
-      return Invalid(field, absl::StrCat("must be >= ", Bound(range.min()), ", got ", shown));
+      return Invalid(field, absl::StrCat("must be >= ", Bound(range.min()),
+                                         ", got ", shown));
     }
-    return Invalid(field, absl::StrCat("must be <= ", Bound(range.max()), ", got ", shown));
+    return Invalid(field, absl::StrCat("must be <= ", Bound(range.max()),
+                                       ", got ", shown));
   }
   return absl::OkStatus();
 }

@@ -23,18 +23,36 @@ nlohmann::ordered_json FieldsJson(const google::protobuf::Message& m) {
     if (f->is_repeated()) continue;
     const std::string& n = f->name();
     switch (f->cpp_type()) {
-      case FD::CPPTYPE_BOOL: j[n] = r->GetBool(m, f); break;
-      case FD::CPPTYPE_FLOAT: j[n] = r->GetFloat(m, f); break;
-      case FD::CPPTYPE_DOUBLE: j[n] = r->GetDouble(m, f); break;
-      case FD::CPPTYPE_INT32: j[n] = r->GetInt32(m, f); break;
-      case FD::CPPTYPE_UINT32: j[n] = r->GetUInt32(m, f); break;
-      case FD::CPPTYPE_INT64: j[n] = r->GetInt64(m, f); break;
-      case FD::CPPTYPE_UINT64: j[n] = r->GetUInt64(m, f); break;
+      case FD::CPPTYPE_BOOL:
+        j[n] = r->GetBool(m, f);
+        break;
+      case FD::CPPTYPE_FLOAT:
+        j[n] = r->GetFloat(m, f);
+        break;
+      case FD::CPPTYPE_DOUBLE:
+        j[n] = r->GetDouble(m, f);
+        break;
+      case FD::CPPTYPE_INT32:
+        j[n] = r->GetInt32(m, f);
+        break;
+      case FD::CPPTYPE_UINT32:
+        j[n] = r->GetUInt32(m, f);
+        break;
+      case FD::CPPTYPE_INT64:
+        j[n] = r->GetInt64(m, f);
+        break;
+      case FD::CPPTYPE_UINT64:
+        j[n] = r->GetUInt64(m, f);
+        break;
       case FD::CPPTYPE_ENUM:
         j[n] = EnumValueName(f->enum_type(), r->GetEnumValue(m, f));
         break;
-      case FD::CPPTYPE_STRING: j[n] = r->GetString(m, f); break;
-      case FD::CPPTYPE_MESSAGE: j[n] = FieldsJson(r->GetMessage(m, f)); break;
+      case FD::CPPTYPE_STRING:
+        j[n] = r->GetString(m, f);
+        break;
+      case FD::CPPTYPE_MESSAGE:
+        j[n] = FieldsJson(r->GetMessage(m, f));
+        break;
     }
   }
   return j;
@@ -68,7 +86,8 @@ std::string BatchToJson(const v1::Batch& batch, const std::string& npy_file) {
   j["labels"] =
       std::vector<int64_t>(batch.labels().begin(), batch.labels().end());
   json params = json::array();
-  for (const v1::SampleParams& p : batch.params()) params.push_back(FieldsJson(p));
+  for (const v1::SampleParams& p : batch.params())
+    params.push_back(FieldsJson(p));
   j["params"] = params;
   json errors = json::array();
   for (const v1::SampleError& e : batch.errors()) {

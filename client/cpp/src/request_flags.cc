@@ -247,8 +247,8 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   // transform.scale_* and ratio_* and saturation_* are set as pairs, and
   // disable_clip by --no-clip (the Python client's keywords, request.py).
   RegisterFieldFlags(app, v1::Transform::descriptor(),
-                     {"scale_min", "scale_max", "ratio_min", "ratio_max", "saturation_lower",
-                      "saturation_upper", "disable_clip"},
+                     {"scale_min", "scale_max", "ratio_min", "ratio_max",
+                      "saturation_lower", "saturation_upper", "disable_clip"},
                      &more_transform);
   app->add_flag("--dry-run", dry_run,
                 "print the request that would be sent (protobuf JSON, proto "
@@ -373,9 +373,11 @@ void RegisterFieldFlags(CLI::App* app, const google::protobuf::Descriptor* d,
       continue;
     }
     std::string help = d->name() + "." + f->name();
-    if (f->cpp_type() == FD::CPPTYPE_ENUM) help += ": " + EnumHelp(f->enum_type());
+    if (f->cpp_type() == FD::CPPTYPE_ENUM)
+      help += ": " + EnumHelp(f->enum_type());
     CLI::Option* o = app->add_option(flag, (*values)[f->name()], help);
-    if (f->cpp_type() == FD::CPPTYPE_ENUM) o->check(EnumValidator(f->enum_type()));
+    if (f->cpp_type() == FD::CPPTYPE_ENUM)
+      o->check(EnumValidator(f->enum_type()));
   }
 }
 
@@ -386,10 +388,12 @@ absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
   for (const auto& [name, text] : values) {
     if (text.empty()) continue;
     const FD* f = m->GetDescriptor()->FindFieldByName(name);
-    if (f == nullptr) return absl::InternalError(absl::StrCat("no field ", name));
+    if (f == nullptr)
+      return absl::InternalError(absl::StrCat("no field ", name));
     const std::string flag = FlagName(name);
     auto bad = [&](const char* what) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": must be ", what, ", got '", text, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": must be ", what, ", got '", text, "'"));
     };
     switch (f->cpp_type()) {
       case FD::CPPTYPE_FLOAT: {
@@ -406,13 +410,15 @@ absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
       }
       case FD::CPPTYPE_UINT32: {
         uint32_t v = 0;
-        if (text[0] == '-' || !absl::SimpleAtoi(text, &v)) return bad("an integer in [0, 2^32)");
+        if (text[0] == '-' || !absl::SimpleAtoi(text, &v))
+          return bad("an integer in [0, 2^32)");
         r->SetUInt32(m, f, v);
         break;
       }
       case FD::CPPTYPE_UINT64: {
         uint64_t v = 0;
-        if (text[0] == '-' || !absl::SimpleAtoi(text, &v)) return bad("an integer in [0, 2^64)");
+        if (text[0] == '-' || !absl::SimpleAtoi(text, &v))
+          return bad("an integer in [0, 2^64)");
         r->SetUInt64(m, f, v);
         break;
       }
@@ -456,17 +462,31 @@ absl::Status CheckFieldRanges(const google::protobuf::Message& m) {
     if (f->is_repeated() || !f->options().HasExtension(v1::range)) continue;
     double v = 0;
     switch (f->cpp_type()) {
-      case FD::CPPTYPE_FLOAT: v = r->GetFloat(m, f); break;
-      case FD::CPPTYPE_DOUBLE: v = r->GetDouble(m, f); break;
-      case FD::CPPTYPE_INT32: v = r->GetInt32(m, f); break;
-      case FD::CPPTYPE_UINT32: v = r->GetUInt32(m, f); break;
-      case FD::CPPTYPE_INT64: v = static_cast<double>(r->GetInt64(m, f)); break;
-      case FD::CPPTYPE_UINT64: v = static_cast<double>(r->GetUInt64(m, f)); break;
-      default: continue;
+      case FD::CPPTYPE_FLOAT:
+        v = r->GetFloat(m, f);
+        break;
+      case FD::CPPTYPE_DOUBLE:
+        v = r->GetDouble(m, f);
+        break;
+      case FD::CPPTYPE_INT32:
+        v = r->GetInt32(m, f);
+        break;
+      case FD::CPPTYPE_UINT32:
+        v = r->GetUInt32(m, f);
+        break;
+      case FD::CPPTYPE_INT64:
+        v = static_cast<double>(r->GetInt64(m, f));
+        break;
+      case FD::CPPTYPE_UINT64:
+        v = static_cast<double>(r->GetUInt64(m, f));
+        break;
+      default:
+        continue;
     }
     const v1::FieldRange& range = f->options().GetExtension(v1::range);
     // NaN is outside every range.
-    if ((!range.has_min() || v >= range.min()) && (!range.has_max() || v <= range.max())) {
+    if ((!range.has_min() || v >= range.min()) &&
+        (!range.has_max() || v <= range.max())) {
       continue;
     }
     std::string rule;

@@ -59,7 +59,8 @@ std::vector<std::pair<std::string, std::string>> DeprecatedNames(const EnumDescr
   const std::string prefix = Prefix(e);
   for (int i = 0; i < e->value_count(); ++i) {
     const google::protobuf::EnumValueOptions& o = e->value(i)->options();
-    const std::string name = Normalize(std::string_view(e->value(i)->name()).substr(prefix.size()));
+    const std::string name =
+        Normalize(std::string_view(e->value(i)->name()).substr(prefix.size()));
     for (int k = 0; k < o.ExtensionSize(v1::deprecated_spelling); ++k) {
       out.emplace_back(o.GetExtension(v1::deprecated_spelling, k), name);
     }

@@ -1,16 +1,15 @@
 // CLI flag parsing: --shard i/n and the request built from the flags.
 #include "client/cpp/src/request_flags.h"
-#include "client/cpp/src/vocabulary.h"
 
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "client/cpp/src/vocabulary.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"
-
 #include "gtest/gtest.h"
 
 namespace nearprep {
@@ -116,9 +115,12 @@ TEST(RequestFlagsTest, RejectsBadValues) {
   // The proto's ranges, named by the flag.
   EXPECT_EQ(Parse({"--dataset", "d", "--flip", "1.5"}).status().message(),
             "--flip-probability: must be in [0, 1], got 1.5");
-  EXPECT_EQ(Parse({"--dataset", "d", "--brightness-max-delta", "-0.5"}).status().message(),
+  EXPECT_EQ(Parse({"--dataset", "d", "--brightness-max-delta", "-0.5"})
+                .status()
+                .message(),
             "--brightness-max-delta: must be >= 0, got -0.5");
-  EXPECT_TRUE(Parse({"--dataset", "d", "--flip", "1", "--brightness", "0"}).ok());
+  EXPECT_TRUE(
+      Parse({"--dataset", "d", "--flip", "1", "--brightness", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--batch-size", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--mean", "0.5", "0.5", "0.5"}).ok());
   EXPECT_FALSE(Parse({}).ok());  // --dataset is required.
@@ -192,7 +194,8 @@ TEST(RequestFlagsTest, TakesTheProtoNamesAndTheOlderSpellings) {
 // RequestFlags registers none of these today).
 TEST(RequestFlagsTest, AFieldAndAValueAddedToTheProtoNeedNoEdit) {
   google::protobuf::FileDescriptorProto descriptor_proto, fdp;
-  google::protobuf::FileDescriptorProto::descriptor()->file()->CopyTo(&descriptor_proto);
+  google::protobuf::FileDescriptorProto::descriptor()->file()->CopyTo(
+      &descriptor_proto);
   v1::Transform::descriptor()->file()->CopyTo(&fdp);
   for (google::protobuf::DescriptorProto& m : *fdp.mutable_message_type()) {
     if (m.name() != "Transform") continue;
@@ -212,22 +215,27 @@ TEST(RequestFlagsTest, AFieldAndAValueAddedToTheProtoNeedNoEdit) {
   google::protobuf::DescriptorPool pool;
   ASSERT_NE(pool.BuildFile(descriptor_proto), nullptr);
   ASSERT_NE(pool.BuildFile(fdp), nullptr);
-  const google::protobuf::Descriptor* d = pool.FindMessageTypeByName("nearprep.v1.Transform");
+  const google::protobuf::Descriptor* d =
+      pool.FindMessageTypeByName("nearprep.v1.Transform");
   ASSERT_NE(d, nullptr);
   // The crop's new value: its name and its older spelling.
-  EXPECT_EQ(EnumValueNames(d->FindFieldByName("crop")->enum_type()).back(), "zoom");
-  EXPECT_EQ(*ParseEnumValue(d->FindFieldByName("crop")->enum_type(), "--crop", "zm"), 4);
+  EXPECT_EQ(EnumValueNames(d->FindFieldByName("crop")->enum_type()).back(),
+            "zoom");
+  EXPECT_EQ(
+      *ParseEnumValue(d->FindFieldByName("crop")->enum_type(), "--crop", "zm"),
+      4);
 
   for (const bool hand_crop : {true, false}) {
     SCOPED_TRACE(hand_crop);
     CLI::App app("test");
     std::string crop;
-    if (hand_crop) app.add_option("--crop", crop);  // a flag of its own: left alone
+    if (hand_crop)
+      app.add_option("--crop", crop);  // a flag of its own: left alone
     std::map<std::string, std::string> values;
     RegisterFieldFlags(&app, d, {"scale_min", "disable_clip"}, &values);
     EXPECT_NE(app.get_option_no_throw("--contrast-max-delta"), nullptr);
     EXPECT_NE(app.get_option_no_throw("--scale-max"), nullptr);
-    EXPECT_EQ(app.get_option_no_throw("--scale-min"), nullptr);    // skipped
+    EXPECT_EQ(app.get_option_no_throw("--scale-min"), nullptr);     // skipped
     EXPECT_EQ(app.get_option_no_throw("--disable-clip"), nullptr);  // skipped
     EXPECT_EQ(app.get_option_no_throw("--mean"), nullptr);          // repeated
     EXPECT_EQ(values.count("crop"), hand_crop ? 0u : 1u);
@@ -237,7 +245,8 @@ TEST(RequestFlagsTest, AFieldAndAValueAddedToTheProtoNeedNoEdit) {
     for (std::string& a : args) argv.push_back(a.data());
     app.parse(static_cast<int>(argv.size()), argv.data());
     google::protobuf::DynamicMessageFactory factory(&pool);
-    std::unique_ptr<google::protobuf::Message> t(factory.GetPrototype(d)->New());
+    std::unique_ptr<google::protobuf::Message> t(
+        factory.GetPrototype(d)->New());
     ASSERT_TRUE(ApplyFieldFlags(values, t.get()).ok());
     const google::protobuf::Reflection* r = t->GetReflection();
     EXPECT_EQ(r->GetFloat(*t, d->FindFieldByName("contrast_max_delta")), 0.25f);
@@ -261,9 +270,13 @@ TEST(RequestFlagsTest, EveryTransformFieldHasAFlag) {
     std::string name = d->field(i)->name();
     for (char& c : name) c = c == '_' ? '-' : c;
     const std::map<std::string, std::string> pairs = {
-        {"scale-min", "scale"}, {"scale-max", "scale"}, {"ratio-min", "ratio"},
-        {"ratio-max", "ratio"}, {"saturation-lower", "saturation"},
-        {"saturation-upper", "saturation"}, {"disable-clip", "no-clip"}};
+        {"scale-min", "scale"},
+        {"scale-max", "scale"},
+        {"ratio-min", "ratio"},
+        {"ratio-max", "ratio"},
+        {"saturation-lower", "saturation"},
+        {"saturation-upper", "saturation"},
+        {"disable-clip", "no-clip"}};
     if (pairs.count(name) != 0) name = pairs.at(name);
     EXPECT_NE(app.get_option_no_throw("--" + name), nullptr) << name;
   }

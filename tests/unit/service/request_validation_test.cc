@@ -1,17 +1,16 @@
 #include "server/service/request_validation.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
@@ -316,9 +315,12 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
 // enum's largest value and -1 are refused, naming the field's path. Each
 // field with a (nearprep.v1.range) option: just outside the range likewise,
 // and its bounds themselves are accepted.
-void CollectFields(const google::protobuf::Descriptor* d, const std::string& prefix,
-                   std::vector<std::pair<std::string, std::vector<const google::protobuf::FieldDescriptor*>>>* out,
-                   std::vector<const google::protobuf::FieldDescriptor*> path = {}) {
+void CollectFields(
+    const google::protobuf::Descriptor* d, const std::string& prefix,
+    std::vector<std::pair<
+        std::string, std::vector<const google::protobuf::FieldDescriptor*>>>*
+        out,
+    std::vector<const google::protobuf::FieldDescriptor*> path = {}) {
   for (int i = 0; i < d->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* f = d->field(i);
     if (f->is_repeated()) continue;
@@ -326,37 +328,53 @@ void CollectFields(const google::protobuf::Descriptor* d, const std::string& pre
     p.push_back(f);
     if (f->message_type() != nullptr) {
       CollectFields(f->message_type(), prefix + f->name() + ".", out, p);
-    } else if (f->enum_type() != nullptr || f->options().HasExtension(v1::range)) {
+    } else if (f->enum_type() != nullptr ||
+               f->options().HasExtension(v1::range)) {
       out->emplace_back(prefix + f->name(), p);
     }
   }
 }
 
-google::protobuf::Message* Leaf(google::protobuf::Message* m,
-                                const std::vector<const google::protobuf::FieldDescriptor*>& p) {
+google::protobuf::Message* Leaf(
+    google::protobuf::Message* m,
+    const std::vector<const google::protobuf::FieldDescriptor*>& p) {
   for (size_t i = 0; i + 1 < p.size(); ++i) {
     m = m->GetReflection()->MutableMessage(m, p[i]);
   }
   return m;
 }
 
-void SetNumber(google::protobuf::Message* m, const google::protobuf::FieldDescriptor* f,
-               double v) {
+void SetNumber(google::protobuf::Message* m,
+               const google::protobuf::FieldDescriptor* f, double v) {
   using FD = google::protobuf::FieldDescriptor;
   const google::protobuf::Reflection* r = m->GetReflection();
   switch (f->cpp_type()) {
-    case FD::CPPTYPE_FLOAT: r->SetFloat(m, f, static_cast<float>(v)); break;
-    case FD::CPPTYPE_DOUBLE: r->SetDouble(m, f, v); break;
-    case FD::CPPTYPE_UINT32: r->SetUInt32(m, f, static_cast<uint32_t>(v)); break;
-    case FD::CPPTYPE_UINT64: r->SetUInt64(m, f, static_cast<uint64_t>(v)); break;
-    case FD::CPPTYPE_INT32: r->SetInt32(m, f, static_cast<int32_t>(v)); break;
-    case FD::CPPTYPE_INT64: r->SetInt64(m, f, static_cast<int64_t>(v)); break;
-    default: FAIL() << f->full_name() << ": a range on a non-numeric field";
+    case FD::CPPTYPE_FLOAT:
+      r->SetFloat(m, f, static_cast<float>(v));
+      break;
+    case FD::CPPTYPE_DOUBLE:
+      r->SetDouble(m, f, v);
+      break;
+    case FD::CPPTYPE_UINT32:
+      r->SetUInt32(m, f, static_cast<uint32_t>(v));
+      break;
+    case FD::CPPTYPE_UINT64:
+      r->SetUInt64(m, f, static_cast<uint64_t>(v));
+      break;
+    case FD::CPPTYPE_INT32:
+      r->SetInt32(m, f, static_cast<int32_t>(v));
+      break;
+    case FD::CPPTYPE_INT64:
+      r->SetInt64(m, f, static_cast<int64_t>(v));
+      break;
+    default:
+      FAIL() << f->full_name() << ": a range on a non-numeric field";
   }
 }
 
 TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
-  std::vector<std::pair<std::string, std::vector<const google::protobuf::FieldDescriptor*>>>
+  std::vector<std::pair<std::string,
+                        std::vector<const google::protobuf::FieldDescriptor*>>>
       fields;
   CollectFields(v1::StreamBatchesRequest::descriptor(), "", &fields);
   int enums = 0, ranges = 0;
@@ -367,14 +385,15 @@ TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
       ++enums;
       const google::protobuf::EnumDescriptor* e = f->enum_type();
       int max = 0;
-      for (int i = 0; i < e->value_count(); ++i) max = std::max(max, e->value(i)->number());
+      for (int i = 0; i < e->value_count(); ++i)
+        max = std::max(max, e->value(i)->number());
       for (int bad : {max + 1, -1}) {
         v1::StreamBatchesRequest r = Good();
         google::protobuf::Message* m = Leaf(&r, path);
         m->GetReflection()->SetEnumValue(m, f, bad);
         ExpectError(r, absl::StatusCode::kInvalidArgument, name);
-        EXPECT_NE(Validate(r).status().message().find(
-                      absl::StrCat("unknown enum value ", bad, " (valid: 0..", max, ")")),
+        EXPECT_NE(Validate(r).status().message().find(absl::StrCat(
+                      "unknown enum value ", bad, " (valid: 0..", max, ")")),
                   std::string::npos)
             << Validate(r).status();
       }
@@ -382,14 +401,16 @@ TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
     }
     ++ranges;
     const v1::FieldRange& range = f->options().GetExtension(v1::range);
-    const bool is_float = f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_FLOAT ||
-                          f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE;
+    const bool is_float =
+        f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_FLOAT ||
+        f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE;
     const double step = is_float ? 0.5 : 1;
     std::vector<std::pair<double, bool>> cases;  // (value, accepted)
     if (range.has_min()) {
       cases.push_back({range.min(), true});
       // Below 0 cannot be set in an unsigned field.
-      if (is_float || range.min() > 0) cases.push_back({range.min() - step, false});
+      if (is_float || range.min() > 0)
+        cases.push_back({range.min() - step, false});
     }
     if (range.has_max()) {
       cases.push_back({range.max(), true});
