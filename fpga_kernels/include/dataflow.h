@@ -182,7 +182,9 @@ inline bool StartImage(hls::stream<ImageJob, kJobDepth>& in, hls::stream<ImageJo
 }
 
 // Bytes per output element for a dtype (0 f32, 1 f16, 2 bf16, 3 u8).
-inline int ElementBytes(int dtype) { return dtype == 0 ? 4 : (dtype == 3 ? 1 : 2); }
+inline int ElementBytes(int dtype) {
+  return dtype == kDTypeF32 ? 4 : (dtype == kDTypeU8 ? 1 : 2);
+}
 
 void ReadControl(const uint32_t* desc, const uint32_t* cfg, uint32_t num_images,
                  hls::stream<ImageJob, kJobDepth>& job_out);

@@ -97,6 +97,13 @@ enum CfgWord {
   kCfgJpegBytesLo, kCfgJpegBytesHi,  // bytes of the jpeg buffer
   kCfgOutBytesLo, kCfgOutBytesHi,    // bytes of the out buffer
 };
+// Values of kCfgDType and kCfgLayout: server/common/types.h's DType and
+// Layout numbers (server/fpga/fpga_run.cc static_asserts it; the kernel
+// includes nothing from server/).
+enum CfgDType { kDTypeF32 = 0, kDTypeF16 = 1, kDTypeBF16 = 2, kDTypeU8 = 3 };
+constexpr uint32_t kNumDTypes = 4;
+enum CfgLayout { kLayoutNHWC = 0, kLayoutNCHW = 1 };
+constexpr uint32_t kNumLayouts = 2;
 constexpr uint32_t kCfgClip = 1u << 0;
 constexpr uint32_t kCfgNormalize = 1u << 1;
 

@@ -276,7 +276,7 @@ images:
     }
     ImageJob done = j;
     const int el = ElementBytes(j.dtype);
-    const bool nchw = j.layout == 1;
+    const bool nchw = j.layout == kLayoutNCHW;
     const int planes = nchw ? 3 : 1;
     const uint64_t plane_bytes =
         static_cast<uint64_t>(j.out_h) * j.out_w * static_cast<uint64_t>(el) * (nchw ? 1 : 3);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "nearprep_kernel_abi.h"
+
 namespace nearprep_fpga {
 
 // TF's compute_interpolation_weights with HalfPixelScaler.
@@ -119,7 +121,8 @@ wrap_down:
 }
 
 uint64_t OutputBytes(const TransformConfig& cfg) {
-  const uint64_t el = cfg.dtype == 0 ? 4 : (cfg.dtype == 3 ? 1 : 2);
+  const uint64_t el =
+      cfg.dtype == kDTypeF32 ? 4 : (cfg.dtype == kDTypeU8 ? 1 : 2);
   return static_cast<uint64_t>(cfg.out_h) * cfg.out_w * 3 * el;
 }
 
@@ -139,24 +142,24 @@ void AugmentPixel(float px[3], float delta, bool saturation, float factor, bool 
 void PackElement(float v, int dtype, uint8_t* out) {
 #pragma HLS INLINE
   switch (dtype) {
-    case 0: {
+    case kDTypeF32: {
       const uint32_t u = FloatBits(v);
       for (int k = 0; k < 4; ++k) out[k] = static_cast<uint8_t>(u >> (8 * k));
       break;
     }
-    case 1: {
+    case kDTypeF16: {
       const uint16_t u = FloatToHalf(v);
       out[0] = static_cast<uint8_t>(u);
       out[1] = static_cast<uint8_t>(u >> 8);
       break;
     }
-    case 2: {
+    case kDTypeBF16: {
       const uint16_t u = FloatToBFloat16(v);
       out[0] = static_cast<uint8_t>(u);
       out[1] = static_cast<uint8_t>(u >> 8);
       break;
     }
-    default: {
+    default: {  // kDTypeU8
       // NaN -> 0 (as the CPU path's FloatToU8); a NaN cast is undefined.
       const float f = std::isnan(v) ? 0.0f : std::min(std::max(v, 0.0f), 1.0f) * 255.0f;
       out[0] = static_cast<uint8_t>(std::round(f));

@@ -11,12 +11,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "nearprep_kernel_abi.h"
+#include "server/common/types.h"
 #include "server/fpga/fpga_device.h"
 
 namespace nearprep {
 namespace {
 
 namespace nf = nearprep_fpga;
+
+// The kernel ABI's numbering of kCfgDType / kCfgLayout is types.h's (the
+// proto's, request_validation.cc): a value added to one must reach the others.
+static_assert(nf::kDTypeF32 == static_cast<uint32_t>(DType::kFloat32) &&
+                  nf::kDTypeF16 == static_cast<uint32_t>(DType::kFloat16) &&
+                  nf::kDTypeBF16 == static_cast<uint32_t>(DType::kBFloat16) &&
+                  nf::kDTypeU8 == static_cast<uint32_t>(DType::kUint8) &&
+                  nf::kNumDTypes == static_cast<uint32_t>(DType::kUint8) + 1,
+              "kernel ABI dtype numbering != server/common/types.h DType");
+static_assert(nf::kLayoutNHWC == static_cast<uint32_t>(Layout::kNHWC) &&
+                  nf::kLayoutNCHW == static_cast<uint32_t>(Layout::kNCHW) &&
+                  nf::kNumLayouts == static_cast<uint32_t>(Layout::kNCHW) + 1,
+              "kernel ABI layout numbering != server/common/types.h Layout");
 
 }  // namespace
 

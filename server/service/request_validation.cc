@@ -12,11 +12,59 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "server/data/block_shuffle.h"
 #include "server/pipeline/resume_token.h"
 #include "server/service/fleet_request.h"
 
 namespace nearprep {
+
+// The adapter casts each proto enum to its server/common/types.h (and
+// common/tensor_codec.h) twin: the numbers must be the same, and a value the
+// proto gains must be added to the twin (the _MAX assert fails to compile
+// until it is; docs/architecture.md, "Add a transform field"). The kernel
+// ABI's numbering is tied to the twins in server/fpga/fpga_run.cc.
+#define NEARPREP_SAME_VALUE(proto, twin)                           \
+  static_assert(static_cast<int>(proto) == static_cast<int>(twin), \
+                #proto " and " #twin " must have the same number")
+#define NEARPREP_LAST_VALUE(proto_enum, twin)                              \
+  static_assert(                                                           \
+      proto_enum##_MAX == static_cast<int>(twin) && proto_enum##_MIN == 0, \
+      #proto_enum " gained a value: add its twin after " #twin             \
+                  " and to these asserts")
+NEARPREP_SAME_VALUE(v1::CROP_MODE_NONE, CropMode::kNone);
+NEARPREP_SAME_VALUE(v1::CROP_MODE_CENTER, CropMode::kCenter);
+NEARPREP_SAME_VALUE(v1::CROP_MODE_RANDOM_RESIZED, CropMode::kRandomResized);
+NEARPREP_SAME_VALUE(v1::CROP_MODE_RESIZE_CENTER, CropMode::kResizeCenter);
+NEARPREP_LAST_VALUE(v1::CropMode, CropMode::kResizeCenter);
+NEARPREP_SAME_VALUE(v1::FIDELITY_TF_COMPAT, Fidelity::kTfCompat);
+NEARPREP_SAME_VALUE(v1::FIDELITY_FAST, Fidelity::kFast);
+NEARPREP_SAME_VALUE(v1::FIDELITY_TORCHVISION, Fidelity::kTorchvision);
+NEARPREP_LAST_VALUE(v1::Fidelity, Fidelity::kTorchvision);
+NEARPREP_SAME_VALUE(v1::DTYPE_FLOAT32, DType::kFloat32);
+NEARPREP_SAME_VALUE(v1::DTYPE_FLOAT16, DType::kFloat16);
+NEARPREP_SAME_VALUE(v1::DTYPE_BFLOAT16, DType::kBFloat16);
+NEARPREP_SAME_VALUE(v1::DTYPE_UINT8, DType::kUint8);
+NEARPREP_LAST_VALUE(v1::DType, DType::kUint8);
+NEARPREP_SAME_VALUE(v1::LAYOUT_NHWC, Layout::kNHWC);
+NEARPREP_SAME_VALUE(v1::LAYOUT_NCHW, Layout::kNCHW);
+NEARPREP_LAST_VALUE(v1::Layout, Layout::kNCHW);
+NEARPREP_SAME_VALUE(v1::ERROR_POLICY_SKIP, ErrorPolicy::kSkip);
+NEARPREP_SAME_VALUE(v1::ERROR_POLICY_FAIL_STREAM, ErrorPolicy::kFailStream);
+NEARPREP_LAST_VALUE(v1::ErrorPolicy, ErrorPolicy::kFailStream);
+NEARPREP_SAME_VALUE(v1::COMPRESSION_NONE, TensorCompression::kNone);
+NEARPREP_SAME_VALUE(v1::COMPRESSION_DELTA_ZSTD, TensorCompression::kDeltaZstd);
+NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD,
+                    TensorCompression::kGradientZstd);
+NEARPREP_LAST_VALUE(v1::Compression, TensorCompression::kGradientZstd);
+// ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
+static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
+              "v1::ShuffleMode gained a value: StreamRequest::block_shuffle "
+              "cannot say it");
+#undef NEARPREP_SAME_VALUE
+#undef NEARPREP_LAST_VALUE
+
 namespace {
 
 absl::Status Invalid(const std::string& field, const std::string& reason) {
@@ -35,10 +83,102 @@ absl::Status CheckFinite(const std::string& field, float v) {
   return absl::OkStatus();
 }
 
-absl::Status CheckEnum(const std::string& field, int value, int max_value) {
-  if (value < 0 || value > max_value) {
-    return Invalid(field, absl::StrCat("unknown enum value ", value,
-                                       " (valid: 0..", max_value, ")"));
+// "0..3" for values 0, 1, 2, 3; else the numbers, comma-separated.
+std::string ValidNumbers(const google::protobuf::EnumDescriptor* e) {
+  std::vector<int> numbers;
+  for (int i = 0; i < e->value_count(); ++i)
+    numbers.push_back(e->value(i)->number());
+  std::sort(numbers.begin(), numbers.end());
+  bool dense = true;
+  for (size_t i = 0; i < numbers.size(); ++i)
+    dense = dense && numbers[i] == static_cast<int>(i);
+  if (dense) return absl::StrCat("0..", numbers.back());
+  return absl::StrJoin(numbers, ", ");
+}
+
+std::string Bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+// The checks the proto itself states, for every singular field of `m` (its
+// path in messages: `prefix` + name): an enum field must hold one of its
+// enum's values, a field with a (nearprep.v1.range) option must lie in the
+// range (NaN passes: CheckFinite words that). Sub-messages are walked with
+// their own prefix, except `skip` (checked by its own function).
+absl::Status CheckVocabulary(const google::protobuf::Message& m,
+                             const std::string& prefix,
+                             const std::string& skip = "") {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->is_repeated() || f->name() == skip) continue;
+    const std::string field = prefix + f->name();
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (absl::Status st = CheckVocabulary(r->GetMessage(m, f), field + ".");
+          !st.ok()) {
+        return st;
+      }
+      continue;
+    }
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
+      const int v = r->GetEnumValue(m, f);
+      if (f->enum_type()->FindValueByNumber(v) == nullptr) {
+        return Invalid(field,
+                       absl::StrCat("unknown enum value ", v, " (valid: ",
+                                    ValidNumbers(f->enum_type()), ")"));
+      }
+      continue;
+    }
+    if (!f->options().HasExtension(v1::range)) continue;
+    const v1::FieldRange& range = f->options().GetExtension(v1::range);
+    double v = 0;
+    std::string shown;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        v = r->GetFloat(m, f);
+        shown = F(r->GetFloat(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        v = r->GetDouble(m, f);
+        shown = Bound(v);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        v = r->GetUInt32(m, f);
+        shown = absl::StrCat(r->GetUInt32(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        v = static_cast<double>(r->GetUInt64(m, f));
+        shown = absl::StrCat(r->GetUInt64(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        v = r->GetInt32(m, f);
+        shown = absl::StrCat(r->GetInt32(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        v = static_cast<double>(r->GetInt64(m, f));
+        shown = absl::StrCat(r->GetInt64(m, f));
+        break;
+      default:
+        continue;  // A range on a non-numeric field means nothing.
+    }
+    const bool low = range.has_min() && v < range.min();
+    const bool high = range.has_max() && v > range.max();
+    if (!low && !high) continue;
+    if (range.has_min() && range.has_max()) {
+      return Invalid(field,
+                     absl::StrCat("must be in [", Bound(range.min()), ", ",
+                                  Bound(range.max()), "], got ", shown));
+    }
+    if (range.has_min()) {
+      return Invalid(field, absl::StrCat("must be >= ", Bound(range.min()),
+                                         ", got ", shown));
+    }
+    return Invalid(field, absl::StrCat("must be <= ", Bound(range.max()),
+                                       ", got ", shown));
   }
   return absl::OkStatus();
 }
@@ -60,11 +200,9 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   s.height = static_cast<int>(t.height());
   s.width = static_cast<int>(t.width());
 
-  if (auto st = CheckEnum("transform.crop", t.crop(), 3); !st.ok()) return st;
+  // Enum values and (nearprep.v1.range) options: the proto's table.
+  if (auto st = CheckVocabulary(t, "transform."); !st.ok()) return st;
   s.crop = static_cast<CropMode>(t.crop());
-  if (auto st = CheckEnum("transform.fidelity", t.fidelity(), 2); !st.ok()) {
-    return st;
-  }
   s.fidelity = static_cast<Fidelity>(t.fidelity());
 
   // resize_shorter_side: 0 means 256; checked whatever the crop mode (only
@@ -150,16 +288,8 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     s.ratio_max = t.ratio_max();
   }
 
-  if (t.flip_probability() < 0.0f || t.flip_probability() > 1.0f) {
-    return Invalid("transform.flip_probability",
-                   "must be in [0, 1], got " + F(t.flip_probability()));
-  }
   s.flip_probability = t.flip_probability();
 
-  if (t.brightness_max_delta() < 0.0f) {
-    return Invalid("transform.brightness_max_delta",
-                   "must be >= 0, got " + F(t.brightness_max_delta()));
-  }
   s.brightness_max_delta = t.brightness_max_delta();
 
   if (t.saturation_lower() == 0.0f && t.saturation_upper() == 0.0f) {
@@ -333,33 +463,10 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
                                 request.start_batch(), ", got ",
                                 request.start_position()));
   }
-  if (auto st = CheckEnum("error_policy", request.error_policy(), 1);
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = CheckEnum("output.dtype", request.output().dtype(), 3);
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = CheckEnum("output.layout", request.output().layout(), 1);
-      !st.ok()) {
-    return st;
-  }
+  // Enum values and (nearprep.v1.range) options of every field but the
+  // transform's (ValidateTransform): the proto's table.
+  if (auto st = CheckVocabulary(request, "", "transform"); !st.ok()) return st;
   if (auto st = CheckCompression(request.output()); !st.ok()) return st;
-  if (auto st = CheckEnum("shuffle_mode", request.shuffle_mode(), 1);
-      !st.ok()) {
-    return st;
-  }
-  if (request.block_shuffle().open_blocks() > 1024) {
-    return Invalid("block_shuffle.open_blocks",
-                   absl::StrCat("must be in [0, 1024], got ",
-                                request.block_shuffle().open_blocks()));
-  }
-  if (request.block_shuffle().window() > (1u << 20)) {
-    return Invalid("block_shuffle.window",
-                   absl::StrCat("must be in [0, 1048576], got ",
-                                request.block_shuffle().window()));
-  }
   if (!request.has_transform()) {
     return Invalid("transform", "required (height and width at least)");
   }

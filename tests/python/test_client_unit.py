@@ -533,3 +533,115 @@ def test_transports_and_fleet_use_only_the_public_connection():
             if owner in ("client", "_client"):
                 found.append(f"{name}:{node.lineno}: {owner}.{node.attr}")
     assert not found, found
+
+
+# -- one vocabulary: the proto is the table ----------------------------------
+
+def _flattened_fields():
+    """(keyword, field path, field descriptor) for every singular field
+    of the request and its transform / output / block_shuffle messages,
+    walked from the descriptors."""
+    out = []
+    for f in pb2.StreamBatchesRequest.DESCRIPTOR.fields:
+        if f.message_type is not None and f.name in ("transform", "output", "block_shuffle"):
+            out += [(g.name, f"{f.name}.{g.name}", g) for g in f.message_type.fields]
+        elif f.name not in ("dataset", "sample_ids", "manifest_hash", "plan_block_samples"):
+            out.append((f.name, f.name, f))
+    return out
+
+
+def test_request_keywords_are_the_descriptors_field_names():
+    from nearprep.request import build_request, is_repeated, request_keys
+    pairs = {"scale_min": "scale", "scale_max": "scale", "ratio_min": "ratio",
+             "ratio_max": "ratio", "saturation_lower": "saturation",
+             "saturation_upper": "saturation", "disable_clip": "clip"}
+    want = []
+    for name, _, _ in _flattened_fields():
+        kw = pairs.get(name, name)
+        if kw not in want:
+            want.append(kw)
+    assert list(request_keys(pb2)) == want
+    # Each keyword sets its field (by the field's proto type).
+    from google.protobuf.descriptor import FieldDescriptor as FD
+    for name, path, f in _flattened_fields():
+        if name in pairs or is_repeated(f) or name == "resume_token":
+            continue
+        if f.cpp_type == FD.CPPTYPE_ENUM:
+            value, expect = f.enum_type.values[-1].number, f.enum_type.values[-1].number
+        elif f.cpp_type == FD.CPPTYPE_BOOL:
+            value = expect = True
+        elif f.cpp_type in (FD.CPPTYPE_FLOAT, FD.CPPTYPE_DOUBLE):
+            value = expect = 0.75
+        else:
+            value = expect = 3
+        kw = {name: value}
+        if name == "compression":
+            kw["dtype"] = "uint8"
+        if name == "compression_level":
+            kw.update(dtype="uint8", compression="delta_zstd")
+        req = build_request(pb2, "d", **kw)
+        msg = req
+        for part in path.split(".")[:-1]:
+            msg = getattr(msg, part)
+        assert getattr(msg, f.name) == pytest.approx(expect), path
+
+
+def test_enum_names_and_older_spellings_come_from_the_proto():
+    from nearprep.request import deprecated_names, enum_names
+    for enum in pb2.DESCRIPTOR.enum_types_by_name.values():
+        values = sorted(enum.values, key=lambda v: v.number)
+        prefix = values[0].name
+        for v in values[1:]:
+            while not v.name.startswith(prefix):
+                prefix = prefix[:-1]
+        prefix = prefix[:prefix.rfind("_") + 1]
+        assert enum_names(enum) == {v.name[len(prefix):].lower(): v.number
+                                    for v in values}, enum.name
+    # The table the CLI and this client hard-coded before the proto held it.
+    assert {e: deprecated_names(getattr(pb2, e))
+            for e in ("CropMode", "Fidelity", "Compression", "ErrorPolicy",
+                      "DType", "Layout", "ShuffleMode")} == {
+        "CropMode": {"rrc": "random_resized"}, "Fidelity": {"tf": "tf_compat"},
+        "Compression": {"delta": "delta_zstd", "gradient": "gradient_zstd"},
+        "ErrorPolicy": {"fail": "fail_stream"}, "DType": {}, "Layout": {},
+        "ShuffleMode": {}}
+
+
+def test_a_field_and_a_value_added_to_the_proto_need_no_edit_in_request_py():
+    """nearprep.proto plus a transform field and a CropMode value (with an
+    older spelling), loaded into a pool of its own: request.py takes both."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from nearprep.request import build_request, request_keys
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(pb2.DESCRIPTOR.serialized_pb)
+    transform = next(m for m in fdp.message_type if m.name == "Transform")
+    transform.field.add(name="contrast_max_delta", number=99, json_name="contrastMaxDelta",
+                        type=descriptor_pb2.FieldDescriptorProto.TYPE_FLOAT,
+                        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    crop = next(e for e in fdp.enum_type if e.name == "CropMode")
+    zoom = crop.value.add(name="CROP_MODE_ZOOM", number=4)
+    zoom.options.Extensions[pb2.deprecated_spelling].append("zm")
+    pool = descriptor_pool.DescriptorPool()
+    dp = descriptor_pb2.FileDescriptorProto()
+    descriptor_pb2.DESCRIPTOR.CopyToProto(dp)
+    pool.Add(dp)
+    pool.Add(fdp)
+    desc = pool.FindMessageTypeByName("nearprep.v1.StreamBatchesRequest")
+    if hasattr(message_factory, "GetMessageClass"):
+        cls = message_factory.GetMessageClass(desc)
+    else:  # protobuf 3.x
+        cls = message_factory.MessageFactory(pool).GetPrototype(desc)
+
+    class Plus:
+        StreamBatchesRequest = cls
+        DTYPE_UINT8 = pb2.DTYPE_UINT8
+
+    assert "contrast_max_delta" in request_keys(Plus)
+    assert "contrast_max_delta" not in request_keys(pb2)
+    for spelling in ("zoom", "ZOOM", "zm"):
+        req = build_request(Plus, "d", contrast_max_delta=0.25, crop=spelling)
+        assert req.transform.contrast_max_delta == 0.25 and req.transform.crop == 4
+    with pytest.raises(nearprep.InvalidArgumentError) as exc:
+        build_request(Plus, "d", contrast_max_delta="x")
+    assert exc.value.field == "transform.contrast_max_delta"
+    with pytest.raises(nearprep.InvalidArgumentError):
+        build_request(pb2, "d", crop="zoom")

@@ -4,8 +4,61 @@
 
 #include "client/cpp/src/npy.h"
 #include "client/cpp/src/request_flags.h"
+#include "client/cpp/src/vocabulary.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace nearprep {
+namespace {
+
+// Every singular field of `m` by its proto name, in declaration order: a
+// field added to SampleParams is printed without an edit here.
+nlohmann::ordered_json FieldsJson(const google::protobuf::Message& m) {
+  using FD = google::protobuf::FieldDescriptor;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    if (f->is_repeated()) continue;
+    const std::string& n = f->name();
+    switch (f->cpp_type()) {
+      case FD::CPPTYPE_BOOL:
+        j[n] = r->GetBool(m, f);
+        break;
+      case FD::CPPTYPE_FLOAT:
+        j[n] = r->GetFloat(m, f);
+        break;
+      case FD::CPPTYPE_DOUBLE:
+        j[n] = r->GetDouble(m, f);
+        break;
+      case FD::CPPTYPE_INT32:
+        j[n] = r->GetInt32(m, f);
+        break;
+      case FD::CPPTYPE_UINT32:
+        j[n] = r->GetUInt32(m, f);
+        break;
+      case FD::CPPTYPE_INT64:
+        j[n] = r->GetInt64(m, f);
+        break;
+      case FD::CPPTYPE_UINT64:
+        j[n] = r->GetUInt64(m, f);
+        break;
+      case FD::CPPTYPE_ENUM:
+        j[n] = EnumValueName(f->enum_type(), r->GetEnumValue(m, f));
+        break;
+      case FD::CPPTYPE_STRING:
+        j[n] = r->GetString(m, f);
+        break;
+      case FD::CPPTYPE_MESSAGE:
+        j[n] = FieldsJson(r->GetMessage(m, f));
+        break;
+    }
+  }
+  return j;
+}
+
+}  // namespace
 
 std::string BatchToJson(const v1::Batch& batch, const std::string& npy_file) {
   using json = nlohmann::ordered_json;
@@ -33,18 +86,8 @@ std::string BatchToJson(const v1::Batch& batch, const std::string& npy_file) {
   j["labels"] =
       std::vector<int64_t>(batch.labels().begin(), batch.labels().end());
   json params = json::array();
-  for (const v1::SampleParams& p : batch.params()) {
-    params.push_back({{"flipped", p.flipped()},
-                      {"brightness_delta", p.brightness_delta()},
-                      {"saturation_factor", p.saturation_factor()},
-                      {"crop",
-                       {{"y", p.crop().y()},
-                        {"x", p.crop().x()},
-                        {"height", p.crop().height()},
-                        {"width", p.crop().width()}}},
-                      {"source_height", p.source_height()},
-                      {"source_width", p.source_width()}});
-  }
+  for (const v1::SampleParams& p : batch.params())
+    params.push_back(FieldsJson(p));
   j["params"] = params;
   json errors = json::array();
   for (const v1::SampleError& e : batch.errors()) {

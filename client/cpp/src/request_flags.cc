@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +244,12 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
       ->capture_default_str();
   app->add_flag("--include-params,--params", params,
                 "ask for per-sample random parameters" + Older("--params"));
+  // transform.scale_* and ratio_* and saturation_* are set as pairs, and
+  // disable_clip by --no-clip (the Python client's keywords, request.py).
+  RegisterFieldFlags(app, v1::Transform::descriptor(),
+                     {"scale_min", "scale_max", "ratio_min", "ratio_max",
+                      "saturation_lower", "saturation_upper", "disable_clip"},
+                     &more_transform);
   app->add_flag("--dry-run", dry_run,
                 "print the request that would be sent (protobuf JSON, proto "
                 "field and enum names) and exit without connecting");
@@ -298,13 +305,7 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     t->set_ratio_min(ratio[0]);
     t->set_ratio_max(ratio[1]);
   }
-  if (!(flip >= 0.0f && flip <= 1.0f)) {
-    return absl::InvalidArgumentError("--flip: probability in [0, 1]");
-  }
   t->set_flip_probability(flip);
-  if (!(brightness >= 0.0f)) {
-    return absl::InvalidArgumentError("--brightness: must be >= 0");
-  }
   t->set_brightness_max_delta(brightness);
   if (!saturation.empty()) {
     if (saturation.size() != 2 || !(saturation[0] >= 0.0f) ||
@@ -324,6 +325,10 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   absl::StatusOr<int> fid = ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", fidelity);
   if (!fid.ok()) return fid.status();
   t->set_fidelity(static_cast<v1::Fidelity>(*fid));
+  if (absl::Status st = ApplyFieldFlags(more_transform, t); !st.ok()) return st;
+  // The proto's (nearprep.v1.range)s, before connecting (the daemon checks
+  // them too).
+  if (absl::Status st = CheckFieldRanges(*t); !st.ok()) return st;
 
   v1::OutputFormat* o = r.mutable_output();
   absl::StatusOr<int> dt = ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype);
@@ -359,6 +364,160 @@ void RequestFlags::RegisterSampleFlags(CLI::App* app) {
       std::abort();
     }
   }
+}
+
+namespace {
+
+std::string FlagName(const std::string& field) {
+  std::string flag = "--" + field;
+  for (char& c : flag) c = c == '_' ? '-' : c;
+  return flag;
+}
+
+}  // namespace
+
+void RegisterFieldFlags(CLI::App* app, const google::protobuf::Descriptor* d,
+                        const std::vector<std::string>& skip,
+                        std::map<std::string, std::string>* values) {
+  using FD = google::protobuf::FieldDescriptor;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    const std::string flag = FlagName(f->name());
+    if (f->is_repeated() || f->cpp_type() == FD::CPPTYPE_MESSAGE ||
+        f->cpp_type() == FD::CPPTYPE_STRING ||
+        std::find(skip.begin(), skip.end(), f->name()) != skip.end() ||
+        app->get_option_no_throw(flag) != nullptr) {
+      continue;
+    }
+    std::string help = d->name() + "." + f->name();
+    if (f->cpp_type() == FD::CPPTYPE_ENUM)
+      help += ": " + EnumHelp(f->enum_type());
+    CLI::Option* o = app->add_option(flag, (*values)[f->name()], help);
+    if (f->cpp_type() == FD::CPPTYPE_ENUM)
+      o->check(EnumValidator(f->enum_type()));
+  }
+}
+
+absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
+                             google::protobuf::Message* m) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m->GetReflection();
+  for (const auto& [name, text] : values) {
+    if (text.empty()) continue;
+    const FD* f = m->GetDescriptor()->FindFieldByName(name);
+    if (f == nullptr)
+      return absl::InternalError(absl::StrCat("no field ", name));
+    const std::string flag = FlagName(name);
+    auto bad = [&](const char* what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": must be ", what, ", got '", text, "'"));
+    };
+    switch (f->cpp_type()) {
+      case FD::CPPTYPE_FLOAT: {
+        float v = 0;
+        if (!absl::SimpleAtof(text, &v)) return bad("a number");
+        r->SetFloat(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_DOUBLE: {
+        double v = 0;
+        if (!absl::SimpleAtod(text, &v)) return bad("a number");
+        r->SetDouble(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_UINT32: {
+        uint32_t v = 0;
+        if (text[0] == '-' || !absl::SimpleAtoi(text, &v))
+          return bad("an integer in [0, 2^32)");
+        r->SetUInt32(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_UINT64: {
+        uint64_t v = 0;
+        if (text[0] == '-' || !absl::SimpleAtoi(text, &v))
+          return bad("an integer in [0, 2^64)");
+        r->SetUInt64(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_INT32: {
+        int32_t v = 0;
+        if (!absl::SimpleAtoi(text, &v)) return bad("a 32-bit integer");
+        r->SetInt32(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_INT64: {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(text, &v)) return bad("a 64-bit integer");
+        r->SetInt64(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_BOOL: {
+        bool v = false;
+        if (!absl::SimpleAtob(text, &v)) return bad("true or false");
+        r->SetBool(m, f, v);
+        break;
+      }
+      case FD::CPPTYPE_ENUM: {
+        absl::StatusOr<int> v = ParseEnumValue(f->enum_type(), flag, text);
+        if (!v.ok()) return v.status();
+        r->SetEnumValue(m, f, *v);
+        break;
+      }
+      default:
+        return absl::InternalError(absl::StrCat(flag, ": no flag conversion"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFieldRanges(const google::protobuf::Message& m) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    if (f->is_repeated() || !f->options().HasExtension(v1::range)) continue;
+    double v = 0;
+    switch (f->cpp_type()) {
+      case FD::CPPTYPE_FLOAT:
+        v = r->GetFloat(m, f);
+        break;
+      case FD::CPPTYPE_DOUBLE:
+        v = r->GetDouble(m, f);
+        break;
+      case FD::CPPTYPE_INT32:
+        v = r->GetInt32(m, f);
+        break;
+      case FD::CPPTYPE_UINT32:
+        v = r->GetUInt32(m, f);
+        break;
+      case FD::CPPTYPE_INT64:
+        v = static_cast<double>(r->GetInt64(m, f));
+        break;
+      case FD::CPPTYPE_UINT64:
+        v = static_cast<double>(r->GetUInt64(m, f));
+        break;
+      default:
+        continue;
+    }
+    const v1::FieldRange& range = f->options().GetExtension(v1::range);
+    // NaN is outside every range.
+    if ((!range.has_min() || v >= range.min()) &&
+        (!range.has_max() || v <= range.max())) {
+      continue;
+    }
+    std::string rule;
+    if (range.has_min() && range.has_max()) {
+      rule = absl::StrCat("in [", range.min(), ", ", range.max(), "]");
+    } else if (range.has_min()) {
+      rule = absl::StrCat(">= ", range.min());
+    } else {
+      rule = absl::StrCat("<= ", range.max());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(FlagName(f->name()), ": must be ", rule, ", got ", v));
+  }
+  return absl::OkStatus();
 }
 
 std::string DTypeName(v1::DType d) {

@@ -19,6 +19,7 @@
 #define NEARPREP_CLIENT_CPP_SRC_REQUEST_FLAGS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -104,6 +105,10 @@ struct RequestFlags {
   std::string policy = "skip";
   bool params = false;
   bool dry_run = false;  // --dry-run: print the request, do not connect
+  // The transform fields no flag above sets: one flag each, named after the
+  // field (RegisterFieldFlags), so that a field added to the proto is a flag
+  // without an edit here. Field name -> the value as typed ("" if not given).
+  std::map<std::string, std::string> more_transform;
 
   // Adds the flags to `app` (a subcommand). `with_batches`: also --batches.
   void Register(CLI::App* app, bool with_batches = true);
@@ -119,6 +124,22 @@ struct RequestFlags {
   // INVALID_ARGUMENT naming the flag for a bad value.
   absl::StatusOr<v1::StreamBatchesRequest> ToRequest() const;
 };
+
+// One flag per singular scalar or enum field of `d` that `app` has no flag
+// for yet (by name: "--" + the field's name with '-' for '_'), except
+// `skip`; each binds (*values)[field name]. The help names the field.
+void RegisterFieldFlags(CLI::App* app, const google::protobuf::Descriptor* d,
+                        const std::vector<std::string>& skip,
+                        std::map<std::string, std::string>* values);
+
+// Sets the fields of `m` that `values` (RegisterFieldFlags) holds text for,
+// by the field's type; INVALID_ARGUMENT naming the flag for a bad value.
+absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
+                             google::protobuf::Message* m);
+
+// INVALID_ARGUMENT naming the flag of the first singular field of `m` outside
+// its (nearprep.v1.range) ("--flip-probability: must be in [0, 1], got 1.5").
+absl::Status CheckFieldRanges(const google::protobuf::Message& m);
 
 // CLI11 check of an enum flag: a name ParseEnumValue (vocabulary.h) takes.
 CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e);

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nearprep/v1/nearprep.pb.h"
 
 namespace nearprep {
 namespace {
@@ -52,14 +53,19 @@ std::string EnumValueName(const EnumDescriptor* e, int number) {
 }
 
 std::vector<std::pair<std::string, std::string>> DeprecatedNames(const EnumDescriptor* e) {
-  // The CLI's spellings before one vocabulary (the Python client accepted
-  // "fail" too). Keyed by the enum's short name.
-  const std::string& n = e->name();
-  if (n == "CropMode") return {{"rrc", "random_resized"}};
-  if (n == "Fidelity") return {{"tf", "tf_compat"}};
-  if (n == "Compression") return {{"delta", "delta_zstd"}, {"gradient", "gradient_zstd"}};
-  if (n == "ErrorPolicy") return {{"fail", "fail_stream"}};
-  return {};
+  // The proto's table: each value's (nearprep.v1.deprecated_spelling)
+  // options (the CLI's spellings before one vocabulary).
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string prefix = Prefix(e);
+  for (int i = 0; i < e->value_count(); ++i) {
+    const google::protobuf::EnumValueOptions& o = e->value(i)->options();
+    const std::string name =
+        Normalize(std::string_view(e->value(i)->name()).substr(prefix.size()));
+    for (int k = 0; k < o.ExtensionSize(v1::deprecated_spelling); ++k) {
+      out.emplace_back(o.GetExtension(v1::deprecated_spelling, k), name);
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<int> ParseEnumValue(const EnumDescriptor* e, std::string_view flag,

@@ -5,8 +5,9 @@
 // hand table (FIDELITY_TF_COMPAT -> "tf_compat", CROP_MODE_RANDOM_RESIZED ->
 // "random_resized", COMPRESSION_GRADIENT_ZSTD -> "gradient_zstd").
 // Case and '-' vs '_' do not matter. The older CLI spellings stay accepted
-// (deprecated): crop "rrc", fidelity "tf", compression "delta" and
-// "gradient", error policy "fail".
+// (deprecated): the proto lists them as (nearprep.v1.deprecated_spelling)
+// options of their values (crop "rrc", fidelity "tf", compression "delta"
+// and "gradient", error policy "fail").
 //
 // Thread-safety: pure functions over immutable descriptors.
 #ifndef NEARPREP_CLIENT_CPP_SRC_VOCABULARY_H_
@@ -28,7 +29,8 @@ std::vector<std::string> EnumValueNames(const google::protobuf::EnumDescriptor* 
 // The name of `number` in `e`; the number in decimal for an unknown value.
 std::string EnumValueName(const google::protobuf::EnumDescriptor* e, int number);
 
-// The deprecated spellings of `e`'s values: (old, canonical) pairs.
+// The deprecated spellings of `e`'s values, from the values'
+// (nearprep.v1.deprecated_spelling) options: (old, canonical) pairs.
 std::vector<std::pair<std::string, std::string>> DeprecatedNames(
     const google::protobuf::EnumDescriptor* e);
 

@@ -14,12 +14,18 @@ InvalidArgumentError with the field the daemon named. One source of truth,
 so the client can never refuse what the daemon accepts or word a rule
 differently.
 
-One vocabulary. An enum value is named as the proto names it, in lower case
-without the enum's prefix, read from the pb2 descriptors (CROP_MODE_RANDOM_RESIZED
--> "random_resized", FIDELITY_TF_COMPAT -> "tf_compat"): the names the CLI
-(`nearprep stream --crop random_resized`, client/cpp/src/vocabulary.h) takes
-too. Case and '-' vs '_' do not matter; the CLI's older spellings
-(DEPRECATED_NAMES) are accepted as well.
+One vocabulary, with the proto as the table. The keywords are the request's
+field names, read from the pb2 descriptors (request_keys()): the fields of
+StreamBatchesRequest and of its transform, output and block_shuffle
+messages, flattened (`crop` sets transform.crop), except for three (min,
+max) pairs (scale, ratio, saturation) and `clip` (not transform.disable_clip).
+A field added to the proto is a keyword without an edit here. An enum value
+is named as the proto names it, in lower case without the enum's prefix
+(CROP_MODE_RANDOM_RESIZED -> "random_resized", FIDELITY_TF_COMPAT ->
+"tf_compat"): the names the CLI (`nearprep stream --crop random_resized`,
+client/cpp/src/vocabulary.h) takes too. Case and '-' vs '_' do not matter;
+the older spellings the proto lists as a value's
+(nearprep.v1.deprecated_spelling) are accepted as well.
 
 Thread-safety: pure functions.
 """
@@ -32,14 +38,23 @@ from nearprep.errors import InvalidArgumentError
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
-# Older spellings (the CLI's before one vocabulary), still accepted; keyed by
-# the enum's proto name. The same table as client/cpp/src/vocabulary.cc.
-DEPRECATED_NAMES = {
-    "CropMode": {"rrc": "random_resized"},
-    "Fidelity": {"tf": "tf_compat"},
-    "Compression": {"delta": "delta_zstd", "gradient": "gradient_zstd"},
-    "ErrorPolicy": {"fail": "fail_stream"},
-}
+def deprecated_names(enum):
+    """{old spelling: canonical name} of a pb2 enum (or its descriptor): the
+    values' (nearprep.v1.deprecated_spelling) options in the proto, the same
+    table the CLI reads (client/cpp/src/vocabulary.cc)."""
+    d = getattr(enum, "DESCRIPTOR", enum)
+    canonical = {v.number: n for n, v in zip(enum_names(d), _by_number(d))}
+    out = {}
+    for v in d.values:
+        for field, value in v.GetOptions().ListFields():
+            if field.full_name == "nearprep.v1.deprecated_spelling":
+                for old in value:
+                    out[old] = canonical[v.number]
+    return out
+
+
+def _by_number(d):
+    return sorted(d.values, key=lambda v: v.number)
 
 
 def enum_names(enum):
@@ -50,19 +65,62 @@ def enum_names(enum):
     names = [v.name for v in d.values]
     prefix = os.path.commonprefix(names)
     prefix = prefix[:prefix.rfind("_") + 1]
-    return {v.name[len(prefix):].lower(): v.number
-            for v in sorted(d.values, key=lambda v: v.number)}
+    return {v.name[len(prefix):].lower(): v.number for v in _by_number(d)}
 
-# Keyword arguments batches() accepts besides dataset (documented there).
-REQUEST_KEYS = (
-    "batch_size", "seed", "epoch", "shuffle", "shard_index", "num_shards",
-    "start_batch", "start_position", "max_batches", "drop_remainder",
-    "height", "width", "crop", "center_fraction", "resize_shorter_side",
-    "scale", "ratio",
-    "flip_probability", "brightness_max_delta", "saturation", "clip", "mean",
-    "std", "fidelity", "dtype", "layout", "error_policy", "include_params",
-    "shuffle_mode", "block_samples", "open_blocks", "window", "compression",
-    "compression_level", "resume_token")
+
+# The request's fields that are not keywords: the dataset (its own
+# argument), the sub-messages (their fields are keywords) and the fleet's
+# (nearprep.fleet sets them).
+_NOT_KEYWORDS = ("dataset", "sample_ids", "manifest_hash", "plan_block_samples")
+# Sub-messages whose fields are keywords without the message's name.
+_FLATTENED = ("transform", "output", "block_shuffle")
+# Keywords that set two fields: a (min, max) pair.
+_PAIRS = {"scale": ("scale_min", "scale_max"), "ratio": ("ratio_min", "ratio_max"),
+          "saturation": ("saturation_lower", "saturation_upper")}
+# Keywords that set a bool field to their negation.
+_NEGATED = {"clip": "disable_clip"}
+# Defaults that are not the field's zero.
+_DEFAULTS = {"batch_size": 32, "num_shards": 1, "height": 224, "width": 224}
+_FD = None  # google.protobuf.descriptor.FieldDescriptor, imported lazily
+_KEYWORD_FIELDS = {}  # descriptor full name -> (descriptor, _keyword_fields())
+
+
+def _keyword_fields(pb2):
+    """[(keyword, path of the message ("" or "transform"), [field
+    descriptors])] in the proto's field order, from the descriptors."""
+    cached = _KEYWORD_FIELDS.get(pb2.StreamBatchesRequest.DESCRIPTOR.full_name)
+    if cached is not None and cached[0] is pb2.StreamBatchesRequest.DESCRIPTOR:
+        return cached[1]
+    seconds = {hi for _, hi in _PAIRS.values()}
+    pair_of = {lo: kw for kw, (lo, _) in _PAIRS.items()}
+    negated = {f: kw for kw, f in _NEGATED.items()}
+    out = []
+
+    def walk(desc, path):
+        for f in desc.fields:
+            if f.message_type is not None and f.name in _FLATTENED and not path:
+                walk(f.message_type, f.name)
+                continue
+            if not path and f.name in _NOT_KEYWORDS:
+                continue
+            if f.name in seconds:  # the second field of a pair
+                continue
+            if f.name in pair_of:
+                lo, hi = _PAIRS[pair_of[f.name]]
+                out.append((pair_of[f.name], path, [f, desc.fields_by_name[hi]]))
+            else:
+                out.append((negated.get(f.name, f.name), path, [f]))
+
+    walk(pb2.StreamBatchesRequest.DESCRIPTOR, "")
+    _KEYWORD_FIELDS[pb2.StreamBatchesRequest.DESCRIPTOR.full_name] = (
+        pb2.StreamBatchesRequest.DESCRIPTOR, out)
+    return out
+
+
+def request_keys(pb2):
+    """The keyword arguments batches() accepts besides dataset, in the
+    proto's field order: derived from the StreamBatchesRequest descriptor."""
+    return tuple(k for k, _, _ in _keyword_fields(pb2))
 
 
 def _bad(field, why, value):
@@ -92,18 +150,68 @@ def _bool(field, value):
 
 
 def _enum(field, value, enum):
-    """The number of the value of pb2 enum `enum` that `value` names (a name
-    of enum_names(), a deprecated one, or the number itself)."""
+    """The number of the value of pb2 enum `enum` (or its descriptor) that
+    `value` names (a name of enum_names(), a deprecated one, or the number
+    itself)."""
     table = enum_names(enum)
     if isinstance(value, str):
         key = value.lower().replace("-", "_")
-        key = DEPRECATED_NAMES.get(enum.DESCRIPTOR.name, {}).get(key, key)
+        key = deprecated_names(enum).get(key, key)
         if key in table:
             return table[key]
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
             and int(value) in table.values():
         return int(value)
     raise _bad(field, f"must be one of {', '.join(table)}", value)
+
+
+def _signed(field, value, bits):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _bad(field, "must be an integer", value)
+    if not -(1 << (bits - 1)) <= int(value) < (1 << (bits - 1)):
+        raise _bad(field, f"must fit the field (int{bits})", value)
+    return int(value)
+
+
+def is_repeated(f):
+    """Whether field descriptor `f` is repeated (protobuf 7 has no `label`;
+    3.x has no `is_repeated`)."""
+    repeated = getattr(f, "is_repeated", None)
+    if repeated is not None:
+        return repeated
+    return f.label == f.LABEL_REPEATED
+
+
+def _value(path, f, value):
+    """`value` converted for field descriptor `f` (path: its name in
+    messages), by the field's proto type."""
+    global _FD
+    if _FD is None:
+        from google.protobuf.descriptor import FieldDescriptor as _FD
+    if is_repeated(f):
+        if f.cpp_type in (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE):
+            return _floats(path, value)
+        raise TypeError(f"{path}: no keyword conversion for this repeated field")
+    t = f.cpp_type
+    if t == _FD.CPPTYPE_ENUM:
+        return _enum(path, value, f.enum_type)
+    if t == _FD.CPPTYPE_BOOL:
+        return _bool(path, value)
+    if t in (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE):
+        return _float(path, value)
+    if t == _FD.CPPTYPE_UINT32:
+        return _int(path, value, _U32)
+    if t == _FD.CPPTYPE_UINT64:
+        return _int(path, value, _U64)
+    if t == _FD.CPPTYPE_INT32:
+        return _signed(path, value, 32)
+    if t == _FD.CPPTYPE_INT64:
+        return _signed(path, value, 64)
+    if t == _FD.CPPTYPE_STRING and f.type == _FD.TYPE_STRING:
+        if not isinstance(value, str):
+            raise _bad(path, "must be a str", value)
+        return value
+    raise TypeError(f"{path}: no keyword conversion for this field")
 
 
 def _pair(arg, lo_field, hi_field, value):
@@ -127,85 +235,45 @@ def _floats(field, value):
 
 
 def build_request(pb2, dataset, **kw):
-    """Returns a validated nearprep.v1.StreamBatchesRequest."""
-    unknown = sorted(set(kw) - set(REQUEST_KEYS))
+    """Returns a validated nearprep.v1.StreamBatchesRequest. A keyword left
+    out or None leaves its field at its default (_DEFAULTS, else 0)."""
+    fields = _keyword_fields(pb2)
+    keys = [k for k, _, _ in fields]
+    unknown = sorted(set(kw) - set(keys))
     if unknown:
         raise InvalidArgumentError(
-            f"{unknown[0]}: unknown argument (accepted: {', '.join(REQUEST_KEYS)})",
+            f"{unknown[0]}: unknown argument (accepted: {', '.join(keys)})",
             field=unknown[0])
     if not isinstance(dataset, str) or not dataset:
         raise _bad("dataset", "must be a non-empty string", dataset)
-    g = kw.get
     req = pb2.StreamBatchesRequest()
     req.dataset = dataset
-    req.batch_size = _int("batch_size", g("batch_size", 32), _U32)
-    req.seed = _int("seed", g("seed", 0), _U64)
-    req.epoch = _int("epoch", g("epoch", 0), _U64)
-    req.shuffle = _bool("shuffle", g("shuffle", False))
-    req.shuffle_mode = _enum("shuffle_mode", g("shuffle_mode", "global"),
-                             pb2.ShuffleMode)
-    req.block_shuffle.block_samples = _int(
-        "block_shuffle.block_samples", g("block_samples", 0), _U64)
-    req.block_shuffle.open_blocks = _int(
-        "block_shuffle.open_blocks", g("open_blocks", 0), _U32)
-    req.block_shuffle.window = _int(
-        "block_shuffle.window", g("window", 0), _U32)
-    req.num_shards = _int("num_shards", g("num_shards", 1), _U32)
-    req.shard_index = _int("shard_index", g("shard_index", 0), _U32)
-    req.start_batch = _int("start_batch", g("start_batch", 0), _U64)
-    req.start_position = _int("start_position", g("start_position", 0), _U64)
-    req.max_batches = _int("max_batches", g("max_batches", 0), _U64)
-    req.drop_remainder = _bool("drop_remainder", g("drop_remainder", False))
-    if g("resume_token") is not None:
-        if not isinstance(g("resume_token"), str):
-            raise _bad("resume_token", "must be Batch.resume_token (a str)",
-                       g("resume_token"))
-        req.resume_token = g("resume_token")
-        apply_resume_token(req)
-
-    t = req.transform
-    t.height = _int("transform.height", g("height", 224), _U32)
-    t.width = _int("transform.width", g("width", 224), _U32)
-    t.crop = _enum("transform.crop", g("crop", "none"), pb2.CropMode)
-    if g("center_fraction") is not None:
-        t.center_fraction = _float("transform.center_fraction",
-                                   g("center_fraction"))
-    if g("resize_shorter_side") is not None:
-        t.resize_shorter_side = _int("transform.resize_shorter_side",
-                                     g("resize_shorter_side"), _U32)
-    if g("scale") is not None:
-        t.scale_min, t.scale_max = _pair(
-            "scale", "transform.scale_min", "transform.scale_max", g("scale"))
-    if g("ratio") is not None:
-        t.ratio_min, t.ratio_max = _pair(
-            "ratio", "transform.ratio_min", "transform.ratio_max", g("ratio"))
-    t.flip_probability = _float("transform.flip_probability",
-                                g("flip_probability", 0.0))
-    t.brightness_max_delta = _float("transform.brightness_max_delta",
-                                    g("brightness_max_delta", 0.0))
-    if g("saturation") is not None:
-        t.saturation_lower, t.saturation_upper = _pair(
-            "saturation", "transform.saturation_lower",
-            "transform.saturation_upper", g("saturation"))
-    t.disable_clip = not _bool("transform.clip", g("clip", True))
-    if g("mean") is not None:
-        t.mean.extend(_floats("transform.mean", g("mean")))
-    if g("std") is not None:
-        t.std.extend(_floats("transform.std", g("std")))
-    t.fidelity = _enum("transform.fidelity", g("fidelity", "tf_compat"), pb2.Fidelity)
-    req.output.dtype = _enum("output.dtype", g("dtype", "float32"), pb2.DType)
-    req.output.layout = _enum("output.layout", g("layout", "nhwc"), pb2.Layout)
-    req.output.compression = _enum("output.compression",
-                                   g("compression", "none"), pb2.Compression)
-    level = g("compression_level", 0)
-    if isinstance(level, bool) or not isinstance(level, numbers.Integral):
-        raise _bad("output.compression_level", "must be an integer", level)
-    if not -(1 << 31) <= int(level) < (1 << 31):
-        raise _bad("output.compression_level", "must fit the field (int32)", level)
-    req.output.compression_level = int(level)
+    for k, path, fds in fields:
+        msg = req
+        if path:
+            msg = getattr(req, path)
+            msg.SetInParent()
+        value = kw.get(k)
+        if value is None:
+            value = _DEFAULTS.get(k)
+        if value is None:
+            continue
+        names = [f"{path}.{f.name}" if path else f.name for f in fds]
+        if k == "resume_token":
+            if not isinstance(value, str):
+                raise _bad(k, "must be Batch.resume_token (a str)", value)
+        if len(fds) == 2:
+            lo, hi = _pair(k, names[0], names[1], value)
+            setattr(msg, fds[0].name, lo)
+            setattr(msg, fds[1].name, hi)
+        elif k in _NEGATED:
+            setattr(msg, fds[0].name, not _bool(f"{path}.{k}", value))
+        elif is_repeated(fds[0]):
+            getattr(msg, fds[0].name).extend(_value(names[0], fds[0], value))
+        else:
+            setattr(msg, fds[0].name, _value(names[0], fds[0], value))
+    apply_resume_token(req)
     _check_compression(req.output, pb2)
-    req.error_policy = _enum("error_policy", g("error_policy", "skip"), pb2.ErrorPolicy)
-    req.include_params = _bool("include_params", g("include_params", False))
     return req
 
 

@@ -43,6 +43,13 @@ TEST(BatchJsonTest, CarriesIdsLabelsParamsErrorsAndTimings) {
   EXPECT_EQ(j["params"][0]["crop"]["x"], 5);
   EXPECT_EQ(j["params"][0]["crop"]["height"], 99);
   EXPECT_EQ(j["params"][0]["source_width"], 640);
+  // Every SampleParams field by its proto name, from the descriptor.
+  const google::protobuf::Descriptor* d = v1::SampleParams::descriptor();
+  ASSERT_EQ(j["params"][0].size(), static_cast<size_t>(d->field_count()));
+  for (int i = 0; i < d->field_count(); ++i) {
+    EXPECT_TRUE(j["params"][0].contains(d->field(i)->name()))
+        << d->field(i)->name();
+  }
   EXPECT_EQ(j["errors"][0]["sample_id"], 9);
   EXPECT_EQ(j["errors"][0]["code"], "DATA_LOSS");
   EXPECT_EQ(j["timings_us"]["decode"], 1234);

@@ -1,10 +1,15 @@
 // CLI flag parsing: --shard i/n and the request built from the flags.
 #include "client/cpp/src/request_flags.h"
-#include "client/cpp/src/vocabulary.h"
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "client/cpp/src/vocabulary.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/dynamic_message.h"
 #include "gtest/gtest.h"
 
 namespace nearprep {
@@ -107,6 +112,15 @@ TEST(RequestFlagsTest, RejectsBadValues) {
   EXPECT_FALSE(Parse({"--dataset", "d", "--dtype", "int7"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--saturation", "1.5", "0.5"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--flip", "1.5"}).ok());
+  // The proto's ranges, named by the flag.
+  EXPECT_EQ(Parse({"--dataset", "d", "--flip", "1.5"}).status().message(),
+            "--flip-probability: must be in [0, 1], got 1.5");
+  EXPECT_EQ(Parse({"--dataset", "d", "--brightness-max-delta", "-0.5"})
+                .status()
+                .message(),
+            "--brightness-max-delta: must be >= 0, got -0.5");
+  EXPECT_TRUE(
+      Parse({"--dataset", "d", "--flip", "1", "--brightness", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--batch-size", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--mean", "0.5", "0.5", "0.5"}).ok());
   EXPECT_FALSE(Parse({}).ok());  // --dataset is required.
@@ -172,6 +186,100 @@ TEST(RequestFlagsTest, TakesTheProtoNamesAndTheOlderSpellings) {
                     "--brightness", "0.5", "--batches", "4", "--params"});
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->SerializeAsString(), r->SerializeAsString());
+}
+
+// nearprep.proto plus a Transform field and a CropMode value (with an older
+// spelling), built into a pool of its own: the CLI's flag machinery takes
+// both without an edit (the compiled-in proto has no field left over, so
+// RequestFlags registers none of these today).
+TEST(RequestFlagsTest, AFieldAndAValueAddedToTheProtoNeedNoEdit) {
+  google::protobuf::FileDescriptorProto descriptor_proto, fdp;
+  google::protobuf::FileDescriptorProto::descriptor()->file()->CopyTo(
+      &descriptor_proto);
+  v1::Transform::descriptor()->file()->CopyTo(&fdp);
+  for (google::protobuf::DescriptorProto& m : *fdp.mutable_message_type()) {
+    if (m.name() != "Transform") continue;
+    google::protobuf::FieldDescriptorProto* f = m.add_field();
+    f->set_name("contrast_max_delta");
+    f->set_number(99);
+    f->set_type(google::protobuf::FieldDescriptorProto::TYPE_FLOAT);
+    f->set_label(google::protobuf::FieldDescriptorProto::LABEL_OPTIONAL);
+  }
+  for (google::protobuf::EnumDescriptorProto& e : *fdp.mutable_enum_type()) {
+    if (e.name() != "CropMode") continue;
+    google::protobuf::EnumValueDescriptorProto* v = e.add_value();
+    v->set_name("CROP_MODE_ZOOM");
+    v->set_number(4);
+    v->mutable_options()->AddExtension(v1::deprecated_spelling, "zm");
+  }
+  google::protobuf::DescriptorPool pool;
+  ASSERT_NE(pool.BuildFile(descriptor_proto), nullptr);
+  ASSERT_NE(pool.BuildFile(fdp), nullptr);
+  const google::protobuf::Descriptor* d =
+      pool.FindMessageTypeByName("nearprep.v1.Transform");
+  ASSERT_NE(d, nullptr);
+  // The crop's new value: its name and its older spelling.
+  EXPECT_EQ(EnumValueNames(d->FindFieldByName("crop")->enum_type()).back(),
+            "zoom");
+  EXPECT_EQ(
+      *ParseEnumValue(d->FindFieldByName("crop")->enum_type(), "--crop", "zm"),
+      4);
+
+  for (const bool hand_crop : {true, false}) {
+    SCOPED_TRACE(hand_crop);
+    CLI::App app("test");
+    std::string crop;
+    if (hand_crop)
+      app.add_option("--crop", crop);  // a flag of its own: left alone
+    std::map<std::string, std::string> values;
+    RegisterFieldFlags(&app, d, {"scale_min", "disable_clip"}, &values);
+    EXPECT_NE(app.get_option_no_throw("--contrast-max-delta"), nullptr);
+    EXPECT_NE(app.get_option_no_throw("--scale-max"), nullptr);
+    EXPECT_EQ(app.get_option_no_throw("--scale-min"), nullptr);     // skipped
+    EXPECT_EQ(app.get_option_no_throw("--disable-clip"), nullptr);  // skipped
+    EXPECT_EQ(app.get_option_no_throw("--mean"), nullptr);          // repeated
+    EXPECT_EQ(values.count("crop"), hand_crop ? 0u : 1u);
+    std::vector<std::string> args = {"prog", "--contrast-max-delta", "0.25"};
+    if (values.count("crop") != 0) args.insert(args.end(), {"--crop", "zm"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    google::protobuf::DynamicMessageFactory factory(&pool);
+    std::unique_ptr<google::protobuf::Message> t(
+        factory.GetPrototype(d)->New());
+    ASSERT_TRUE(ApplyFieldFlags(values, t.get()).ok());
+    const google::protobuf::Reflection* r = t->GetReflection();
+    EXPECT_EQ(r->GetFloat(*t, d->FindFieldByName("contrast_max_delta")), 0.25f);
+    if (values.count("crop") != 0) {
+      EXPECT_EQ(r->GetEnumValue(*t, d->FindFieldByName("crop")), 4);
+    }
+    values["contrast_max_delta"] = "x";
+    absl::Status st = ApplyFieldFlags(values, t.get());
+    EXPECT_EQ(st.message(), "--contrast-max-delta: must be a number, got 'x'");
+  }
+}
+
+TEST(RequestFlagsTest, EveryTransformFieldHasAFlag) {
+  CLI::App app("test");
+  RequestFlags flags;
+  flags.Register(&app);
+  // All of today's fields have flags of their own (the older names kept).
+  EXPECT_TRUE(flags.more_transform.empty());
+  const google::protobuf::Descriptor* d = v1::Transform::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    std::string name = d->field(i)->name();
+    for (char& c : name) c = c == '_' ? '-' : c;
+    const std::map<std::string, std::string> pairs = {
+        {"scale-min", "scale"},
+        {"scale-max", "scale"},
+        {"ratio-min", "ratio"},
+        {"ratio-max", "ratio"},
+        {"saturation-lower", "saturation"},
+        {"saturation-upper", "saturation"},
+        {"disable-clip", "no-clip"}};
+    if (pairs.count(name) != 0) name = pairs.at(name);
+    EXPECT_NE(app.get_option_no_throw("--" + name), nullptr) << name;
+  }
 }
 
 TEST(TargetFlagTest, RefusesATargetWithoutAPortAtParseTime) {

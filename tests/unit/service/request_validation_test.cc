@@ -1,7 +1,9 @@
 #include "server/service/request_validation.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "server/pipeline/resume_token.h"
 
 namespace nearprep {
@@ -305,6 +308,154 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
     c.mutate(&r);
     ExpectError(r, kInvalid, c.field);
   }
+}
+
+// Each enum field of the request, found by walking the descriptors (a field
+// or enum added to the proto is covered without an edit here): one past its
+// enum's largest value and -1 are refused, naming the field's path. Each
+// field with a (nearprep.v1.range) option: just outside the range likewise,
+// and its bounds themselves are accepted.
+void CollectFields(
+    const google::protobuf::Descriptor* d, const std::string& prefix,
+    std::vector<std::pair<
+        std::string, std::vector<const google::protobuf::FieldDescriptor*>>>*
+        out,
+    std::vector<const google::protobuf::FieldDescriptor*> path = {}) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) continue;
+    std::vector<const google::protobuf::FieldDescriptor*> p = path;
+    p.push_back(f);
+    if (f->message_type() != nullptr) {
+      CollectFields(f->message_type(), prefix + f->name() + ".", out, p);
+    } else if (f->enum_type() != nullptr ||
+               f->options().HasExtension(v1::range)) {
+      out->emplace_back(prefix + f->name(), p);
+    }
+  }
+}
+
+google::protobuf::Message* Leaf(
+    google::protobuf::Message* m,
+    const std::vector<const google::protobuf::FieldDescriptor*>& p) {
+  for (size_t i = 0; i + 1 < p.size(); ++i) {
+    m = m->GetReflection()->MutableMessage(m, p[i]);
+  }
+  return m;
+}
+
+void SetNumber(google::protobuf::Message* m,
+               const google::protobuf::FieldDescriptor* f, double v) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m->GetReflection();
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_FLOAT:
+      r->SetFloat(m, f, static_cast<float>(v));
+      break;
+    case FD::CPPTYPE_DOUBLE:
+      r->SetDouble(m, f, v);
+      break;
+    case FD::CPPTYPE_UINT32:
+      r->SetUInt32(m, f, static_cast<uint32_t>(v));
+      break;
+    case FD::CPPTYPE_UINT64:
+      r->SetUInt64(m, f, static_cast<uint64_t>(v));
+      break;
+    case FD::CPPTYPE_INT32:
+      r->SetInt32(m, f, static_cast<int32_t>(v));
+      break;
+    case FD::CPPTYPE_INT64:
+      r->SetInt64(m, f, static_cast<int64_t>(v));
+      break;
+    default:
+      FAIL() << f->full_name() << ": a range on a non-numeric field";
+  }
+}
+
+TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
+  std::vector<std::pair<std::string,
+                        std::vector<const google::protobuf::FieldDescriptor*>>>
+      fields;
+  CollectFields(v1::StreamBatchesRequest::descriptor(), "", &fields);
+  int enums = 0, ranges = 0;
+  for (const auto& [name, path] : fields) {
+    SCOPED_TRACE(name);
+    const google::protobuf::FieldDescriptor* f = path.back();
+    if (f->enum_type() != nullptr) {
+      ++enums;
+      const google::protobuf::EnumDescriptor* e = f->enum_type();
+      int max = 0;
+      for (int i = 0; i < e->value_count(); ++i)
+        max = std::max(max, e->value(i)->number());
+      for (int bad : {max + 1, -1}) {
+        v1::StreamBatchesRequest r = Good();
+        google::protobuf::Message* m = Leaf(&r, path);
+        m->GetReflection()->SetEnumValue(m, f, bad);
+        ExpectError(r, absl::StatusCode::kInvalidArgument, name);
+        EXPECT_NE(Validate(r).status().message().find(absl::StrCat(
+                      "unknown enum value ", bad, " (valid: 0..", max, ")")),
+                  std::string::npos)
+            << Validate(r).status();
+      }
+      continue;
+    }
+    ++ranges;
+    const v1::FieldRange& range = f->options().GetExtension(v1::range);
+    const bool is_float =
+        f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_FLOAT ||
+        f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE;
+    const double step = is_float ? 0.5 : 1;
+    std::vector<std::pair<double, bool>> cases;  // (value, accepted)
+    if (range.has_min()) {
+      cases.push_back({range.min(), true});
+      // Below 0 cannot be set in an unsigned field.
+      if (is_float || range.min() > 0)
+        cases.push_back({range.min() - step, false});
+    }
+    if (range.has_max()) {
+      cases.push_back({range.max(), true});
+      cases.push_back({range.max() + step, false});
+    }
+    ASSERT_FALSE(cases.empty());
+    for (const auto& [value, accepted] : cases) {
+      SCOPED_TRACE(value);
+      v1::StreamBatchesRequest r = Good();
+      SetNumber(Leaf(&r, path), f, value);
+      if (accepted) {
+        EXPECT_TRUE(Validate(r).ok()) << Validate(r).status();
+      } else {
+        ExpectError(r, absl::StatusCode::kInvalidArgument, name);
+      }
+    }
+  }
+  // The proto's table as of this test: crop, fidelity, dtype, layout,
+  // compression, error_policy, shuffle_mode; flip_probability,
+  // brightness_max_delta, open_blocks, window.
+  EXPECT_GE(enums, 7);
+  EXPECT_GE(ranges, 4);
+}
+
+TEST_F(RequestValidationTest, RangeMessagesKeepTheirWording) {
+  v1::StreamBatchesRequest r = Good();
+  r.mutable_transform()->set_flip_probability(2.0f);
+  EXPECT_EQ(Validate(r).status().message(),
+            "transform.flip_probability: must be in [0, 1], got 2");
+  r = Good();
+  r.mutable_transform()->set_brightness_max_delta(-0.25f);
+  EXPECT_EQ(Validate(r).status().message(),
+            "transform.brightness_max_delta: must be >= 0, got -0.25");
+  r = Good();
+  r.mutable_block_shuffle()->set_open_blocks(1025);
+  EXPECT_EQ(Validate(r).status().message(),
+            "block_shuffle.open_blocks: must be in [0, 1024], got 1025");
+  r = Good();
+  r.mutable_block_shuffle()->set_window((1u << 20) + 1);
+  EXPECT_EQ(Validate(r).status().message(),
+            "block_shuffle.window: must be in [0, 1048576], got 1048577");
+  r = Good();
+  r.mutable_transform()->set_crop(static_cast<v1::CropMode>(7));
+  EXPECT_EQ(Validate(r).status().message(),
+            "transform.crop: unknown enum value 7 (valid: 0..3)");
 }
 
 TEST_F(RequestValidationTest, UnknownDatasetIsNotFound) {
