@@ -24,11 +24,14 @@ network-namespace case (a node that stops
 answering without a reset) is in test_fleet_netns.py.
 """
 
+import array
+import fcntl
 import glob
 import hashlib
 import os
 import pickle
 import subprocess
+import termios
 import threading
 import time
 
@@ -956,31 +959,66 @@ def test_torch_state_past_the_epochs_end_is_refused(tfrecord_fleet):
 
 
 def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
-    """The C++ FleetClient (`nearprep fleet-read`, one trainer, a 150 ms
-    simulated step per global batch) while node a is SIGKILLed after the
-    first global batch arrived: the rest of the epoch comes from the other
+    """The C++ FleetClient (`nearprep fleet-read`, one trainer) while a node
+    is SIGKILLed mid-read: the rest of the epoch comes from the other
     replicas, every position exactly once, in order, with the oracle's sample
-    and bytes, and the client reports at least one failover."""
+    and bytes, and the client reports at least one failover.
+
+    No timing decides whether the reader asks the dead node again: its
+    stdout is a pipe of one page that the test leaves unread until the
+    victim is dead, so the reader (which flushes each global batch and
+    fetches one batch ahead) cannot request the epoch's last global batch
+    before then; the victim is a node serving part of that batch."""
     tmp = tmp_path_factory.mktemp("fleet_cpp_kill")
     m, manifest, daemons, oracle_d = build_fleet(tmp, "tfrecord")
     proc = None
+    r_fd = w_fd = None
     try:
         oracle = oracle_for(oracle_d, manifest, m, 0)
+        plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+            seed=SEED, epoch=0, block_samples=BLOCK, window=WINDOW, global_batch=G))
+        last = plan.num_batches - 1
+        # The node serving the most samples of the last global batch (ports,
+        # hence the rendezvous assignment, vary from run to run).
+        load = {}
+        for pos in range(last * G, m.num_samples):
+            part = plan.at(pos)[1]
+            node = choose(part, [daemons[n].target for n, ps in PLACEMENT.items() if part in ps])
+            load[node] = load.get(node, 0) + 1
+        victim = next(d for d in daemons.values() if d.target == max(load, key=load.get))
+        # The reader writes batch g's lines before it asks for batch g + 2
+        # (ReadBatch(g + 1) fetches g + 1 and g + 2): it can only ask for the
+        # last batch once the lines of batches 0 .. last-2 left the pipe.
+        r_fd, w_fd = os.pipe()
+        fcntl.fcntl(w_fd, fcntl.F_SETPIPE_SZ, os.sysconf("SC_PAGE_SIZE"))
+        capacity = fcntl.fcntl(w_fd, fcntl.F_GETPIPE_SZ)
+        before_last = sum(len(f"0 {p} {oracle[p][0]} {oracle[p][1]}\n")
+                          for p in range((last - 1) * G))
+        assert before_last > capacity, (before_last, capacity)
         targets = ",".join(d.target for d in daemons.values())
         proc = subprocess.Popen(
             [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
              "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
              "--trainers", "1", "--trainer", "0", "--epoch", "0", "--height", "24",
-             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
-             "--step-ms", "150"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines = [proc.stdout.readline() for _ in range(G)]
-        assert all(lines), "fleet-read ended before its first global batch"
-        daemons["a"].kill()
-        rest, err = proc.communicate(timeout=120)
+             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8"],
+            stdout=w_fd, stderr=subprocess.PIPE, text=True)
+        os.close(w_fd)
+        w_fd = None
+        # Mid-read: the first lines are out (unread, still in the pipe).
+        deadline = time.monotonic() + 60
+        avail = array.array("i", [0])
+        while fcntl.ioctl(r_fd, termios.FIONREAD, avail) == 0 and avail[0] == 0:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "fleet-read printed nothing in 60 s"
+            time.sleep(0.01)
+        victim.kill()
+        with os.fdopen(r_fd, "r") as out:
+            r_fd = None
+            text = out.read()
+        err = proc.communicate(timeout=120)[1]
         assert proc.returncode == 0, err
         got = {}
-        for line in lines + rest.split("\n")[:-1]:
+        for line in text.split("\n")[:-1]:
             e, p, sid, h = line.split()
             assert int(e) == 0
             assert int(p) not in got, f"position {p} delivered twice"
@@ -988,10 +1026,14 @@ def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
         assert list(got) == list(range(m.num_samples)), "positions out of order or missing"
         bad = [p for p in range(m.num_samples) if got[p] != oracle[p]]
         assert not bad, [(p, got[p], oracle[p]) for p in bad[:3]]
+        assert f"node {victim.target} marked dead" in err, err
         stats = err.strip().split("\n")[-1].split()
         failovers = int(stats[stats.index("failovers") + 1])
         assert failovers >= 1, err
     finally:
+        for fd in (r_fd, w_fd):
+            if fd is not None:
+                os.close(fd)
         if proc is not None and proc.poll() is None:
             proc.kill()
         for d in list(daemons.values()) + [oracle_d]:

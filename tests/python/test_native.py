@@ -94,14 +94,24 @@ def test_images_are_views_of_page_aligned_pooled_buffers(big_server):
 
 class ShortLastBatch(BigBatches):
     """5 batches of 4 images, then one of 1 (an epoch's short last batch),
-    10 ms apart so that the consumer always waits and the number of buffers
-    in use at once does not depend on scheduling."""
+    in lockstep with the consumer: each batch after the first waits until
+    the consumer called turn() for the one before, so that the consumer
+    holds one batch while the next is received (2 buffers in use at once,
+    whatever the scheduling: no batch waits in the prefetch queue)."""
 
     def __init__(self):
-        super().__init__(batches=6, n=4, delay=0.01)
+        super().__init__(batches=6, n=4)
+        self._turns = threading.Semaphore(1)
+
+    def turn(self):
+        """The consumer is done with the batch before: send the next."""
+        self._turns.release()
 
     def StreamBatches(self, req, context):
         for b in super().StreamBatches(req, context):
+            if not self._turns.acquire(timeout=30):
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              "the test did not take batch %d in 30 s" % (b.batch_index - 1))
             if b.batch_index == 5:
                 img = np.frombuffer(b.tensor.data, np.float32).reshape(4, 64, 64, 3)[:1]
                 del b.labels[1:], b.sample_ids[1:]
@@ -110,23 +120,45 @@ class ShortLastBatch(BigBatches):
             yield b
 
 
+def _all_returned(pool, timeout=10.0):
+    """Waits until every buffer of `pool` is back (the reader thread of an
+    ended stream drops its last batch a moment after the consumer got the
+    end); the pool's stats then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = pool.stats()
+        if s["allocated"] - s["released"] == s["free_buffers"] or time.monotonic() > deadline:
+            return s
+        time.sleep(0.01)
+
+
 def test_short_last_batch_reuses_a_bigger_free_buffer():
-    srv = FakeServer(ShortLastBatch())
+    impl = ShortLastBatch()
+    srv = FakeServer(impl)
     try:
         c = nearprep.Client(srv.target, native=True)
         # Keep as few free buffers as a stream uses at once, as in a long
         # epoch of big batches: a small buffer kept aside would hide the case.
         c._transport.pool = native.BufferPool(max_free=2)
+        big = set()   # addresses of the buffers of 4-image batches
         for epoch in range(3):
             sizes = []
             for b in c.batches("fake", batch_size=4, epoch=epoch):
                 np.testing.assert_array_equal(b.images, _expected(b.sample_ids.tolist()))
                 sizes.append(len(b))
+                address = _buffer_of(b.images).address
+                if len(b) == 4:
+                    big.add(address)
+                else:
+                    # The 1-image batch is received into a 4-image buffer.
+                    assert address in big, (epoch, hex(address), [hex(a) for a in big])
+                impl.turn()
             del b
             assert sizes == [4, 4, 4, 4, 4, 1]
+            stats = _all_returned(c._transport.pool)
+            assert stats["allocated"] - stats["released"] == stats["free_buffers"], stats
             if epoch == 0:
-                first = c._transport.pool.stats()
-        stats = c._transport.pool.stats()
+                first = stats
         # Epochs 2 and 3 map nothing new: the 1-image batch takes a free
         # 4-image buffer instead of a fresh mapping faulted in page by page.
         assert stats["allocated"] == first["allocated"], (first, stats)
