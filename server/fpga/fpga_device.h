@@ -202,10 +202,35 @@ class FpgaBackend::Impl {
   // caller's list, nothing read yet); or finished it (a read error, or
   // served by Fallback() from the bytes it read).
   enum class StageResult { kStaged, kFull, kDeferred, kDone };
-  // Reads sample `index` of the chunk into `s` and fills its descriptor.
+  // Reads sample `index` of the chunk into `s` and fills its descriptor:
+  // tries the block path, then the P2P path, then the buffered path (each
+  // below), and describes the bytes the first one placed.
   StageResult Stage(fpga_internal::BufferSet* s, const WorkContext& ctx,
                     SampleWork* sample, size_t index,
                     std::vector<Deferred>* deferred);
+  // What one staging path did: not taken (the next path tries), placed the
+  // sample's bytes at [offset, offset + size) of the input buffer, or
+  // finished the sample with `result` (kFull, kDeferred or kDone).
+  struct Placed {
+    enum class Kind { kNotTaken, kPlaced, kFinished } kind = Kind::kNotTaken;
+    StageResult result = StageResult::kDone;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+  // Block path (a record dataset whose stream reads blocks): the sample's
+  // whole block is read once per run into the buffer with one aligned read
+  // (SampleSource::ReadBlockInto) and each of its samples is staged in
+  // place. Not taken for image folders or a block larger than a buffer.
+  Placed StageFromBlock(fpga_internal::BufferSet* s, const SampleSource& source,
+                        SampleWork* sample, Clock::time_point t0);
+  // P2P path: O_DIRECT read straight into the (p2p) buffer mapping
+  // (SampleSource::OpenSample). Not taken when anything is unusual.
+  Placed StageDirect(fpga_internal::BufferSet* s, const SampleSource& source,
+                     SampleWork* sample, size_t index, std::vector<Deferred>* deferred);
+  // Buffered path: the source's read into host memory, copied into the
+  // mapping; always taken.
+  Placed StageBuffered(fpga_internal::BufferSet* s, const WorkContext& ctx,
+                       SampleWork* sample, Clock::time_point t0);
   // The part of staging common to every path: the sample's bytes are at
   // [offset, offset + size) of the input buffer; reads the header, draws the
   // parameters and writes the descriptor (kStaged), or hands the bytes to

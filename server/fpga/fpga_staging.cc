@@ -79,16 +79,19 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
   sample->times = StageTimes{};
   sample->params = SampleParams{};
   const Clock::time_point t0 = Clock::now();
-  uint64_t offset = AlignUp(s->jpeg_used);
-  uint64_t size = 0;
-  bool staged = false;
+  const SampleSource& source = *ctx.source;
+  Placed p = StageFromBlock(s, source, sample, t0);
+  if (p.kind == Placed::Kind::kNotTaken) p = StageDirect(s, source, sample, index, deferred);
+  if (p.kind == Placed::Kind::kNotTaken) p = StageBuffered(s, ctx, sample, t0);
+  if (p.kind == Placed::Kind::kFinished) return p.result;
+  return Describe(s, ctx, sample, index, p.offset, p.size, MicrosSince(t0));
+}
 
-  // Block path (record datasets read in blocks, the P2P target's large
-  // reads): the sample's whole block of records is read with one aligned
-  // read into the input buffer (once per run), its records checked there,
-  // and each sample of it is staged in place - the kernel gets the offset
-  // and size of its image bytes inside the buffer. Not available (image
-  // folders, a block larger than a run's buffer): the per-sample paths.
+FpgaBackend::Impl::Placed FpgaBackend::Impl::StageFromBlock(
+    BufferSet* s, const SampleSource& source, SampleWork* sample,
+    Clock::time_point t0) {
+  // The kernel gets the offset and size of the sample's image bytes inside
+  // its block; a block already read for this run serves its other samples.
   const BlockSample* in_block = nullptr;
   uint64_t block_base = 0;
   for (const BufferSet::StagedBlock& b : s->blocks) {
@@ -99,112 +102,111 @@ FpgaBackend::Impl::StageResult FpgaBackend::Impl::Stage(
       }
     }
   }
-  const SampleSource& source = *ctx.source;
   if (in_block == nullptr) {
     const uint64_t need = source.BlockBytesFor(sample->sample_id);
-    if (need > 0 && need <= s->jpeg_capacity) {
-      if (offset + need > s->jpeg_capacity) {
-        if (!s->entries.empty()) return StageResult::kFull;
-        s->blocks.clear();  // only bad records staged so far: start over
-        s->jpeg_used = 0;
-        offset = 0;
-      }
-      absl::StatusOr<std::vector<BlockSample>> got = source.ReadBlockInto(
-          sample->sample_id, s->jpeg_map + offset, s->jpeg_capacity - offset);
-      if (got.ok()) {
-        s->blocks.push_back(BufferSet::StagedBlock{offset, std::move(got).value()});
-        s->jpeg_used = offset + need;
-        s->any_buffered = true;  // host-side read: synced at launch
-        stats->Add(FpgaCounter::kBlockReads);
-        stats->Add(FpgaCounter::kBlockReadBytes, need);
-        stats->Add(FpgaCounter::kBufferedReads);
-        stats->Add(FpgaCounter::kBufferedReadBytes, need);
-        for (const BlockSample& x : s->blocks.back().samples) {
-          if (x.id == sample->sample_id) {
-            in_block = &x;
-            block_base = offset;
-          }
-        }
-      }
+    if (need == 0 || need > s->jpeg_capacity) return {};
+    uint64_t offset = AlignUp(s->jpeg_used);
+    if (offset + need > s->jpeg_capacity) {
+      if (!s->entries.empty()) return {Placed::Kind::kFinished, StageResult::kFull};
+      s->blocks.clear();  // only bad records staged so far: start over
+      s->jpeg_used = 0;
+      offset = 0;
     }
-  }
-  if (in_block != nullptr) {
-    if (!in_block->status.ok()) {  // a bad record: the CPU path's error
-      sample->status = in_block->status;
-      sample->times.read_us = MicrosSince(t0);
-      return StageResult::kDone;
-    }
-    offset = block_base + in_block->offset;
-    size = in_block->size;
-    staged = true;
-    stats->Add(FpgaCounter::kBlockSamples);
-  }
-
-  // P2P path: O_DIRECT read straight into the (p2p) buffer mapping,
-  // through the stream's source (the same O_NOFOLLOW walk as every
-  // read). Anything unusual (open refused, empty, too big, unaligned
-  // range, short or refused read) takes the buffered path, which reports
-  // the real error if there is one.
-  if (!staged && s->p2p && s->direct_ok && config.use_o_direct) {
-    OpenOptions direct;
-    direct.direct = true;
-    absl::StatusOr<SampleFile> f =
-        source.OpenSample(sample->sample_id, direct);
-    if (f.ok() && f->size > 0 && f->size < (uint64_t{1} << 32) &&
-        f->offset % kAlign == 0) {
-      size = f->size;
-      const uint64_t rounded = AlignUp(size);
-      if (offset + rounded > s->jpeg_capacity) {
-        if (s->entries.empty()) {  // larger than a run's buffer
-          deferred->push_back({index, FpgaCounter::kFallbackHost});
-          return StageResult::kDeferred;
-        }
-        return StageResult::kFull;
-      }
-      size_t got = 0;
-      const absl::Status rs = f->file->Read(
-          f->offset, static_cast<size_t>(rounded), s->jpeg_map + offset, &got);
-      if (absl::IsInvalidArgument(rs)) {
-        // Buffer or offset not aligned as O_DIRECT needs (the noop
-        // shim's malloc'd buffers), or the file system refuses it.
-        s->direct_ok = false;
-      }
-      if (rs.ok() && got >= size) {
-        staged = true;
-        stats->Add(FpgaCounter::kP2pReads);
-        stats->Add(FpgaCounter::kP2pReadBytes, size);
-      }
-    }
-  }
-
-  // Buffered path: the stream's own reader, then a copy into the mapping.
-  if (!staged) {
-    thread_local std::vector<uint8_t> buf;
-    const absl::Status st = source.ReadInto(sample->sample_id, &buf);
-    if (!st.ok()) {
-      sample->status = st;
-      sample->times.read_us = MicrosSince(t0);
-      return StageResult::kDone;
-    }
-    size = buf.size();
-    if (size == 0 || size >= (uint64_t{1} << 32) ||
-        offset + size > s->jpeg_capacity) {
-      if (s->entries.empty() || size == 0 || size >= (uint64_t{1} << 32)) {
-        stats->Add(FpgaCounter::kBufferedReads);
-        stats->Add(FpgaCounter::kBufferedReadBytes, size);
-        const Staged staged{buf.data(), size, MicrosSince(t0), nullptr};
-        Fallback(ctx, FpgaCounter::kFallbackHost, &staged, sample);
-        return StageResult::kDone;
-      }
-      return StageResult::kFull;
-    }
-    std::memcpy(s->jpeg_map + offset, buf.data(), size);
-    if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
-    s->any_buffered = true;
+    absl::StatusOr<std::vector<BlockSample>> got = source.ReadBlockInto(
+        sample->sample_id, s->jpeg_map + offset, s->jpeg_capacity - offset);
+    if (!got.ok()) return {};  // the per-sample paths report the error
+    s->blocks.push_back(BufferSet::StagedBlock{offset, std::move(got).value()});
+    s->jpeg_used = offset + need;
+    s->any_buffered = true;  // host-side read: synced at launch
+    stats->Add(FpgaCounter::kBlockReads);
+    stats->Add(FpgaCounter::kBlockReadBytes, need);
     stats->Add(FpgaCounter::kBufferedReads);
-    stats->Add(FpgaCounter::kBufferedReadBytes, size);
+    stats->Add(FpgaCounter::kBufferedReadBytes, need);
+    for (const BlockSample& x : s->blocks.back().samples) {
+      if (x.id == sample->sample_id) {
+        in_block = &x;
+        block_base = offset;
+      }
+    }
+    if (in_block == nullptr) return {};
   }
-  return Describe(s, ctx, sample, index, offset, size, MicrosSince(t0));
+  if (!in_block->status.ok()) {  // a bad record: the CPU path's error
+    sample->status = in_block->status;
+    sample->times.read_us = MicrosSince(t0);
+    return {Placed::Kind::kFinished, StageResult::kDone};
+  }
+  stats->Add(FpgaCounter::kBlockSamples);
+  return {Placed::Kind::kPlaced, StageResult::kStaged, block_base + in_block->offset,
+          in_block->size};
+}
+
+FpgaBackend::Impl::Placed FpgaBackend::Impl::StageDirect(
+    BufferSet* s, const SampleSource& source, SampleWork* sample, size_t index,
+    std::vector<Deferred>* deferred) {
+  // Through the stream's source (the same O_NOFOLLOW walk as every read).
+  // Anything unusual (open refused, empty, too big, unaligned range, short
+  // or refused read) is not taken: the buffered path reports the real error
+  // if there is one.
+  if (!s->p2p || !s->direct_ok || !config.use_o_direct) return {};
+  OpenOptions direct;
+  direct.direct = true;
+  absl::StatusOr<SampleFile> f = source.OpenSample(sample->sample_id, direct);
+  if (!f.ok() || f->size == 0 || f->size >= (uint64_t{1} << 32) ||
+      f->offset % kAlign != 0) {
+    return {};
+  }
+  const uint64_t offset = AlignUp(s->jpeg_used);
+  const uint64_t size = f->size;
+  const uint64_t rounded = AlignUp(size);
+  if (offset + rounded > s->jpeg_capacity) {
+    if (s->entries.empty()) {  // larger than a run's buffer
+      deferred->push_back({index, FpgaCounter::kFallbackHost});
+      return {Placed::Kind::kFinished, StageResult::kDeferred};
+    }
+    return {Placed::Kind::kFinished, StageResult::kFull};
+  }
+  size_t got = 0;
+  const absl::Status rs = f->file->Read(f->offset, static_cast<size_t>(rounded),
+                                        s->jpeg_map + offset, &got);
+  if (absl::IsInvalidArgument(rs)) {
+    // Buffer or offset not aligned as O_DIRECT needs (the noop shim's
+    // malloc'd buffers), or the file system refuses it.
+    s->direct_ok = false;
+  }
+  if (!rs.ok() || got < size) return {};
+  stats->Add(FpgaCounter::kP2pReads);
+  stats->Add(FpgaCounter::kP2pReadBytes, size);
+  return {Placed::Kind::kPlaced, StageResult::kStaged, offset, size};
+}
+
+FpgaBackend::Impl::Placed FpgaBackend::Impl::StageBuffered(
+    BufferSet* s, const WorkContext& ctx, SampleWork* sample, Clock::time_point t0) {
+  thread_local std::vector<uint8_t> buf;
+  const absl::Status st = ctx.source->ReadInto(sample->sample_id, &buf);
+  if (!st.ok()) {
+    sample->status = st;
+    sample->times.read_us = MicrosSince(t0);
+    return {Placed::Kind::kFinished, StageResult::kDone};
+  }
+  const uint64_t offset = AlignUp(s->jpeg_used);
+  const uint64_t size = buf.size();
+  if (size == 0 || size >= (uint64_t{1} << 32) || offset + size > s->jpeg_capacity) {
+    if (s->entries.empty() || size == 0 || size >= (uint64_t{1} << 32)) {
+      // Not for the device: the CPU serves it from the bytes in hand.
+      stats->Add(FpgaCounter::kBufferedReads);
+      stats->Add(FpgaCounter::kBufferedReadBytes, size);
+      const Staged staged{buf.data(), size, MicrosSince(t0), nullptr};
+      Fallback(ctx, FpgaCounter::kFallbackHost, &staged, sample);
+      return {Placed::Kind::kFinished, StageResult::kDone};
+    }
+    return {Placed::Kind::kFinished, StageResult::kFull};
+  }
+  std::memcpy(s->jpeg_map + offset, buf.data(), size);
+  if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
+  s->any_buffered = true;
+  stats->Add(FpgaCounter::kBufferedReads);
+  stats->Add(FpgaCounter::kBufferedReadBytes, size);
+  return {Placed::Kind::kPlaced, StageResult::kStaged, offset, size};
 }
 
 FpgaBackend::Impl::StageResult FpgaBackend::Impl::Describe(
