@@ -1,5 +1,5 @@
 #include "bench/pipeline/pipeline_bench.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 #include <turbojpeg.h>
 

@@ -48,7 +48,7 @@ EXTERNAL_FILES = [
 ]
 # The native module's own sources (in client/python/native): the CMake
 # project compiles them from <src>/client/python/native.
-NATIVE_FILES = ["native_module.cc", "buffer_pool.cc", "buffer_pool.h"]
+NATIVE_FILES = ["native_module.cc", "receive_buffer_pool.cc", "receive_buffer_pool.h"]
 
 
 def source_root():

@@ -87,7 +87,7 @@ constexpr uint32_t kFlagSaturation = 1u << 2;
 constexpr int kCfgWords = 24;
 enum CfgWord {
   kCfgOutHeight = 0, kCfgOutWidth,
-  kCfgDType,   // 0 f32, 1 f16, 2 bf16, 3 u8 (server/common/types.h DType)
+  kCfgDType,   // 0 f32, 1 f16, 2 bf16, 3 u8 (server/spec/types.h DType)
   kCfgLayout,  // 0 NHWC, 1 NCHW
   kCfgFlags,   // kCfgClip | kCfgNormalize
   kCfgMean0, kCfgMean1, kCfgMean2,  // float bits
@@ -97,7 +97,7 @@ enum CfgWord {
   kCfgJpegBytesLo, kCfgJpegBytesHi,  // bytes of the jpeg buffer
   kCfgOutBytesLo, kCfgOutBytesHi,    // bytes of the out buffer
 };
-// Values of kCfgDType and kCfgLayout: server/common/types.h's DType and
+// Values of kCfgDType and kCfgLayout: server/spec/types.h's DType and
 // Layout numbers (server/fpga/fpga_run.cc static_asserts it; the kernel
 // includes nothing from server/).
 enum CfgDType { kDTypeF32 = 0, kDTypeF16 = 1, kDTypeBF16 = 2, kDTypeU8 = 3 };

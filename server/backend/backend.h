@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/data/dataset.h"
 #include "server/data/sample_source.h"
 

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <utility>
 
-#include "server/common/resize_center.h"
+#include "server/spec/resize_center.h"
 #include "server/plan/plan_math.h"
 
 namespace nearprep {

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/plan/philox.h"
 
 namespace nearprep {

@@ -1,6 +1,6 @@
 // What the FPGA device path computes of a stream's request, field by field.
 // kFpgaSpecFields has one row per field of TransformSpec, OutputSpec and
-// DecodeLimits (server/common/types.h): where the device path handles it -
+// DecodeLimits (server/spec/types.h): where the device path handles it -
 // the kernel computes it from its configuration or descriptor words, or the
 // host resolves it into the descriptor (random draws, crop box) - and which
 // of its values the device path cannot compute. FpgaSupports() derives its

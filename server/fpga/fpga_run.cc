@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nearprep_kernel_abi.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/fpga/fpga_device.h"
 
 namespace nearprep {
@@ -26,11 +26,11 @@ static_assert(nf::kDTypeF32 == static_cast<uint32_t>(DType::kFloat32) &&
                   nf::kDTypeBF16 == static_cast<uint32_t>(DType::kBFloat16) &&
                   nf::kDTypeU8 == static_cast<uint32_t>(DType::kUint8) &&
                   nf::kNumDTypes == static_cast<uint32_t>(DType::kUint8) + 1,
-              "kernel ABI dtype numbering != server/common/types.h DType");
+              "kernel ABI dtype numbering != server/spec/types.h DType");
 static_assert(nf::kLayoutNHWC == static_cast<uint32_t>(Layout::kNHWC) &&
                   nf::kLayoutNCHW == static_cast<uint32_t>(Layout::kNCHW) &&
                   nf::kNumLayouts == static_cast<uint32_t>(Layout::kNCHW) + 1,
-              "kernel ABI layout numbering != server/common/types.h Layout");
+              "kernel ABI layout numbering != server/spec/types.h Layout");
 
 }  // namespace
 

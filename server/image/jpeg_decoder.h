@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 

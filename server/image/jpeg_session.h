@@ -23,7 +23,7 @@
 #include <jpeglib.h>
 
 #include "absl/status/status.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/jpeg_decoder.h"
 
 namespace nearprep {

@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 

@@ -12,7 +12,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 

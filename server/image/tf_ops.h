@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 

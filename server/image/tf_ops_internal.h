@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 namespace internal {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/resize_center.h"
+#include "server/spec/resize_center.h"
 #include "server/image/jpeg_session.h"
 #include "server/image/pil_resample.h"
 #include "server/image/preprocess_kernels.h"

@@ -8,7 +8,7 @@
 //   crop mode RESIZE_CENTER:
 //     Resize(R)(img): shorter side R, longer int(R * long / short)
 //     CenterCrop([H, W]): offsets int(round((side - H) / 2.0)) (half to even)
-//     (server/common/resize_center.h); only the window is computed
+//     (server/spec/resize_center.h); only the window is computed
 //   RandomHorizontalFlip: reverse the columns when params.flip
 //   PILToTensor; ConvertImageDtype(float): x / 255 in float32;
 //   Normalize(mean, std): (x - mean[c]) / std[c] in float32.
@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/preprocess.h"
 
 namespace nearprep {

@@ -66,7 +66,7 @@
 #include "absl/status/statusor.h"
 #include "common/tensor_codec.h"
 #include "server/backend/backend.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
 #include "server/metrics/histogram.h"

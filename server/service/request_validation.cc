@@ -20,7 +20,7 @@
 
 namespace nearprep {
 
-// The adapter casts each proto enum to its server/common/types.h (and
+// The adapter casts each proto enum to its server/spec/types.h (and
 // common/tensor_codec.h) twin: the numbers must be the same, and a value the
 // proto gains must be added to the twin (the _MAX assert fails to compile
 // until it is; docs/architecture.md, "Add a transform field"). The kernel

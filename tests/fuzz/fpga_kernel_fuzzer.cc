@@ -30,7 +30,7 @@
 #include "jpeg_l1.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/jpeg_decoder.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "transform_l1.h"

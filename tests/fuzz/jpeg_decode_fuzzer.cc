@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/preprocess.h"
 #include "tests/fuzz/fuzz_targets.h"

@@ -139,7 +139,7 @@ def test_short_last_batch_reuses_a_bigger_free_buffer():
         c = nearprep.Client(srv.target, native=True)
         # Keep as few free buffers as a stream uses at once, as in a long
         # epoch of big batches: a small buffer kept aside would hide the case.
-        c._transport.pool = native.BufferPool(max_free=2)
+        c._transport.pool = native.ReceiveBufferPool(max_free=2)
         big = set()   # addresses of the buffers of 4-image batches
         for epoch in range(3):
             sizes = []

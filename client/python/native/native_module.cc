@@ -4,7 +4,7 @@
 // BatchReader::NextInto) and hands each batch to Python as (header bytes,
 // Buffer): the header is the serialized nearprep.v1.Batch without tensor
 // data (small), and the Buffer is a writable 1-D byte buffer (Python buffer
-// protocol) over a page-aligned block of a BufferPool into which the tensor
+// protocol) over a page-aligned block of a ReceiveBufferPool into which the tensor
 // bytes were copied once, straight from gRPC's receive slices. numpy wraps
 // it without a copy (np.frombuffer); the block returns to the pool when the
 // last array over it is gone. The GIL is released while a Stream waits for,
@@ -39,7 +39,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "buffer_pool.h"
+#include "receive_buffer_pool.h"
 #include "nearprep/client.h"
 
 namespace py = pybind11;
@@ -57,18 +57,18 @@ bool Finalizing() {
 
 class PyBuffer {
  public:
-  explicit PyBuffer(std::unique_ptr<BufferPool::Block> block)
+  explicit PyBuffer(std::unique_ptr<ReceiveBufferPool::Block> block)
       : block_(std::move(block)) {}
-  BufferPool::Block& block() { return *block_; }
+  ReceiveBufferPool::Block& block() { return *block_; }
 
  private:
-  std::unique_ptr<BufferPool::Block> block_;
+  std::unique_ptr<ReceiveBufferPool::Block> block_;
 };
 
 class PyStream {
  public:
   PyStream(std::unique_ptr<BatchReader> reader,
-           std::shared_ptr<BufferPool> pool)
+           std::shared_ptr<ReceiveBufferPool> pool)
       : reader_(std::move(reader)), pool_(std::move(pool)) {}
 
   // (header bytes, Buffer or None) for the next batch; None at the end of
@@ -85,7 +85,7 @@ class PyStream {
   // the guard for a thread it could not stop in time.
   py::object Next() {
     std::string header_bytes;
-    std::unique_ptr<BufferPool::Block> block;
+    std::unique_ptr<ReceiveBufferPool::Block> block;
     bool ok;
     PyThreadState* const saved = PyEval_SaveThread();
     try {
@@ -129,7 +129,7 @@ class PyStream {
 
  private:
   std::unique_ptr<BatchReader> reader_;
-  std::shared_ptr<BufferPool> pool_;
+  std::shared_ptr<ReceiveBufferPool> pool_;
 };
 
 class PyChannel {
@@ -149,7 +149,7 @@ class PyChannel {
         }()) {}
 
   // timeout: seconds for the whole call, None for no deadline.
-  PyStream Stream(const py::bytes& request, std::shared_ptr<BufferPool> pool,
+  PyStream Stream(const py::bytes& request, std::shared_ptr<ReceiveBufferPool> pool,
                   const py::object& timeout) {
     v1::StreamBatchesRequest req;
     if (!req.ParseFromString(std::string(request))) {
@@ -176,7 +176,7 @@ class PyChannel {
 }  // namespace nearprep
 
 PYBIND11_MODULE(_native, m) {
-  using nearprep::BufferPool;
+  using nearprep::ReceiveBufferPool;
   m.doc() = "nearprep's native receive path (see native_module.cc)";
 
   // gRPC allocates its receive buffers with malloc and frees them once a
@@ -187,18 +187,18 @@ PYBIND11_MODULE(_native, m) {
   // so nearprep.transport applies it only when the native path is used.
   m.def("keep_freed_memory", &nearprep::KeepFreedMemory, py::arg("bytes"));
 
-  py::class_<BufferPool, std::shared_ptr<BufferPool>>(m, "BufferPool")
+  py::class_<ReceiveBufferPool, std::shared_ptr<ReceiveBufferPool>>(m, "ReceiveBufferPool")
       .def(py::init([](size_t max_free, bool lock) {
-             BufferPool::Options o;
+             ReceiveBufferPool::Options o;
              o.max_free = max_free;
              o.lock = lock;
-             return BufferPool::Create(o);
+             return ReceiveBufferPool::Create(o);
            }),
            py::arg("max_free") = 4, py::arg("lock") = false)
       .def_property_readonly(
-          "lock", [](const BufferPool& p) { return p.options().lock; })
-      .def("stats", [](const BufferPool& p) {
-        const BufferPool::Stats s = p.stats();
+          "lock", [](const ReceiveBufferPool& p) { return p.options().lock; })
+      .def("stats", [](const ReceiveBufferPool& p) {
+        const ReceiveBufferPool::Stats s = p.stats();
         py::dict d;
         d["allocated"] = s.allocated;
         d["reused"] = s.reused;

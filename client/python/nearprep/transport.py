@@ -216,7 +216,7 @@ class NativeTransport:
             # Enough for every batch a stream holds in flight (prefetch queue
             # per target, plus the one being filled and the caller's).
             max_free_buffers = (client.prefetch + 3) * len(client.targets)
-        self.pool = self._native.BufferPool(max_free=max_free_buffers, lock=lock_memory)
+        self.pool = self._native.ReceiveBufferPool(max_free=max_free_buffers, lock=lock_memory)
 
     def _channel(self, conn):
         with self._lock:

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 namespace {

@@ -13,7 +13,7 @@
 #include "decode_to_rgb.h"
 #include "nearprep_kernel.h"
 #include "nearprep_kernel_abi.h"
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/preprocess.h"
 #include "tests/unit/fpga/jpeg_test_util.h"
 

@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/jpeg_session.h"
 #include "server/image/preprocess.h"

@@ -27,7 +27,7 @@
 
 #include <turbojpeg.h>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 #include "server/image/preprocess.h"
 #include "server/image/preprocess_kernels.h"
 

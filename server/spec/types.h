@@ -3,8 +3,8 @@
 // server/service/ includes protobuf or gRPC headers: the adapter converts.
 //
 // Thread-safety: plain values; safe to copy and share read-only.
-#ifndef NEARPREP_SERVER_COMMON_TYPES_H_
-#define NEARPREP_SERVER_COMMON_TYPES_H_
+#ifndef NEARPREP_SERVER_SPEC_TYPES_H_
+#define NEARPREP_SERVER_SPEC_TYPES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -96,4 +96,4 @@ struct StageTimes {
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_SERVER_COMMON_TYPES_H_
+#endif  // NEARPREP_SERVER_SPEC_TYPES_H_

@@ -1,4 +1,4 @@
-#include "buffer_pool.h"
+#include "receive_buffer_pool.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,21 +16,21 @@ size_t PageSize() {
 
 }  // namespace
 
-BufferPool::Block::~Block() {
+ReceiveBufferPool::Block::~Block() {
   pool_->Release(Mapping{data_, capacity_, locked_});
 }
 
-std::shared_ptr<BufferPool> BufferPool::Create(Options options) {
-  return std::shared_ptr<BufferPool>(new BufferPool(options));
+std::shared_ptr<ReceiveBufferPool> ReceiveBufferPool::Create(Options options) {
+  return std::shared_ptr<ReceiveBufferPool>(new ReceiveBufferPool(options));
 }
 
-BufferPool::~BufferPool() {
+ReceiveBufferPool::~ReceiveBufferPool() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Mapping& m : free_) Unmap(m);
   free_.clear();
 }
 
-std::unique_ptr<BufferPool::Block> BufferPool::Acquire(size_t bytes) {
+std::unique_ptr<ReceiveBufferPool::Block> ReceiveBufferPool::Acquire(size_t bytes) {
   if (bytes == 0) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,7 +68,7 @@ std::unique_ptr<BufferPool::Block> BufferPool::Acquire(size_t bytes) {
       shared_from_this(), static_cast<uint8_t*>(p), bytes, capacity, locked));
 }
 
-void BufferPool::Release(Mapping m) {
+void ReceiveBufferPool::Release(Mapping m) {
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(m);
   if (free_.size() > options_.max_free) {
@@ -83,13 +83,13 @@ void BufferPool::Release(Mapping m) {
   stats_.free_buffers = free_.size();
 }
 
-void BufferPool::Unmap(const Mapping& m) {
+void ReceiveBufferPool::Unmap(const Mapping& m) {
   if (m.locked) stats_.locked_bytes -= m.capacity;
   munmap(m.data, m.capacity);  // Also unlocks.
   ++stats_.released;
 }
 
-BufferPool::Stats BufferPool::stats() const {
+ReceiveBufferPool::Stats ReceiveBufferPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }

@@ -16,8 +16,8 @@
 //
 // Thread-safety: every method is thread-safe; a Block may be destroyed on
 // any thread (it returns itself to the pool, which it keeps alive).
-#ifndef NEARPREP_CLIENT_PYTHON_NATIVE_BUFFER_POOL_H_
-#define NEARPREP_CLIENT_PYTHON_NATIVE_BUFFER_POOL_H_
+#ifndef NEARPREP_CLIENT_PYTHON_NATIVE_RECEIVE_BUFFER_POOL_H_
+#define NEARPREP_CLIENT_PYTHON_NATIVE_RECEIVE_BUFFER_POOL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +27,7 @@
 
 namespace nearprep {
 
-class BufferPool : public std::enable_shared_from_this<BufferPool> {
+class ReceiveBufferPool : public std::enable_shared_from_this<ReceiveBufferPool> {
  public:
   struct Options {
     // Free buffers kept for reuse; more are unmapped when released.
@@ -57,20 +57,20 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     bool locked() const { return locked_; }
 
    private:
-    friend class BufferPool;
-    Block(std::shared_ptr<BufferPool> pool, uint8_t* data, size_t size,
+    friend class ReceiveBufferPool;
+    Block(std::shared_ptr<ReceiveBufferPool> pool, uint8_t* data, size_t size,
           size_t capacity, bool locked)
         : pool_(std::move(pool)), data_(data), size_(size),
           capacity_(capacity), locked_(locked) {}
-    std::shared_ptr<BufferPool> pool_;
+    std::shared_ptr<ReceiveBufferPool> pool_;
     uint8_t* data_;
     size_t size_;
     size_t capacity_;
     bool locked_;
   };
 
-  static std::shared_ptr<BufferPool> Create(Options options);
-  ~BufferPool();
+  static std::shared_ptr<ReceiveBufferPool> Create(Options options);
+  ~ReceiveBufferPool();
 
   // A buffer of `bytes` bytes (> 0): the smallest free one whose capacity
   // fits, else a new mapping. nullptr if mmap fails.
@@ -84,7 +84,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     size_t capacity;
     bool locked;
   };
-  explicit BufferPool(Options options) : options_(options) {}
+  explicit ReceiveBufferPool(Options options) : options_(options) {}
   void Release(Mapping m);
   void Unmap(const Mapping& m);  // requires mu_
 
@@ -96,4 +96,4 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_CLIENT_PYTHON_NATIVE_BUFFER_POOL_H_
+#endif  // NEARPREP_CLIENT_PYTHON_NATIVE_RECEIVE_BUFFER_POOL_H_

@@ -4,13 +4,13 @@
 // docs/protocol.md restates it.
 //
 // Thread-safety: pure functions.
-#ifndef NEARPREP_SERVER_COMMON_RESIZE_CENTER_H_
-#define NEARPREP_SERVER_COMMON_RESIZE_CENTER_H_
+#ifndef NEARPREP_SERVER_SPEC_RESIZE_CENTER_H_
+#define NEARPREP_SERVER_SPEC_RESIZE_CENTER_H_
 
 #include <algorithm>
 #include <cstdint>
 
-#include "server/common/types.h"
+#include "server/spec/types.h"
 
 namespace nearprep {
 
@@ -71,4 +71,4 @@ inline CropBox ResizeCenterSourceBox(int height, int width, int shorter,
 
 }  // namespace nearprep
 
-#endif  // NEARPREP_SERVER_COMMON_RESIZE_CENTER_H_
+#endif  // NEARPREP_SERVER_SPEC_RESIZE_CENTER_H_
