@@ -402,7 +402,11 @@ absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
                              google::protobuf::Message* m) {
   using FD = google::protobuf::FieldDescriptor;
   const google::protobuf::Reflection* r = m->GetReflection();
-  for (const auto& [name, text] : values) {
+  for (const auto& entry : values) {
+    // Named references, not a structured binding: the lambda below
+    // captures `text` (C++17 cannot capture a binding; clang refuses).
+    const std::string& name = entry.first;
+    const std::string& text = entry.second;
     if (text.empty()) continue;
     const FD* f = m->GetDescriptor()->FindFieldByName(name);
     if (f == nullptr)

@@ -522,17 +522,20 @@ TEST_F(PipelineTest, QueueWaitMeasuresTimeBeforeTheConsumerTakesIt) {
   const uint64_t before = backend_->processed();
   auto stream = pipeline.OpenStream(SmallRequest(ds_.get()));
   ASSERT_TRUE(stream.ok());
+  // Depth 1: batch 1 (samples 8..15) is made only once batch 0 is taken,
+  // so it cannot be done before this moment: its wait is at most
+  // taken - asked (a wait counted from anything earlier, e.g. the stream's
+  // opening, would exceed it).
+  const auto asked = std::chrono::steady_clock::now();
   auto first = (*stream)->NextBlocking();
   ASSERT_TRUE(first.ok() && *first != nullptr);
-  // Depth 1: once batch 0 is taken, exactly batch 1 (samples 8..15) is
-  // made. Wait until the backend has started its last sample, leave the
-  // batch waiting for 60 ms, then take it: it waited at least ~40 ms (the
-  // last sample takes at most 2 ms of the margin).
+  // Wait until the backend has started its last sample, leave the batch
+  // waiting for 60 ms, then take it: it waited at least ~40 ms (the last
+  // sample takes at most 2 ms of the margin).
   for (int i = 0; i < 5000 && backend_->processed() - before < 16; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_EQ(backend_->processed() - before, 16u);
-  const auto seen = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   auto second = (*stream)->NextBlocking();
   const auto taken = std::chrono::steady_clock::now();
@@ -541,7 +544,7 @@ TEST_F(PipelineTest, QueueWaitMeasuresTimeBeforeTheConsumerTakesIt) {
   EXPECT_LE((*second)->queue_wait_us,
             static_cast<uint64_t>(
                 std::chrono::duration_cast<std::chrono::microseconds>(
-                    taken - seen)
+                    taken - asked)
                     .count()));
 }
 
