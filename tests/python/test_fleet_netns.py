@@ -17,7 +17,7 @@ import time
 import pytest
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import FleetClient
+from nearprep.fleet import FleetClient, choose
 from conftest import Daemon, NEARPREPD
 import test_fleet_daemons as tfd
 
@@ -57,6 +57,24 @@ def netns():
         _sh(ip, "netns", "del", ns, check=False)
 
 
+CUT_AFTER = 1  # trainer 0 cuts the link once it holds this batch
+
+
+def port_where_node_wins(ns_ip, targets):
+    """A port for the node in the namespace at which rendezvous hashing
+    gives it every partition it holds: which replica serves a partition
+    depends on the targets' strings, ports included, so with a random port
+    the node could win few partitions and none after the cut (CI saw it:
+    the epoch then passes without touching the cut node). Any port is free
+    in the test's fresh namespace."""
+    for port in range(20000, 60000):
+        t = f"{ns_ip}:{port}"
+        if all(choose(p, [t] + [targets[n] for n in ("a", "b") if p in tfd.PLACEMENT[n]]) == t
+               for p in tfd.PLACEMENT["c"]):
+            return port
+    raise AssertionError("no port gives the namespaced node all its partitions")
+
+
 def test_node_unreachable_without_reset(tmp_path, netns, transport):
     m, manifest, daemons, oracle_d = tfd.build_fleet(tmp_path, "tfrecord")
     inner = None
@@ -81,12 +99,22 @@ def test_node_unreachable_without_reset(tmp_path, netns, transport):
         finally:
             conftest.NEARPREPD = saved
         targets = [daemons["a"].target, daemons["b"].target, f"{netns['ns_ip']}:{inner.port}"]
+        # The test's premise, from the plan: trainer 0 asks for batches
+        # after CUT_AFTER + 1 once the link is down (its FleetClient has
+        # submitted batch CUT_AFTER + 1 when it yields CUT_AFTER, prefetch 2),
+        # and some of them need the cut node.
+        plan = fp.GlobalPlan(m.partition_start, fp.PlanParams(
+            seed=tfd.SEED, epoch=1, block_samples=tfd.BLOCK, window=tfd.WINDOW,
+            global_batch=tfd.G))
+        later = {part for g in range(CUT_AFTER + 2, plan.num_batches)
+                 for _, part in plan.range(*plan.slice(g, 0, 2))}
+        assert later & set(tfd.PLACEMENT["c"]), later
         oracle = tfd.oracle_for(oracle_d, manifest, m, 1)
         log = tfd.Log()
         down = threading.Event()
 
         def cut(k, fb):
-            if k == 0 and fb.batch == 3 and not down.is_set():
+            if k == 0 and fb.batch == CUT_AFTER and not down.is_set():
                 down.set()
                 _sh(netns["ip"], "link", "set", netns["host_if"], "down")
 
