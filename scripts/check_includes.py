@@ -31,11 +31,14 @@ import tempfile
 RULES = [
     ("common", [],
      "code shared by the daemon and the C++ client (PEM reader, uint8 tensor "
-     "codec, the annotated mutex of common/mutex.h)"),
+     "codec, the annotated mutex of common/mutex.h, the %XX escaping of "
+     "resume tokens and shard indexes)"),
     ("server/spec", [], "plain types shared by the server's layers"),
     ("server/metrics", [],
      "counters, histograms, Prometheus exposition and its HTTP endpoint"),
-    ("server/records", [], "record formats: TFRecord, tar, shard indexes"),
+    ("server/records", ["common"],
+     "record formats: TFRecord, tar, shard indexes (their fields escaped "
+     "by common/percent_escape.h)"),
     ("server/storage", ["server/records", "common"],
      "the storage seam: sample listings and reads"),
     ("server/plan", [],

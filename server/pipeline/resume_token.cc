@@ -1,12 +1,12 @@
 #include "server/pipeline/resume_token.h"
 
-#include <cstdio>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/percent_escape.h"
 #include "server/data/dataset.h"
 
 namespace nearprep {
@@ -16,19 +16,10 @@ constexpr char kMagic[] = "nearprep-resume-1";
 // At most this long (a dataset name is short; the rest is numbers).
 constexpr size_t kMaxTokenBytes = 4096;
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c <= 0x20 || c >= 0x7f || c == '%' || c == ';' || c == '=') {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
+// The dataset name as one field value: percent-escaped, ';' and '=' (the
+// token's separators) too. Tokens hold the escaped name and are compared as
+// text, so this must keep writing the same bytes (common/percent_escape.h).
+std::string Escape(const std::string& s) { return PercentEscape(s, ";="); }
 
 // Fields of a token or binding, in order, after the magic.
 bool Split(const std::string& text,

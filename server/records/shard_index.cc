@@ -2,7 +2,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 
 #include <algorithm>
 
@@ -10,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/percent_escape.h"
 #include "server/records/crc32c.h"
 #include "server/records/tar_shard.h"
 #include "server/records/tf_example.h"
@@ -20,38 +20,21 @@ namespace {
 
 constexpr char kMagic[] = "nearprep-shard-index 2";
 
+// A field of an index line: percent-escaped (common/percent_escape.h: no
+// ';' or '=' escaping here, so files keep their bytes), "-" for an empty
+// field, and a field that is "-" itself escaped as "%2D".
 std::string Escape(const std::string& s) {
   if (s.empty()) return "-";
-  std::string out;
-  for (unsigned char c : s) {
-    if (c <= 0x20 || c == '%' || c >= 0x7f || (s.size() == 1 && c == '-')) {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
+  if (s == "-") return "%2D";
+  return PercentEscape(s);
 }
 
 bool Unescape(const std::string& s, std::string* out) {
-  out->clear();
-  if (s == "-") return true;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out->push_back(s[i]);
-      continue;
-    }
-    if (i + 2 >= s.size()) return false;
-    const std::string hex = s.substr(i + 1, 2);
-    char* end = nullptr;
-    const long v = std::strtol(hex.c_str(), &end, 16);
-    if (end != hex.c_str() + 2) return false;
-    out->push_back(static_cast<char>(v));
-    i += 2;
+  if (s == "-") {
+    out->clear();
+    return true;
   }
-  return true;
+  return PercentUnescape(s, out);
 }
 
 // Fills a TFRecord entry from one record's data.

@@ -125,6 +125,72 @@ TEST(ShardIndexTest, SerializesAndParsesBack) {
   EXPECT_FALSE(back->entries[1].has_label);
 }
 
+// The fields' escaping (common/percent_escape.h) as files on disk have it:
+// a change here would make every .nearprep-index stale or unreadable.
+TEST(ShardIndexTest, KeysKeepTheirEscapedBytes) {
+  ShardIndex index;
+  index.format = "tar";
+  index.shard_bytes = 4096;
+  index.options = "tar";
+  IndexEntry e;
+  e.payload_bytes = e.record_bytes = 5;
+  for (const char* key : {"a;b=c d%\x7f\xc3\xa9", "-", "", "--"}) {
+    e.key = key;
+    index.entries.push_back(e);
+    e.record_offset = e.payload_offset += 512;  // tar blocks
+  }
+  e.key = "k";
+  e.error = "bad .cls";
+  index.entries.push_back(e);
+  const std::string text = SerializeShardIndex(index);
+  EXPECT_NE(text.find("\n0 5 0 5 - - a;b=c%20d%25%7F%C3%A9\n"
+                      "512 5 512 5 - - %2D\n"
+                      "1024 5 1024 5 - - -\n"
+                      "1536 5 1536 5 - - --\n"
+                      "2048 5 2048 5 - - k bad%20.cls\n"),
+            std::string::npos)
+      << text;
+  auto back = ParseShardIndex(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->entries.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(back->entries[i].key, index.entries[i].key) << i;
+  }
+  EXPECT_EQ(back->entries[4].error, "bad .cls");
+  // Lowercase hex (a hand-edited file) reads the same.
+  std::string lower = text;
+  lower.replace(lower.find("%C3%A9"), 6, "%c3%a9");
+  back = ParseShardIndex(Reseal(lower));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->entries[0].key, index.entries[0].key);
+}
+
+// A '%' not followed by two hex digits is refused, naming the line (the old
+// strtol-based reader took "%+1" and "%-1" as bytes 1 and 0xff).
+TEST(ShardIndexTest, RefusesAMalformedEscape) {
+  ShardIndex index;
+  index.format = "tar";
+  index.shard_bytes = 100;
+  index.options = "tar";
+  IndexEntry e;
+  e.payload_offset = 0;
+  e.payload_bytes = e.record_bytes = 5;
+  e.key = "k\x01";  // written "k%01"
+  index.entries.push_back(e);
+  const std::string text = SerializeShardIndex(index);
+  ASSERT_TRUE(ParseShardIndex(text).ok());
+  for (const char* bad : {"k%+1", "k%-1", "k%G1", "k%0", "k%"}) {
+    SCOPED_TRACE(bad);
+    std::string broken = text;
+    broken.replace(broken.find("k%01"), 4, bad);
+    auto r = ParseShardIndex(Reseal(broken));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("line 8"), std::string::npos)
+        << r.status();
+  }
+}
+
 TEST(ShardIndexTest, MalformedIndexNamesTheLine) {
   ShardIndex index;
   index.format = "tar";

@@ -608,6 +608,26 @@ TEST_F(RequestValidationTest, ResumeTokenResumesItsOwnStream) {
   ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
 }
 
+// The dataset name in a binding, escaped as tokens already handed out have
+// it (common/percent_escape.h with ';' and '='): tokens are compared as
+// text, so other bytes would refuse every token of a daemon before the change.
+TEST_F(RequestValidationTest, ResumeBindingKeepsTheEscapedDatasetName) {
+  DatasetConfig c;
+  c.name = "my ds;v=2%-\xc3\xa9";
+  c.root = dir_->string();
+  auto d = Dataset::Open(c);
+  ASSERT_TRUE(d.ok()) << d.status();
+  StreamRequest s;
+  s.context.dataset = d->get();
+  s.batch_size = 8;
+  const std::string binding = ResumeBinding(s);
+  EXPECT_EQ(binding.rfind(
+                "nearprep-resume-1;dataset=my%20ds%3Bv%3D2%25-%C3%A9;listing=",
+                0),
+            0u)
+      << binding;
+}
+
 TEST_F(RequestValidationTest, ForeignResumeTokenIsRefusedNamingTheField) {
   v1::StreamBatchesRequest base = Good();
   base.set_seed(5);
