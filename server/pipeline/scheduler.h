@@ -47,6 +47,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
     const WorkContext& context() const {
       return guarded_.assembler.request().context;
     }
+    // Its batch memory (BatchMemoryOf the request): immutable likewise.
+    const BatchMemory& memory() const { return guarded_.assembler.memory(); }
 
    private:
     friend class Scheduler;

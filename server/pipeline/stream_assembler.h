@@ -84,6 +84,8 @@ class StreamAssembler {
   StreamAssembler& operator=(const StreamAssembler&) = delete;
 
   const StreamRequest& request() const { return req_; }
+  // BatchMemoryOf(request()), computed once at construction.
+  const BatchMemory& memory() const { return memory_; }
   uint64_t depth() const { return depth_; }
 
   // Whether Start needs a validity vector (a resume without token under

@@ -52,8 +52,10 @@ StreamHandle::StreamHandle(std::shared_ptr<Scheduler> scheduler,
     p->compression = request.compression;
     p->level = request.compression_level;
     p->request = request;
-    p->pool = std::make_shared<BufferPool>(
-        BatchMemoryOf(request).compressed_bytes, 2);
+    // The stream's own count of its compressed copy (held by its
+    // assembler), not a second BatchMemoryOf.
+    p->pool = std::make_shared<BufferPool>(stream_->memory().compressed_bytes,
+                                           2);
     packer_ = std::move(p);
   }
 }

@@ -10,6 +10,7 @@
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "server/pipeline/pipeline.h"
+#include "server/pipeline/scheduler.h"
 #include "tests/unit/pipeline/fake_backend.h"
 
 namespace nearprep {
@@ -115,6 +116,27 @@ TEST(BatchMemoryTest, EmittedBatchesHaveTheCountedSize) {
     const std::vector<uint64_t> want = {m.tensor_bytes, m.tensor_bytes,
                                         3 * m.sample_bytes};
     EXPECT_EQ(sizes, want);
+  }
+}
+
+// A stream's memory is counted once, when its assembler is made: the value
+// the scheduler's stream hands out (the compressed-copy pool of StreamHandle
+// is sized by it) is BatchMemoryOf its request, compression included.
+TEST(BatchMemoryTest, TheStreamHoldsItsCount) {
+  std::unique_ptr<Dataset> ds = MakeDummyDataset(11, 2);
+  ASSERT_NE(ds, nullptr);
+  PipelineCounters counters;
+  for (const Case& c : Cases()) {
+    if (c.height > 1000) continue;
+    StreamRequest r = RequestFor(c);
+    r.context.dataset = ds.get();
+    const BatchMemory want = BatchMemoryOf(r);
+    Scheduler::Stream stream(r, 2, &counters);
+    EXPECT_EQ(stream.memory().sample_bytes, want.sample_bytes);
+    EXPECT_EQ(stream.memory().tensor_bytes, want.tensor_bytes);
+    EXPECT_EQ(stream.memory().compressed_bytes, want.compressed_bytes);
+    EXPECT_EQ(stream.memory().compressed_bytes > 0,
+              c.compression != TensorCompression::kNone);
   }
 }
 
