@@ -33,6 +33,10 @@ RULES = [
      "code shared by the daemon and the C++ client (PEM reader, uint8 tensor "
      "codec, the annotated mutex of common/mutex.h, the %XX escaping of "
      "resume tokens and shard indexes)"),
+    ("proto/options", ["proto"],
+     "hand-written code over the generated messages (no other nearprep "
+     "code): the (nearprep.v1.range) option's check, shared by the daemon's "
+     "validation and the CLI"),
     ("server/spec", [], "plain types shared by the server's layers"),
     ("server/metrics", [],
      "counters, histograms, Prometheus exposition and its HTTP endpoint"),
@@ -71,7 +75,7 @@ RULES = [
     ("server/service",
      ["server/spec", "server/data", "server/storage", "server/records",
       "server/fleet", "server/backend", "server/pipeline", "server/metrics",
-      "server/authz", "common", "proto"],
+      "server/authz", "common", "proto", "proto/options"],
      "the gRPC adapter (the only gRPC code, listed below) over the "
      "service without gRPC (service_core: listing, ServerInfo, counters; "
      "validation; the stream registry), server lifecycle"),
@@ -82,7 +86,7 @@ RULES = [
      "nearprepd: config, signals, the choice of backend"),
     ("fpga_kernels", [], "HLS kernels: nothing from server/"),
     ("tools", ["fpga_kernels"], "build tools (test xclbin)"),
-    ("client/cpp", ["common", "proto", "client_api"],
+    ("client/cpp", ["common", "proto", "proto/options", "client_api"],
      "the C++ client library and CLI"),
     ("client/python/native", ["proto", "client_api"],
      "the Python client's native receive path"),
@@ -151,6 +155,8 @@ def layer_of_include(path, kernel_names):
     parts = path.split("/")
     if parts[0] == "server" and len(parts) > 2:
         return "server/" + parts[1]
+    if parts[0] == "proto" and len(parts) > 2:
+        return "proto/" + parts[1]
     if parts[0] == "nearprep" and len(parts) > 1:
         return "proto" if parts[1] == "v1" else "client_api"
     if parts[0] in ("common", "bench", "tests", "tools"):
@@ -290,6 +296,8 @@ def cmd_selftest():
         "server/service/bad_f.cc": "#include <grpcpp/grpcpp.h>\n",
         "server/service/bad_g.h": '#include "nearprep/v1/nearprep.grpc.pb.h"\n',
         "server/pipeline/bad_h.cc": "#include <grpc/grpc.h>\n",
+        "server/pipeline/bad_i.cc": '#include "proto/options/field_range.h"\n',
+        "proto/options/bad_j.cc": '#include "server/spec/types.h"\n',
     }
     clean = {
         "server/pipeline/ok.cc": '#include "server/backend/backend.h"\n'
@@ -302,7 +310,11 @@ def cmd_selftest():
         "server/service/preprocessor_service.cc":
             "#include <grpcpp/grpcpp.h>\n"
             '#include "nearprep/v1/nearprep.grpc.pb.h"\n',
-        "server/service/ok.cc": '#include "nearprep/v1/nearprep.pb.h"\n',
+        "server/service/ok.cc": '#include "nearprep/v1/nearprep.pb.h"\n'
+                                '#include "proto/options/field_range.h"\n',
+        "proto/options/ok.cc": '#include "nearprep/v1/nearprep.pb.h"\n'
+                               '#include "proto/options/field_range.h"\n',
+        "client/cpp/src/ok2.cc": '#include "proto/options/field_range.h"\n',
         "client/cpp/src/ok.cc": "#include <grpcpp/grpcpp.h>\n",
     }
     with tempfile.TemporaryDirectory() as tmp:

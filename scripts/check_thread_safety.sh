@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Clang's thread-safety analysis (-Wthread-safety -Werror=thread-safety) on
-# every source file of server/, client/cpp/ and common/: configures a clang
-# build tree (default build-thread-safety; no tests, benchmarks or Python),
+# every source file of server/, client/cpp/, common/ and proto/options/:
+# configures a clang build tree (default build-thread-safety; no tests,
+# benchmarks or Python),
 # makes only the generated headers (protoc), and runs
 # scripts/check_thread_safety.py check over its compile_commands.json
 # (syntax only, no object files), after that script's planted-violation

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/tensor_codec.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "proto/options/field_range.h"
 #include "server/data/block_shuffle.h"
 #include "server/pipeline/resume_token.h"
 #include "server/service/fleet_request.h"
@@ -96,12 +98,6 @@ std::string ValidNumbers(const google::protobuf::EnumDescriptor* e) {
   return absl::StrJoin(numbers, ", ");
 }
 
-std::string Bound(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 // The checks the proto itself states, for every singular field of `m` (its
 // path in messages: `prefix` + name): an enum field must hold one of its
 // enum's values, a field with a (nearprep.v1.range) option must lie in the
@@ -133,52 +129,14 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m,
       }
       continue;
     }
-    if (!f->options().HasExtension(v1::range)) continue;
-    const v1::FieldRange& range = f->options().GetExtension(v1::range);
-    double v = 0;
-    std::string shown;
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_FLOAT:
-        v = r->GetFloat(m, f);
-        shown = F(r->GetFloat(m, f));
-        break;
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-        v = r->GetDouble(m, f);
-        shown = Bound(v);
-        break;
-      case FieldDescriptor::CPPTYPE_UINT32:
-        v = r->GetUInt32(m, f);
-        shown = absl::StrCat(r->GetUInt32(m, f));
-        break;
-      case FieldDescriptor::CPPTYPE_UINT64:
-        v = static_cast<double>(r->GetUInt64(m, f));
-        shown = absl::StrCat(r->GetUInt64(m, f));
-        break;
-      case FieldDescriptor::CPPTYPE_INT32:
-        v = r->GetInt32(m, f);
-        shown = absl::StrCat(r->GetInt32(m, f));
-        break;
-      case FieldDescriptor::CPPTYPE_INT64:
-        v = static_cast<double>(r->GetInt64(m, f));
-        shown = absl::StrCat(r->GetInt64(m, f));
-        break;
-      default:
-        continue;  // A range on a non-numeric field means nothing.
+    // The (nearprep.v1.range) option (proto/options/field_range.h, shared
+    // with the CLI). NaN is out of every range, but CheckFinite words it.
+    const std::optional<FieldRangeCheck> range = CheckFieldRange(m, *f);
+    if (!range.has_value() || range->in_range || std::isnan(range->value)) {
+      continue;
     }
-    const bool low = range.has_min() && v < range.min();
-    const bool high = range.has_max() && v > range.max();
-    if (!low && !high) continue;
-    if (range.has_min() && range.has_max()) {
-      return Invalid(field,
-                     absl::StrCat("must be in [", Bound(range.min()), ", ",
-                                  Bound(range.max()), "], got ", shown));
-    }
-    if (range.has_min()) {
-      return Invalid(field, absl::StrCat("must be >= ", Bound(range.min()),
-                                         ", got ", shown));
-    }
-    return Invalid(field, absl::StrCat("must be <= ", Bound(range.max()),
-                                       ", got ", shown));
+    return Invalid(field, absl::StrCat("must be ", range->rule, ", got ",
+                                       range->value_text));
   }
   return absl::OkStatus();
 }

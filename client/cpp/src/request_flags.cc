@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cpp/src/vocabulary.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/options/field_range.h"
 
 namespace nearprep {
 
@@ -475,51 +477,15 @@ absl::Status ApplyFieldFlags(const std::map<std::string, std::string>& values,
 }
 
 absl::Status CheckFieldRanges(const google::protobuf::Message& m) {
-  using FD = google::protobuf::FieldDescriptor;
   const google::protobuf::Descriptor* d = m.GetDescriptor();
-  const google::protobuf::Reflection* r = m.GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
-    const FD* f = d->field(i);
-    if (f->is_repeated() || !f->options().HasExtension(v1::range)) continue;
-    double v = 0;
-    switch (f->cpp_type()) {
-      case FD::CPPTYPE_FLOAT:
-        v = r->GetFloat(m, f);
-        break;
-      case FD::CPPTYPE_DOUBLE:
-        v = r->GetDouble(m, f);
-        break;
-      case FD::CPPTYPE_INT32:
-        v = r->GetInt32(m, f);
-        break;
-      case FD::CPPTYPE_UINT32:
-        v = r->GetUInt32(m, f);
-        break;
-      case FD::CPPTYPE_INT64:
-        v = static_cast<double>(r->GetInt64(m, f));
-        break;
-      case FD::CPPTYPE_UINT64:
-        v = static_cast<double>(r->GetUInt64(m, f));
-        break;
-      default:
-        continue;
-    }
-    const v1::FieldRange& range = f->options().GetExtension(v1::range);
-    // NaN is outside every range.
-    if ((!range.has_min() || v >= range.min()) &&
-        (!range.has_max() || v <= range.max())) {
-      continue;
-    }
-    std::string rule;
-    if (range.has_min() && range.has_max()) {
-      rule = absl::StrCat("in [", range.min(), ", ", range.max(), "]");
-    } else if (range.has_min()) {
-      rule = absl::StrCat(">= ", range.min());
-    } else {
-      rule = absl::StrCat("<= ", range.max());
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(FlagName(f->name()), ": must be ", rule, ", got ", v));
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    // The check the daemon makes too (proto/options/field_range.h); here
+    // NaN is out of range like any value outside it.
+    const std::optional<FieldRangeCheck> range = CheckFieldRange(m, *f);
+    if (!range.has_value() || range->in_range) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        FlagName(f->name()), ": must be ", range->rule, ", got ", range->value_text));
   }
   return absl::OkStatus();
 }

@@ -119,6 +119,12 @@ TEST(RequestFlagsTest, RejectsBadValues) {
                 .status()
                 .message(),
             "--brightness-max-delta: must be >= 0, got -0.5");
+  // The same rule and digits as the daemon's (proto/options/field_range.h);
+  // NaN is out of every range here.
+  EXPECT_EQ(Parse({"--dataset", "d", "--flip", "1.1"}).status().message(),
+            "--flip-probability: must be in [0, 1], got 1.1");
+  EXPECT_EQ(Parse({"--dataset", "d", "--flip", "nan"}).status().message(),
+            "--flip-probability: must be in [0, 1], got nan");
   EXPECT_TRUE(
       Parse({"--dataset", "d", "--flip", "1", "--brightness", "0"}).ok());
   EXPECT_FALSE(Parse({"--dataset", "d", "--batch-size", "0"}).ok());

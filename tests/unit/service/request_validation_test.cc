@@ -440,6 +440,18 @@ TEST_F(RequestValidationTest, RangeMessagesKeepTheirWording) {
   r.mutable_transform()->set_flip_probability(2.0f);
   EXPECT_EQ(Validate(r).status().message(),
             "transform.flip_probability: must be in [0, 1], got 2");
+  // The float's shortest digits (proto/options/field_range.h), as the CLI
+  // writes them; the daemon once wrote "1.10000002".
+  r = Good();
+  r.mutable_transform()->set_flip_probability(1.1f);
+  EXPECT_EQ(Validate(r).status().message(),
+            "transform.flip_probability: must be in [0, 1], got 1.1");
+  // NaN is out of every range, but the daemon words it as not finite.
+  r = Good();
+  r.mutable_transform()->set_flip_probability(
+      std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(Validate(r).status().message(),
+            "transform.flip_probability: must be finite, got nan");
   r = Good();
   r.mutable_transform()->set_brightness_max_delta(-0.25f);
   EXPECT_EQ(Validate(r).status().message(),
