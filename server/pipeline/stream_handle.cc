@@ -54,8 +54,8 @@ StreamHandle::StreamHandle(std::shared_ptr<Scheduler> scheduler,
     p->request = request;
     // The stream's own count of its compressed copy (held by its
     // assembler), not a second BatchMemoryOf.
-    p->pool = std::make_shared<BufferPool>(stream_->memory().compressed_bytes,
-                                           2);
+    p->pool =
+        std::make_shared<BufferPool>(stream_->memory().compressed_bytes, 2);
     packer_ = std::move(p);
   }
 }

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include <gtest/gtest.h>
+#include "gtest/gtest.h"
 
 namespace nearprep {
 namespace {

@@ -153,7 +153,7 @@ TEST(FieldRangeTest, FormatsBoundsInTheFewestDigits) {
   EXPECT_EQ(FormatBound(1048576), "1048576");
   EXPECT_EQ(FormatBound(-0.5), "-0.5");
   EXPECT_EQ(FormatBound(0.1), "0.1");
-  EXPECT_EQ(FormatBound(1.0 / 3), "0.3333333333333333");  // 16 digits
+  EXPECT_EQ(FormatBound(1.0 / 3), "0.3333333333333333");     // 16 digits
   EXPECT_EQ(FormatBound(0.1 + 0.2), "0.30000000000000004");  // 17
   EXPECT_EQ(FormatBound(1e300), "1e+300");
 }
