@@ -31,6 +31,7 @@ import hashlib
 import os
 import pickle
 import subprocess
+import tempfile
 import termios
 import threading
 import time
@@ -1054,6 +1055,56 @@ def test_probe_of_a_black_holed_node_stalls_nothing_and_ends_with_close(tfrecord
     finally:
         for s in held + [hole]:
             s.close()
+
+
+def test_cpp_node_down_at_start_rejoins_when_it_answers(tfrecord_fleet):
+    """The C++ FleetClient (`nearprep fleet-read`, one trainer, a 400 ms
+    step per batch): a node down at start is reported ("unreachable at
+    start"); started again on its port once the first batch is out, it is
+    "live again" and serves samples (its samples_sent counter; it was
+    started after the client was made), and the epoch is every position
+    once with the oracle's sample and bytes."""
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    epoch = 5
+    oracle = oracle_for(oracle_d, manifest, m, epoch)
+    full = full_fleet_assignment(m, daemons, epoch)
+    nb = (m.num_samples + G - 1) // G
+    victim = late_victim(daemons, full, nb // 2)
+    victim.kill()
+    targets = ",".join(d.target for d in daemons.values())
+    errf = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(
+        [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
+         "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
+         "--trainers", "1", "--trainer", "0", "--epoch", str(epoch), "--height", "24",
+         "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
+         "--step-ms", "400"],
+        stdout=subprocess.PIPE, stderr=errf, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            if not lines:  # batch 0 is out
+                victim.start()  # same port
+            lines.append(line)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        errf.seek(0)
+        err = errf.read()
+        errf.close()
+    assert proc.returncode == 0, err
+    assert f"event: node {victim.target} unreachable at start: " in err, err
+    assert f"event: node {victim.target} is live again" in err, err
+    got = {}
+    for line in lines:
+        e, p, sid, h = line.split()
+        assert int(e) == epoch and int(p) not in got, line
+        got[int(p)] = (int(sid), h)
+    assert [got.get(p) for p in range(m.num_samples)] == oracle
+    assert metrics_value(victim, "nearprep_samples_sent_total", {"dataset": "ds"}) > 0
 
 
 def test_checkpoint_of_another_plan_is_refused(tfrecord_fleet):
