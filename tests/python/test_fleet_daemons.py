@@ -1107,6 +1107,62 @@ def test_cpp_node_down_at_start_rejoins_when_it_answers(tfrecord_fleet):
     assert metrics_value(victim, "nearprep_samples_sent_total", {"dataset": "ds"}) > 0
 
 
+def test_cpp_probe_of_a_black_holed_node_stalls_no_batch(tfrecord_fleet):
+    """The C++ FleetClient (`nearprep fleet-read`) with a fourth node that
+    accepts connections and never answers (a black hole): reported at start
+    (its probe's 5 s deadline), then probed in the background, so the
+    epoch's batches (a 200 ms step each) come out at the trainer's pace from
+    the other nodes (a batch used to wait for a probe of the hole: 5 s
+    every probe_interval),
+    and the client exits once the probe in flight has ended (its deadline)."""
+    import socket
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    epoch = 1
+    oracle = oracle_for(oracle_d, manifest, m, epoch)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # the kernel accepts; nothing ever answers
+    hole_target = f"127.0.0.1:{hole.getsockname()[1]}"
+    targets = ",".join([d.target for d in daemons.values()] + [hole_target])
+    errf = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(
+        [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
+         "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
+         "--trainers", "1", "--trainer", "0", "--epoch", str(epoch), "--height", "24",
+         "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
+         "--step-ms", "200"],
+        stdout=subprocess.PIPE, stderr=errf, text=True)
+    lines, times = [], []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            times.append(time.monotonic())
+        t_eof = time.monotonic()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        hole.close()
+        errf.seek(0)
+        err = errf.read()
+        errf.close()
+    assert proc.returncode == 0, err
+    assert f"event: node {hole_target} unreachable at start: " in err, err
+    got = {}
+    for line in lines:
+        e, p, sid, h = line.split()
+        assert int(e) == epoch and int(p) not in got, line
+        got[int(p)] = (int(sid), h)
+    assert [got.get(p) for p in range(m.num_samples)] == oracle
+    # The batches' own pace: a 200 ms step each (the hole is probed again
+    # every 500 ms meanwhile), nothing waiting for a probe.
+    steps = 0.2 * ((m.num_samples + G - 1) // G - 1)
+    assert times[-1] - times[0] < steps + 2.5, (times[-1] - times[0], steps)
+    assert t_eof - times[-1] < 8, t_eof - times[-1]  # the probe's 5 s deadline at most
+
+
 def test_checkpoint_of_another_plan_is_refused(tfrecord_fleet):
     _, m, manifest, daemons, _ = tfrecord_fleet
     with FleetClient([daemons["a"].target], "ds", manifest=manifest, seed=SEED,
