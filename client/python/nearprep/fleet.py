@@ -391,9 +391,10 @@ class FleetClient:
         NearprepError."""
         conn = self._client.connection(target)
         pb2 = conn.pb2
-        method = conn.channel.unary_unary("/nearprep.v1.Preprocessor/ListDatasets",
-                                          request_serializer=lambda r: r.SerializeToString(),
-                                          response_deserializer=None)
+        channel = conn.channel
+        method = channel.unary_unary("/nearprep.v1.Preprocessor/ListDatasets",
+                                     request_serializer=lambda r: r.SerializeToString(),
+                                     response_deserializer=None)
         with self._lock:
             if self._closed:
                 raise NearprepError("client is closed", code="CANCELLED", target=target)
@@ -403,6 +404,12 @@ class FleetClient:
         try:
             raw = call.result()
         except grpc.RpcError as e:
+            if _code_name(e) == "UNAVAILABLE":
+                # Not connected: the next probe (and request) gets a fresh
+                # channel, which connects at once, instead of this one's
+                # reconnect backoff (a node restarted on its port answered
+                # its probes only 5 to 15 s later).
+                conn.reset(channel)
             raise from_rpc_error(e, target) from None
         except grpc.FutureCancelledError:  # cancelled by close()
             raise NearprepError("client is closed", code="CANCELLED", target=target) from None
