@@ -244,7 +244,7 @@ class _Node:
         self.dead_since = 0.0
         self.last_error = ""
         self.placement_version = None  # DatasetInfo.placement_version, once probed
-        self.probing = False  # a background probe is in flight (under the client's _lock)
+        self.probing = False  # its probe loop (_probe_loop) runs; under the client's _lock
 
 
 def _probe_loop(client_ref, node, closing, interval):
