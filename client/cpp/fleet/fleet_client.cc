@@ -27,6 +27,8 @@ struct Node {
   bool alive = false;
   Clock::time_point dead_since{};
   int64_t placement_version = -1;  // DatasetInfo.placement_version; -1: not probed
+  std::string last_error;  // why it is dead (the last failed probe or request)
+  bool probing = false;    // its probe loop (ProbeLoop) runs
 };
 
 struct Item {
@@ -204,42 +206,122 @@ struct FleetClient::Impl {
     }
   }
 
+  // Set by the destructor: the probe loops end and probes report nothing.
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  CondVar closing_cv;
+  // One per node: its probe loop's thread (joined before another starts
+  // and by the destructor).
+  std::vector<std::thread> probers ABSL_GUARDED_BY(mu);
+
   // Probes node i (ListDatasets) and updates its state. Not under mu.
-  void Probe(size_t i, bool check_mix = true) {
+  // Reports through on_event: at start (`initial`) a node that fails its
+  // probe; later one that answers again ("is live again"), a manifest that
+  // differs (once per distinct answer) and a placement version changed
+  // since the last probe. Nothing once the client is closing.
+  void Probe(size_t i, bool check_mix = true, bool initial = false) {
     absl::StatusOr<std::vector<v1::DatasetInfo>> infos = ClientOf(i).ListDatasets();
     MutexLock lock(&mu);
+    if (closing) return;
     Node& n = nodes[i];
-    n.alive = false;
-    n.dead_since = Clock::now();
-    if (!infos.ok()) return;
-    for (const v1::DatasetInfo& d : *infos) {
-      if (d.name() != o.dataset) continue;
-      if (d.manifest_hash() != o.manifest.hash) {
-        Event(absl::StrCat(n.target, ": manifest ", d.manifest_hash(), " is not the plan's"));
-        return;
+    const bool was_alive = n.alive;
+    std::string why;
+    bool manifest_differs = false;
+    const v1::DatasetInfo* info = nullptr;
+    if (!infos.ok()) {
+      why = infos.status().ToString();
+    } else {
+      for (const v1::DatasetInfo& d : *infos) {
+        if (d.name() == o.dataset) info = &d;
       }
-      n.partitions = std::set<uint32_t>(d.partitions_held().begin(), d.partitions_held().end());
-      n.alive = true;
-      const int64_t v = static_cast<int64_t>(d.placement_version());
-      if (n.placement_version >= 0 && n.placement_version != v) {
-        Event(absl::StrCat(n.target, ": placement version ", n.placement_version, " -> ", v));
+      if (info == nullptr) {
+        why = absl::StrCat("no dataset \"", o.dataset, "\"");
+      } else if (info->manifest_hash() != o.manifest.hash) {
+        why = absl::StrCat("manifest ", info->manifest_hash(), " is not the plan's");
+        manifest_differs = true;
       }
-      n.placement_version = v;
-      if (check_mix) CheckVersionMix();
+    }
+    if (!why.empty()) {
+      n.alive = false;
+      n.dead_since = Clock::now();
+      if (initial) {
+        Event(absl::StrCat("node ", n.target,
+                           infos.ok() ? " not serving the plan's dataset" : " unreachable",
+                           " at start: ", why, "; probed again every ", o.probe_interval.count(),
+                           " ms until it answers"));
+      } else if (manifest_differs && why != n.last_error) {
+        Event(absl::StrCat(n.target, ": ", why));
+      }
+      n.last_error = why;
+      return;
+    }
+    // Partitions first: Assign takes a node that is alive.
+    n.partitions =
+        std::set<uint32_t>(info->partitions_held().begin(), info->partitions_held().end());
+    n.alive = true;
+    n.last_error.clear();
+    const int64_t v = static_cast<int64_t>(info->placement_version());
+    if (n.placement_version >= 0 && n.placement_version != v) {
+      Event(absl::StrCat(n.target, ": placement version ", n.placement_version, " -> ", v));
+    }
+    n.placement_version = v;
+    if (!was_alive && !initial) Event(absl::StrCat("node ", n.target, " is live again"));
+    if (check_mix) CheckVersionMix();
+  }
+
+  // Starts a probe loop (ProbeLoop) for each dead node that has none: after
+  // the start probes, when a node is marked dead, and at each batch's start.
+  // Never waits for a probe.
+  void StartProbes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (closing) return;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].alive || nodes[i].probing) continue;
+      // A previous loop of this node has set probing = false under mu:
+      // it has returned or is about to, holding nothing.
+      if (probers[i].joinable()) probers[i].join();
+      nodes[i].probing = true;
+      probers[i] = std::thread([this, i] { ProbeLoop(i); });
     }
   }
 
-  void ReprobeDead() {
-    std::vector<size_t> due;
-    {
-      MutexLock lock(&mu);
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (!nodes[i].alive && Clock::now() - nodes[i].dead_since >= o.probe_interval) {
-          due.push_back(i);
+  // Probes dead node i every probe_interval, on a thread of its own, until
+  // it answers with the plan's manifest (Assign then gives it its
+  // partitions from the next request on) or the client is closing. A probe
+  // of a black-holed node waits out its deadline here, never on a batch.
+  void ProbeLoop(size_t i) {
+    while (true) {
+      {
+        MutexLock lock(&mu);
+        const Clock::time_point next =
+            Clock::now() + std::max(o.probe_interval, std::chrono::milliseconds(10));
+        while (!closing && !closing_cv.WaitUntil(&mu, next)) {
+        }
+        if (closing) {
+          nodes[i].probing = false;
+          return;
         }
       }
+      Probe(i);
+      MutexLock lock(&mu);
+      if (nodes[i].alive || closing) {
+        nodes[i].probing = false;
+        return;
+      }
     }
-    for (size_t i : due) Probe(i);
+  }
+
+  // Ends the probe loops and waits for them (a probe in flight ends by its
+  // deadline, the node client's rpc_timeout).
+  void StopProbes() {
+    std::vector<std::thread> threads;
+    {
+      MutexLock lock(&mu);
+      closing = true;
+      threads.swap(probers);
+    }
+    closing_cv.SignalAll();
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
   }
 
   void MarkDead(size_t i, const absl::Status& why) {
@@ -249,7 +331,9 @@ struct FleetClient::Impl {
     }
     nodes[i].alive = false;
     nodes[i].dead_since = Clock::now();
+    nodes[i].last_error = why.ToString();
     ++stats.failovers;
+    StartProbes();
   }
 
   // Live replica for partition p (highest score), or -1. Under mu.
@@ -381,6 +465,10 @@ struct FleetClient::Impl {
     std::map<uint64_t, FleetSample> ok;
     std::map<uint64_t, FleetSampleError> bad;
     const Clock::time_point t0 = Clock::now();
+    {
+      MutexLock lock(&mu);
+      StartProbes();
+    }
     while (true) {
       std::map<size_t, std::vector<Item>> by_node;
       std::set<uint32_t> orphans;
@@ -448,9 +536,10 @@ struct FleetClient::Impl {
           return absl::DeadlineExceededError(absl::StrCat(
               "no live replica for partitions ", absl::StrJoin(orphans, ","), " within max_wait"));
         }
+        // Dead nodes are probed in the background (ProbeLoop): a node that
+        // answers is assigned on the next pass.
         std::this_thread::sleep_for(o.probe_interval);
       }
-      ReprobeDead();
     }
     FleetBatch out;
     out.epoch = epoch;
@@ -464,8 +553,10 @@ struct FleetClient::Impl {
 FleetClient::FleetClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 FleetClient::~FleetClient() {
-  // Let prefetch jobs finish before the state they use goes away.
+  // Let prefetch jobs finish before the state they use goes away, then end
+  // the probe loops (no event after this returns).
   for (auto& [k, f] : impl_->jobs) f.wait();
+  impl_->StopProbes();
 }
 
 absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOptions o) {
@@ -491,16 +582,27 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     co.keepalive_time = impl->o.keepalive_time;
     co.keepalive_timeout = impl->o.keepalive_timeout;
     co.rpc_timeout = std::chrono::milliseconds(5000);
+    // gRPC's reconnect backoff to a node that refused (down at start, or
+    // killed) grows to this at most: a node that comes back answers a probe
+    // within about a second, as with the Python client.
+    co.max_backoff = std::chrono::milliseconds(1000);
     Node n;
     n.target = t;
     n.client = std::make_unique<Client>(co);
     MutexLock lock(&impl->mu);
     impl->nodes.push_back(std::move(n));
   }
-  for (size_t i = 0; i < impl->o.targets.size(); ++i) impl->Probe(i, /*check_mix=*/false);
+  {
+    MutexLock lock(&impl->mu);
+    impl->probers.resize(impl->o.targets.size());
+  }
+  for (size_t i = 0; i < impl->o.targets.size(); ++i) {
+    impl->Probe(i, /*check_mix=*/false, /*initial=*/true);
+  }
   {
     MutexLock lock(&impl->mu);
     impl->CheckVersionMix();
+    impl->StartProbes();  // nodes down at start: re-probed in the background
   }
   return std::unique_ptr<FleetClient>(new FleetClient(std::move(impl)));
 }

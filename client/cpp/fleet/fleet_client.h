@@ -21,7 +21,19 @@
 // live nodes (a rollout), agree again, or change between a node's probes;
 // informational only: the assignment uses partitions_held.
 //
-// Thread-safety: one FleetClient per trainer thread.
+// Dead nodes, and nodes that fail their probe in Create() (on_event: "node
+// HOST:PORT unreachable at start: ..."), are probed again (ListDatasets)
+// every probe_interval on a thread of their own, so a probe of a
+// black-holed node waits out its deadline there, never in ReadBatch. One
+// that answers with the plan's manifest is live again (on_event: "node
+// HOST:PORT is live again") and serves its partitions from the next request
+// on; requests already sent stay where they are (every position is still
+// served once). The destructor ends the probe loops, waiting for a probe in
+// flight (at most its 5 s deadline); no event comes after it.
+//
+// Thread-safety: one FleetClient per trainer thread. on_event is called
+// from the client's threads (prefetch jobs, probe loops): it must be
+// thread-safe.
 #ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
 #define NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
 

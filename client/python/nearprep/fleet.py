@@ -27,8 +27,16 @@ How (docs/protocol.md, "Fleet datasets"):
   is marked dead. What it delivered before failing is kept
   (stats["kept_partial"] counts those samples) and only the positions it
   still owed are requested from the next replica; results for positions
-  already filled are dropped (late duplicates, counted in stats). Dead nodes
-  are re-probed with ListDatasets.
+  already filled are dropped (late duplicates, counted in stats).
+- Dead nodes, and nodes that failed their first probe (reported through
+  on_event: "node HOST:PORT unreachable at start: ..."), are re-probed with
+  ListDatasets every probe_interval, in the background: one loop per dead
+  node on the client's probe threads, so a probe of a black-holed node
+  waits out rpc_timeout there, never on the trainer's thread (nor on a
+  batch that waits for a replica). A node that answers and holds the plan's
+  manifest is live again (on_event: "node HOST:PORT is live again") and
+  serves its partitions from the next request on; requests already sent
+  stay where they are, so every position is still served once.
   With no live replica for a partition the client waits and reports through
   on_wait(message); it never skips or substitutes data.
 - A sample that fails to decode is reported at its position in
@@ -55,6 +63,8 @@ Discovery: `targets` is a list of "host:port", or one "dns:NAME:PORT" that
 resolves to every node (a Kubernetes headless Service: deploy/k8s).
 
 Thread-safety: one FleetClient per trainer; iterate from one thread.
+on_event may be called from the client's pool threads (a background probe,
+a request asked again); on_wait is called on the iterating thread.
 """
 
 import concurrent.futures as _futures
@@ -234,6 +244,38 @@ class _Node:
         self.dead_since = 0.0
         self.last_error = ""
         self.placement_version = None  # DatasetInfo.placement_version, once probed
+        self.probing = False  # its probe loop (_probe_loop) runs; under the client's _lock
+
+
+def _probe_loop(client_ref, node, closing, interval):
+    """Probes dead `node` of the FleetClient `client_ref` (a weak reference)
+    every `interval` s, on a probe pool thread, until it answers with the
+    plan's manifest (then _assign gives it its partitions from the next
+    request on), or close() (which sets `closing` and cancels the probe in
+    flight), or the client is gone."""
+    done = False
+    try:
+        while not closing.wait(interval):
+            fc = client_ref()
+            if fc is None:
+                return
+            try:
+                fc._probe(node)
+            except Exception as e:  # noqa: BLE001 - try again next interval
+                with fc._lock:
+                    node.last_error = f"{type(e).__name__}: {e}"
+            with fc._lock:
+                if node.alive or fc._closed:
+                    # Under the lock that _mark_dead takes: a node marked
+                    # dead from now on gets a new loop.
+                    node.probing, done = False, True
+                    return
+            del fc
+    finally:
+        fc = None if done else client_ref()
+        if fc is not None:
+            with fc._lock:
+                node.probing = False
 
 
 class FleetClient:
@@ -316,8 +358,14 @@ class FleetClient:
         self._version_mix = None  # the distinct versions last reported as mixed
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = threading.Event()  # set by close(): ends the probe loops
         self._calls = set()  # calls in flight, cancelled by close()
         self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
+        # Background probes of dead nodes (_probe_dead), at most one per node
+        # in flight: a pool of their own, so that a probe waiting out a
+        # black-holed node's rpc_timeout never holds up a request.
+        self._probe_pool = _futures.ThreadPoolExecutor(
+            max_workers=len(self._targets), thread_name_prefix="nearprep-fleet-probe")
         self._epoch = None
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
@@ -325,8 +373,9 @@ class FleetClient:
         self._pid = os.getpid()
         _live_clients.add(self)
         for n in self._nodes.values():
-            self._probe(n, check_mix=False)
+            self._probe(n, check_mix=False, initial=True)
         self._check_version_mix()
+        self._probe_dead()
 
     @property
     def transport(self):
@@ -335,35 +384,94 @@ class FleetClient:
 
     # -- nodes -------------------------------------------------------------
 
-    def _probe(self, node, check_mix=True):
-        try:
-            infos = self._client.datasets(node.target)
-        except NearprepError as e:
-            node.alive, node.last_error = False, str(e)
-            node.dead_since = time.monotonic()
-            return
-        for d in infos:
-            if d.name == self.dataset:
-                if d.manifest_hash != self.manifest.hash:
-                    node.alive = False
-                    node.last_error = (f"manifest {d.manifest_hash or '(none)'} differs from "
-                                       f"the plan's {self.manifest.hash}")
-                    self.on_event(f"{node.target}: {node.last_error}")
-                    return
-                node.partitions = set(d.partitions_held)
-                node.alive = True
-                self._note_version(node, int(getattr(d, "placement_version", 0)))
-                if check_mix:
-                    self._check_version_mix()
-                return
-        node.alive, node.last_error = False, f"no dataset {self.dataset!r}"
-
-    def _note_version(self, node, version):
-        """Placement version bookkeeping (events only; never the assignment)."""
+    def _list_datasets(self, target):
+        """ListDatasets on `target` through the client's grpcio channel, as a
+        call close() cancels (a probe of a black-holed node would otherwise
+        wait out its rpc_timeout after close): the DatasetInfo messages, or
+        NearprepError."""
+        conn = self._client.connection(target)
+        pb2 = conn.pb2
+        channel = conn.channel
+        method = channel.unary_unary("/nearprep.v1.Preprocessor/ListDatasets",
+                                     request_serializer=lambda r: r.SerializeToString(),
+                                     response_deserializer=None)
         with self._lock:
-            old, node.placement_version = node.placement_version, version
-        if old is not None and old != version:
-            self.on_event(f"{node.target}: placement version {old} -> {version}")
+            if self._closed:
+                raise NearprepError("client is closed", code="CANCELLED", target=target)
+            call = method.future(pb2.ListDatasetsRequest(), timeout=self._client.rpc_timeout,
+                                 metadata=conn.metadata)
+            self._calls.add(call)
+        try:
+            raw = call.result()
+        except grpc.RpcError as e:
+            if _code_name(e) == "UNAVAILABLE":
+                # Not connected: the next probe (and request) gets a fresh
+                # channel, which connects at once, instead of this one's
+                # reconnect backoff (a node restarted on its port answered
+                # its probes only 5 to 15 s later).
+                conn.reset(channel)
+            raise from_rpc_error(e, target) from None
+        except grpc.FutureCancelledError:  # cancelled by close()
+            raise NearprepError("client is closed", code="CANCELLED", target=target) from None
+        finally:
+            with self._lock:
+                self._calls.discard(call)
+        try:
+            return pb2.ListDatasetsResponse.FromString(raw).datasets
+        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
+            raise NearprepError(f"malformed ListDatasetsResponse from {target}: "
+                                f"{type(e).__name__}: {e}", code="DATA_LOSS",
+                                target=target) from None
+
+    def _probe(self, node, check_mix=True, initial=False):
+        """Probes `node` (ListDatasets) and updates its state under _lock
+        (_assign reads it on the consumer's thread while a pool thread
+        probes). Reports through on_event: at start (`initial`) a node that
+        fails its probe; later a node that comes back ("is live again"), a
+        node whose manifest differs (once per distinct answer) and a
+        placement version changed since the last probe. After close()
+        nothing is reported."""
+        info, why, answered = None, None, False
+        try:
+            infos = self._list_datasets(node.target)
+            answered = True
+            info = next((d for d in infos if d.name == self.dataset), None)
+            if info is None:
+                why = f"no dataset {self.dataset!r}"
+            elif info.manifest_hash != self.manifest.hash:
+                why = (f"manifest {info.manifest_hash or '(none)'} differs from "
+                       f"the plan's {self.manifest.hash}")
+        except NearprepError as e:
+            why = str(e)
+        events = []
+        with self._lock:
+            if self._closed:
+                return
+            was_alive, old_why = node.alive, node.last_error
+            if why is None:
+                # Partitions first: _assign takes a node that is alive.
+                node.partitions = set(info.partitions_held)
+                node.alive = True
+                old, node.placement_version = (node.placement_version,
+                                               int(getattr(info, "placement_version", 0)))
+                if old is not None and old != node.placement_version:
+                    events.append(f"{node.target}: placement version {old} -> "
+                                  f"{node.placement_version}")
+                if not was_alive and not initial:
+                    events.append(f"node {node.target} is live again")
+            else:
+                node.alive, node.last_error = False, why
+                node.dead_since = time.monotonic()
+                if initial:
+                    state = "unreachable" if not answered else "not serving the plan's dataset"
+                    events.append(f"node {node.target} {state} at start: {why}; probed again "
+                                  f"every {self.probe_interval:g} s until it answers")
+                elif answered and info is not None and why != old_why:
+                    events.append(f"{node.target}: {why}")
+        for message in events:
+            self.on_event(message)  # outside the lock: it may call back
+        if why is None and check_mix:
+            self._check_version_mix()
 
     def _check_version_mix(self):
         """Reports live nodes on different placement versions (a rollout),
@@ -402,25 +510,36 @@ class FleetClient:
     def _mark_dead(self, target, why):
         with self._lock:
             n = self._nodes[target]
-            if n.alive:
-                self.on_event(f"node {target} marked dead: {why}")
+            was_alive = n.alive
             n.alive, n.last_error, n.dead_since = False, why, time.monotonic()
+        if was_alive:
+            self.on_event(f"node {target} marked dead: {why}")
+        self._probe_dead()
 
-    def _reprobe_dead(self):
-        now = time.monotonic()
-        for n in list(self._nodes.values()):
-            if not n.alive and now - n.dead_since >= self.probe_interval:
-                self._probe(n)
-                if not n.alive:
-                    n.dead_since = time.monotonic()
-                else:
-                    self.on_event(f"node {n.target} is live again")
+    def _probe_dead(self):
+        """Starts a background probe loop (_probe_loop, on the probe pool)
+        for each dead node that has none. Called after the start probes,
+        when a node is marked dead and at each batch start (a node a
+        probe() found dead); never waits for a probe."""
+        with self._lock:
+            if self._closed:
+                return
+            due = [n for n in self._nodes.values() if not n.alive and not n.probing]
+            for n in due:
+                n.probing = True
+                # A weak reference: a loop keeps no dropped client alive
+                # (its __del__ closes it, which ends the loop).
+                self._probe_pool.submit(_probe_loop, weakref.ref(self), n, self._closing,
+                                        max(self.probe_interval, 0.01))
 
     def live_nodes(self) -> List[str]:
-        return sorted(t for t, n in self._nodes.items() if n.alive)
+        with self._lock:
+            return sorted(t for t, n in self._nodes.items() if n.alive)
 
     def _assign(self, partition) -> Optional[str]:
-        holders = [t for t, n in self._nodes.items() if n.alive and partition in n.partitions]
+        with self._lock:
+            holders = [t for t, n in self._nodes.items()
+                       if n.alive and partition in n.partitions]
         return choose(partition, holders)
 
     # -- one node request ----------------------------------------------------
@@ -541,6 +660,7 @@ class FleetClient:
         return out, orphans
 
     def _start_batch(self, plan, epoch, g):
+        self._probe_dead()  # (probe() may have found a node dead)
         lo, hi = plan.slice(g, self.rank, self.trainers)
         want = {}
         parts: Dict[int, list] = {}
@@ -597,7 +717,10 @@ class FleetClient:
             st["pending"], st["orphans"] = [], []
             if not retry_parts:
                 break
-            self._reprobe_dead()
+            # Dead nodes are probed in the background (_probe_loop), not
+            # here: re-requests to live replicas never wait for a probe, and
+            # with orphans the loop below polls every probe_interval, so a
+            # node that answers is used on the next pass.
             pending, orphans = self._submit(epoch, retry_parts)
             st["pending"], st["orphans"] = pending, orphans
             if orphans and not pending:
@@ -672,11 +795,17 @@ class FleetClient:
                 return
             self._closed = True
             calls = list(self._calls)
+        self._closing.set()
         _live_clients.discard(self)
         for call in calls:
             call.cancel()
-        in_pool = threading.current_thread() in getattr(self._pool, "_threads", ())
-        self._pool.shutdown(wait=not in_pool, cancel_futures=True)
+        # Probes in flight were among the calls cancelled and the probe loops
+        # woken: their threads end now, reporting nothing (_probe checks
+        # _closed).
+        me = threading.current_thread()
+        for pool in (self._pool, self._probe_pool):
+            in_pool = me in getattr(pool, "_threads", ())
+            pool.shutdown(wait=not in_pool, cancel_futures=True)
         self._transport.close()
         if self._own_client:
             self._client.close()
