@@ -79,11 +79,15 @@ struct StreamResult {
   grpc::Status status;
 };
 
-inline StreamResult ReadAll(v1::Preprocessor::Stub* stub,
-                            const v1::StreamBatchesRequest& request) {
+// Reads a whole stream. `deadline`: the call's deadline, a guard against a
+// hang, not a speed check (the FPGA tests' C simulation of the kernels is
+// slow on a loaded 2-core machine: they pass a longer one).
+inline StreamResult ReadAll(
+    v1::Preprocessor::Stub* stub, const v1::StreamBatchesRequest& request,
+    std::chrono::seconds deadline = std::chrono::seconds(30)) {
   StreamResult out;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   auto reader = stub->StreamBatches(&ctx, request);
   v1::Batch b;
   while (reader->Read(&b)) out.batches.push_back(b);
