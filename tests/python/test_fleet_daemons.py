@@ -332,26 +332,40 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split, silent, 
         assert (sid, h) == oracle[p], p
 
 
-def fleet_read(targets, manifest, epoch, *extra, timeout=30):
-    """`nearprep fleet-read` (the C++ FleetClient) as one trainer of `epoch`
-    with the fleet's request: {position: (sample id, sha256 | 'error:CODE')},
-    the final stats line as a dict, and the event lines."""
-    args = [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
+def fleet_read_args(targets, manifest, epoch, *extra):
+    """The command line of `nearprep fleet-read` as one trainer of `epoch`
+    with the fleet's request (`targets`: a list of host:port)."""
+    return [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
             "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
             "--global-batch", str(G), "--trainers", "1", "--trainer", "0",
             "--epoch", str(epoch), "--height", "24", "--width", "24",
             "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8", *extra]
+
+
+def parse_fleet_read(lines, epoch):
+    """fleet-read's output lines ("EPOCH POSITION SAMPLE_ID SHA256|error:CODE")
+    as {position: (sample id, sha256 | 'error:CODE')}; each position once,
+    all of `epoch`."""
+    got = {}
+    for line in lines:
+        e, pos, sid, h = line.split()
+        assert int(e) == epoch and int(pos) not in got, line
+        got[int(pos)] = (int(sid), h)
+    return got
+
+
+def fleet_read(targets, manifest, epoch, *extra, timeout=30):
+    """`nearprep fleet-read` (the C++ FleetClient) as one trainer of `epoch`
+    with the fleet's request: {position: (sample id, sha256 | 'error:CODE')},
+    the final stats line as a dict, and the event lines."""
+    args = fleet_read_args(targets, manifest, epoch, *extra)
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
         raise AssertionError(f"fleet-read hung; its stderr ends:\n{(err or '')[-1500:]}") from None
     assert p.returncode == 0, p.stderr
-    got = {}
-    for line in p.stdout.splitlines():
-        e, pos, sid, h = line.split()
-        assert int(e) == epoch and int(pos) not in got, line
-        got[int(pos)] = (int(sid), h)
+    got = parse_fleet_read(p.stdout.splitlines(), epoch)
     words = p.stderr.strip().split("\n")[-1].split()
     stats = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
     events = [line for line in p.stderr.splitlines() if line.startswith("event: ")]

@@ -24,7 +24,8 @@ from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose
 from conftest import NEARPREPD, metrics_value
 from test_fleet_daemons import (BLOCK, C, CLI, G, PLACEMENT, REQ, SEED, WINDOW,  # noqa: F401
-                                check_transport, oracle_for, revive, tfrecord_fleet)
+                                check_transport, fleet_read_args, oracle_for,
+                                parse_fleet_read, revive, tfrecord_fleet)
 
 pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD), reason="nearprep CLI or nearprepd not built")
 
@@ -174,14 +175,9 @@ def test_cpp_node_down_at_start_rejoins_when_it_answers(tfrecord_fleet):
     nb = (m.num_samples + G - 1) // G
     victim = late_victim(daemons, full, nb // 2)
     victim.kill()
-    targets = ",".join(d.target for d in daemons.values())
     errf = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
-        [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
-         "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
-         "--trainers", "1", "--trainer", "0", "--epoch", str(epoch), "--height", "24",
-         "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
-         "--step-ms", "400"],
+        fleet_read_args([d.target for d in daemons.values()], manifest, epoch, "--step-ms", "400"),
         stdout=subprocess.PIPE, stderr=errf, text=True)
     lines = []
     try:
@@ -200,11 +196,7 @@ def test_cpp_node_down_at_start_rejoins_when_it_answers(tfrecord_fleet):
     assert proc.returncode == 0, err
     assert f"event: node {victim.target} unreachable at start: " in err, err
     assert f"event: node {victim.target} is live again" in err, err
-    got = {}
-    for line in lines:
-        e, p, sid, h = line.split()
-        assert int(e) == epoch and int(p) not in got, line
-        got[int(p)] = (int(sid), h)
+    got = parse_fleet_read(lines, epoch)
     assert [got.get(p) for p in range(m.num_samples)] == oracle
     assert metrics_value(victim, "nearprep_samples_sent_total", {"dataset": "ds"}) > 0
 
@@ -225,14 +217,10 @@ def test_cpp_probe_of_a_black_holed_node_stalls_no_batch(tfrecord_fleet):
     hole.bind(("127.0.0.1", 0))
     hole.listen(64)  # the kernel accepts; nothing ever answers
     hole_target = f"127.0.0.1:{hole.getsockname()[1]}"
-    targets = ",".join([d.target for d in daemons.values()] + [hole_target])
     errf = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
-        [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
-         "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
-         "--trainers", "1", "--trainer", "0", "--epoch", str(epoch), "--height", "24",
-         "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
-         "--step-ms", "200"],
+        fleet_read_args([d.target for d in daemons.values()] + [hole_target], manifest, epoch,
+                        "--step-ms", "200"),
         stdout=subprocess.PIPE, stderr=errf, text=True)
     lines, times = [], []
     try:
@@ -251,11 +239,7 @@ def test_cpp_probe_of_a_black_holed_node_stalls_no_batch(tfrecord_fleet):
         errf.close()
     assert proc.returncode == 0, err
     assert f"event: node {hole_target} unreachable at start: " in err, err
-    got = {}
-    for line in lines:
-        e, p, sid, h = line.split()
-        assert int(e) == epoch and int(p) not in got, line
-        got[int(p)] = (int(sid), h)
+    got = parse_fleet_read(lines, epoch)
     assert [got.get(p) for p in range(m.num_samples)] == oracle
     # The batches' own pace: a 200 ms step each (the hole is probed again
     # every 500 ms meanwhile), nothing waiting for a probe.
