@@ -41,10 +41,7 @@ EpochOrderCache& SharedEpochOrders() {
 
 ShardView::ShardView(EpochOrderPtr order, uint32_t index, uint32_t count)
     : order_(std::move(order)), index_(index), count_(count == 0 ? 1 : count) {
-  const uint64_t n = order_ == nullptr ? 0 : order_->size();
-  size_ = index_ >= count_ || index_ >= n
-              ? 0
-              : (n - index_ + count_ - 1) / count_;
+  size_ = ShardSize(order_ == nullptr ? 0 : order_->size(), index_, count_);
 }
 
 }  // namespace nearprep

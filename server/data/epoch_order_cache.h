@@ -48,11 +48,10 @@ struct EpochOrderKey {
   // shuffle ignores the block parameters.
   auto Tie() const {
     const bool blocks = shuffle && block_shuffle;
-    return std::make_tuple(num_samples, shuffle, blocks,
-                           shuffle ? seed : 0, shuffle ? epoch : 0,
-                           blocks ? block.block_samples : 0,
-                           blocks ? block.open_blocks : 0u,
-                           blocks ? block.window : 0u);
+    return std::make_tuple(
+        num_samples, shuffle, blocks, shuffle ? seed : 0, shuffle ? epoch : 0,
+        blocks ? block.block_samples : 0, blocks ? block.open_blocks : 0u,
+        blocks ? block.window : 0u);
   }
   bool operator<(const EpochOrderKey& o) const { return Tie() < o.Tie(); }
 };
@@ -82,6 +81,13 @@ class EpochOrderCache {
 
 // The process's cache (what the pipeline's streams use).
 EpochOrderCache& SharedEpochOrders();
+
+// Positions in shard `index` of `count` of an order of `n` samples
+// (count 0 is read as 1; index >= count is an empty shard).
+inline uint64_t ShardSize(uint64_t n, uint64_t index, uint64_t count) {
+  if (count == 0) count = 1;
+  return index >= count || index >= n ? 0 : (n - index + count - 1) / count;
+}
 
 // Shard `index` of `count` of an order: positions index, index + count, ...
 // (the ids ShardSamples copies out). count 0 is read as 1; index >= count

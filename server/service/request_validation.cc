@@ -17,6 +17,7 @@
 #include "google/protobuf/message.h"
 #include "proto/options/field_range.h"
 #include "server/data/block_shuffle.h"
+#include "server/data/epoch_order_cache.h"
 #include "server/pipeline/resume_token.h"
 #include "server/service/fleet_request.h"
 
@@ -146,14 +147,14 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m,
 absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   TransformSpec s;
   if (t.height() < 1 || t.height() > kMaxOutputSide) {
-    return Invalid("transform.height", absl::StrCat("must be in [1, ",
-                                                    kMaxOutputSide, "], got ",
-                                                    t.height()));
+    return Invalid(
+        "transform.height",
+        absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", t.height()));
   }
   if (t.width() < 1 || t.width() > kMaxOutputSide) {
-    return Invalid("transform.width", absl::StrCat("must be in [1, ",
-                                                   kMaxOutputSide, "], got ",
-                                                   t.width()));
+    return Invalid(
+        "transform.width",
+        absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", t.width()));
   }
   s.height = static_cast<int>(t.height());
   s.width = static_cast<int>(t.width());
@@ -203,9 +204,9 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   if (t.center_fraction() == 0.0f) {
     s.center_fraction = 0.875f;
   } else if (t.center_fraction() < 0.0f || t.center_fraction() > 1.0f) {
-    return Invalid("transform.center_fraction",
-                   "must be in (0, 1] (0 means 0.875), got " +
-                       F(t.center_fraction()));
+    return Invalid(
+        "transform.center_fraction",
+        "must be in (0, 1] (0 means 0.875), got " + F(t.center_fraction()));
   } else {
     s.center_fraction = t.center_fraction();
   }
@@ -217,7 +218,8 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     if (!(t.scale_min() > 0.0f && t.scale_min() <= 1.0f)) {
       return Invalid("transform.scale_min",
                      "must be in (0, 1] (both scale fields 0 means "
-                     "[0.08, 1]), got " + F(t.scale_min()));
+                     "[0.08, 1]), got " +
+                         F(t.scale_min()));
     }
     if (!(t.scale_max() >= t.scale_min() && t.scale_max() <= 1.0f)) {
       return Invalid("transform.scale_max",
@@ -235,7 +237,8 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     if (!(t.ratio_min() > 0.0f)) {
       return Invalid("transform.ratio_min",
                      "must be > 0 (both ratio fields 0 means [3/4, 4/3]), "
-                     "got " + F(t.ratio_min()));
+                     "got " +
+                         F(t.ratio_min()));
     }
     if (!(t.ratio_max() >= t.ratio_min())) {
       return Invalid("transform.ratio_max",
@@ -258,10 +261,10 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
                      "must be >= 0, got " + F(t.saturation_lower()));
     }
     if (t.saturation_upper() < t.saturation_lower()) {
-      return Invalid("transform.saturation_upper",
-                     "must be >= saturation_lower = " +
-                         F(t.saturation_lower()) + ", got " +
-                         F(t.saturation_upper()));
+      return Invalid(
+          "transform.saturation_upper",
+          "must be >= saturation_lower = " + F(t.saturation_lower()) +
+              ", got " + F(t.saturation_upper()));
     }
     s.saturation_enabled = true;
     s.saturation_lower = t.saturation_lower();
@@ -280,8 +283,8 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
       return Invalid("transform.saturation_lower",
                      "saturation must be disabled (both 0) with "
                      "FIDELITY_TORCHVISION, got [" +
-                         F(s.saturation_lower) + ", " +
-                         F(s.saturation_upper) + "]");
+                         F(s.saturation_lower) + ", " + F(s.saturation_upper) +
+                         "]");
     }
   }
 
@@ -289,11 +292,13 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
 
   if (t.mean_size() != 0 && t.mean_size() != 3) {
     return Invalid("transform.mean", absl::StrCat("must have 0 or 3 values, "
-                                                  "got ", t.mean_size()));
+                                                  "got ",
+                                                  t.mean_size()));
   }
   if (t.std_size() != 0 && t.std_size() != 3) {
     return Invalid("transform.std", absl::StrCat("must have 0 or 3 values, "
-                                                 "got ", t.std_size()));
+                                                 "got ",
+                                                 t.std_size()));
   }
   for (int c = 0; c < t.mean_size(); ++c) {
     const std::string field = absl::StrCat("transform.mean[", c, "]");
@@ -317,9 +322,9 @@ namespace {
 absl::Status CheckCompression(const v1::OutputFormat& o) {
   const int c = o.compression();
   if (!IsKnownCompression(c)) {
-    return Invalid("output.compression",
-                   absl::StrCat("unknown value ", c,
-                                " (see ServerInfo.compressions)"));
+    return Invalid(
+        "output.compression",
+        absl::StrCat("unknown value ", c, " (see ServerInfo.compressions)"));
   }
   if (c == v1::COMPRESSION_NONE) {
     if (o.compression_level() != 0) {
@@ -364,8 +369,8 @@ std::string ClosestName(const std::string& name,
     for (size_t i = 1; i <= n; ++i) {
       for (size_t j = 1; j <= m; ++j) {
         const size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
-        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
-                            d[i - 1][j - 1] + cost});
+        d[i][j] = std::min(
+            {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
         if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) &&
             lower(a[i - 2]) == lower(b[j - 1])) {
           d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
@@ -380,7 +385,8 @@ std::string ClosestName(const std::string& name,
   for (const std::string& c : candidates) {
     if (c.size() > 256) continue;
     const size_t dist = distance(name, c);
-    const size_t allowed = std::max<size_t>(1, std::max(name.size(), c.size()) / 3);
+    const size_t allowed =
+        std::max<size_t>(1, std::max(name.size(), c.size()) / 3);
     if (dist <= allowed && (best.empty() || dist < best_d)) {
       best = c;
       best_d = dist;
@@ -388,6 +394,55 @@ std::string ClosestName(const std::string& name,
   }
   return best;
 }
+
+namespace {
+
+// A resume point (start_batch, start_position), bare or from a token, that
+// no stream of this request hands out: before start_batch full batches
+// (every batch before batch k consumed batch_size positions plus the
+// samples skipped in it), past the end of the shard (Batch.next_position
+// never is), or, under fail_stream (nothing skipped), anywhere but
+// start_batch * batch_size. The error names start_position, or
+// resume_token when the point came from one (a forged token).
+absl::Status CheckResumePoint(const v1::StreamBatchesRequest& request,
+                              const StreamRequest& r, const Dataset& dataset) {
+  const bool from_token = !request.resume_token().empty();
+  const char* field = from_token ? "resume_token" : "start_position";
+  const std::string hint =
+      from_token ? std::string(" (send Batch.resume_token back unchanged)")
+                 : std::string(
+                       " (not a Batch.next_position of this stream: send "
+                       "Batch.resume_token back instead)");
+  uint64_t first = 0;
+  const bool overflows = __builtin_mul_overflow(
+      r.start_batch, static_cast<uint64_t>(r.batch_size), &first);
+  if (overflows || r.start_position < first) {
+    return Invalid(field,
+                   absl::StrCat("position ", r.start_position,
+                                " must be >= start_batch * batch_size = ",
+                                r.start_batch, " * ", r.batch_size, hint));
+  }
+  const uint64_t shard = ShardSize(dataset.size(), r.shard_index, r.num_shards);
+  if (r.start_position > shard) {
+    return Invalid(
+        field, absl::StrCat("position ", r.start_position,
+                            " is past the end of shard ", r.shard_index, " of ",
+                            r.num_shards, " of dataset '", request.dataset(),
+                            "' (", shard, " positions)", hint));
+  }
+  if (request.error_policy() == v1::ERROR_POLICY_FAIL_STREAM &&
+      r.start_position != first) {
+    return Invalid(field,
+                   absl::StrCat("position ", r.start_position,
+                                " must be start_batch * batch_size = ", first,
+                                " under error_policy fail_stream (no sample is "
+                                "skipped)",
+                                hint));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<StreamRequest> ValidateStreamRequest(
     const v1::StreamBatchesRequest& request, const DatasetLookup& lookup,
@@ -397,28 +452,20 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
     return Invalid("dataset", "required (see ListDatasets)");
   }
   if (request.batch_size() < 1) {
-    return Invalid("batch_size", absl::StrCat("must be in [1, ",
-                                              limits.max_batch_size,
-                                              "], got ", request.batch_size()));
+    return Invalid("batch_size",
+                   absl::StrCat("must be in [1, ", limits.max_batch_size,
+                                "], got ", request.batch_size()));
   }
   const uint32_t num_shards =
       request.num_shards() == 0 ? 1 : request.num_shards();
   if (request.shard_index() >= num_shards) {
     return Invalid("shard_index",
-                   absl::StrCat("must be < num_shards = ", num_shards,
-                                ", got ", request.shard_index()));
+                   absl::StrCat("must be < num_shards = ", num_shards, ", got ",
+                                request.shard_index()));
   }
   if (request.start_position() != 0 && request.start_batch() == 0) {
     return Invalid("start_position",
                    absl::StrCat("must be 0 when start_batch is 0, got ",
-                                request.start_position()));
-  }
-  if (request.start_position() != 0 &&
-      request.start_position() < request.start_batch()) {
-    // Batch k starts no earlier than k full batches of one sample each.
-    return Invalid("start_position",
-                   absl::StrCat("must be >= start_batch = ",
-                                request.start_batch(), ", got ",
                                 request.start_position()));
   }
   // Enum values and (nearprep.v1.range) options of every field but the
@@ -438,12 +485,11 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
     if (!close.empty()) {
       return absl::NotFoundError(absl::StrCat(
           "dataset: no dataset '", request.dataset(), "'; did you mean '",
-          close, "'? (this daemon serves: ", absl::StrJoin(served, ", "),
-          ")"));
+          close, "'? (this daemon serves: ", absl::StrJoin(served, ", "), ")"));
     }
-    return absl::NotFoundError(absl::StrCat(
-        "dataset: '", request.dataset(),
-        "' is not served by this daemon (see ListDatasets)"));
+    return absl::NotFoundError(
+        absl::StrCat("dataset: '", request.dataset(),
+                     "' is not served by this daemon (see ListDatasets)"));
   }
   if (request.batch_size() > limits.max_batch_size) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -452,11 +498,11 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   }
   const uint64_t pixels = static_cast<uint64_t>(spec->height) * spec->width;
   if (pixels > limits.max_output_pixels) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "transform.height * transform.width: ", spec->height, " * ",
-        spec->width, " = ", pixels,
-        " exceeds the server limit max_output_pixels = ",
-        limits.max_output_pixels));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("transform.height * transform.width: ", spec->height,
+                     " * ", spec->width, " = ", pixels,
+                     " exceeds the server limit max_output_pixels = ",
+                     limits.max_output_pixels));
   }
   r.context.output.dtype = static_cast<DType>(request.output().dtype());
   r.context.output.layout = static_cast<Layout>(request.output().layout());
@@ -468,11 +514,11 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   // the memory the stream's pools will hold.
   const BatchMemory memory = BatchMemoryOf(r);
   if (memory.tensor_bytes > limits.per_stream_memory_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "batch_size: one batch of ", request.batch_size(), " samples is ",
-        memory.tensor_bytes,
-        " bytes, over the server limit per_stream_memory_bytes = ",
-        limits.per_stream_memory_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("batch_size: one batch of ", request.batch_size(),
+                     " samples is ", memory.tensor_bytes,
+                     " bytes, over the server limit per_stream_memory_bytes = ",
+                     limits.per_stream_memory_bytes));
   }
   if (r.compression != TensorCompression::kNone) {
     r.compression_level = request.output().compression_level() != 0
@@ -512,27 +558,34 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
   if (request.sample_ids_size() == 0) r.resume_binding = binding;
   if (!request.resume_token().empty()) {
     if (request.sample_ids_size() > 0) {
-      return Invalid("resume_token", "not with sample_ids (explicit ids do not resume)");
+      return Invalid("resume_token",
+                     "not with sample_ids (explicit ids do not resume)");
     }
     uint64_t batch = 0, position = 0;
-    if (absl::Status st = CheckResumeToken(request.resume_token(), binding, &batch,
-                                           &position);
+    if (absl::Status st = CheckResumeToken(request.resume_token(), binding,
+                                           &batch, &position);
         !st.ok()) {
       return st;
     }
     if (request.start_batch() != 0 && request.start_batch() != batch) {
       return Invalid("start_batch",
-                     absl::StrCat(request.start_batch(), " differs from resume_token's batch ",
-                                  batch, " (leave it 0 with a resume_token)"));
+                     absl::StrCat(request.start_batch(),
+                                  " differs from resume_token's batch ", batch,
+                                  " (leave it 0 with a resume_token)"));
     }
     if (request.start_position() != 0 && request.start_position() != position) {
-      return Invalid("start_position",
-                     absl::StrCat(request.start_position(),
-                                  " differs from resume_token's position ", position,
-                                  " (leave it 0 with a resume_token)"));
+      return Invalid(
+          "start_position",
+          absl::StrCat(request.start_position(),
+                       " differs from resume_token's position ", position,
+                       " (leave it 0 with a resume_token)"));
     }
     r.start_batch = batch;
     r.start_position = position;
+  }
+  if (r.start_position != 0 && request.sample_ids_size() == 0) {
+    if (absl::Status st = CheckResumePoint(request, r, *dataset); !st.ok())
+      return st;
   }
   r.max_batches = request.max_batches();
   r.drop_remainder = request.drop_remainder();

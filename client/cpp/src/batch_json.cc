@@ -66,6 +66,7 @@ std::string BatchToJson(const v1::Batch& batch, const std::string& npy_file) {
   j["epoch"] = batch.epoch();
   j["batch_index"] = batch.batch_index();
   j["next_position"] = batch.next_position();
+  j["resume_token"] = batch.resume_token();
   const v1::Tensor& t = batch.tensor();
   json tensor;
   tensor["file"] = npy_file;

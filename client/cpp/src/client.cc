@@ -1,13 +1,15 @@
 // nearprep::Client over gRPC, and the resuming BatchReader.
 //
 // Resume protocol (see client.h and docs/protocol.md): the reader remembers
-// the index of the next batch it expects and the Batch.next_position token of
-// the last batch it handed out. When the stream breaks with a retryable
-// status it sleeps (exponential backoff), waits for the channel to connect
-// and re-issues the original request with start_batch = next expected index,
-// start_position = that token and max_batches reduced by what it already
-// received. Every batch is checked against the expected index and epoch, so
-// a server that skipped or repeated a batch is reported, never hidden.
+// the index of the next batch it expects and the Batch.next_position and
+// Batch.resume_token of the last batch it handed out. When the stream breaks
+// with a retryable status it sleeps (exponential backoff), waits for the
+// channel to connect and re-issues the original request with start_batch = next
+// expected index, start_position = that position, resume_token = that token
+// (the daemon refuses a token of another stream) and max_batches reduced by
+// what it already received. Every batch is checked against the expected index
+// and epoch, so a server that skipped or repeated a batch is reported, never
+// hidden.
 //
 // Deadline (StreamOptions::timeout): one absolute time for the whole call;
 // each stream the reader opens gets it as its gRPC deadline, so a server
@@ -18,27 +20,27 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
-
 #include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <string_view>
 #include <cstdint>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "batch_decoder.h"
 #include "common/mutex.h"
 #include "common/pem.h"
-#include "batch_decoder.h"
 
 namespace nearprep {
 namespace {
@@ -71,8 +73,8 @@ bool IsRetryable(const grpc::Status& s) {
 // Insecure credentials, or TLS ones built from the options' PEM files.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     const ClientOptions& o) {
-  const bool any_client = !o.tls_client_cert_file.empty() ||
-                          !o.tls_client_key_file.empty();
+  const bool any_client =
+      !o.tls_client_cert_file.empty() || !o.tls_client_key_file.empty();
   if (o.tls_root_ca_file.empty()) {
     if (any_client) {
       return absl::InvalidArgumentError(
@@ -81,8 +83,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadPemFile(o.tls_root_ca_file,
-                                           "tls_root_ca_file");
+  absl::StatusOr<std::string> ca =
+      ReadPemFile(o.tls_root_ca_file, "tls_root_ca_file");
   if (!ca.ok()) return ca.status();
   ssl.pem_root_certs = *ca;
   if (any_client) {
@@ -157,10 +159,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   args.SetMaxReceiveMessageSize(-1);
   // The channel's own reconnect backoff follows ours, so that a restarted
   // daemon is found within max_backoff rather than gRPC's default 2 min.
-  const int init_ms = static_cast<int>(
-      std::max<int64_t>(1, o.initial_backoff.count()));
-  const int max_ms = static_cast<int>(
-      std::max<int64_t>(init_ms, o.max_backoff.count()));
+  const int init_ms =
+      static_cast<int>(std::max<int64_t>(1, o.initial_backoff.count()));
+  const int max_ms =
+      static_cast<int>(std::max<int64_t>(init_ms, o.max_backoff.count()));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, init_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's minimum *connect timeout*
@@ -168,14 +170,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   // unary call may take (rpc_timeout), and at least gRPC's default 20 s, so
   // that a daemon busy or paused for a moment is waited for, not failed.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              static_cast<int>(std::clamp<int64_t>(o.rpc_timeout.count(),
-                                                   kMinConnectTimeoutMs,
-                                                   INT32_MAX)));
+              static_cast<int>(std::clamp<int64_t>(
+                  o.rpc_timeout.count(), kMinConnectTimeoutMs, INT32_MAX)));
   // Detect a hung or vanished daemon on an open stream (see client.h).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
               static_cast<int>(std::max<int64_t>(1, o.keepalive_time.count())));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(std::max<int64_t>(1, o.keepalive_timeout.count())));
+  args.SetInt(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(std::max<int64_t>(1, o.keepalive_timeout.count())));
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Do not share subchannels (and their backoff state) with other channels.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -183,9 +185,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(
 }
 
 absl::Status BadTarget(const std::string& target, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "target: '", target, "' ", why,
-      "; expected HOST:PORT, e.g. localhost:7070 or [::1]:7070"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("target: '", target, "' ", why,
+                   "; expected HOST:PORT, e.g. localhost:7070 or [::1]:7070"));
 }
 
 // "host:port" or "[v6]:port".
@@ -203,10 +205,11 @@ absl::Status CheckHostPort(const std::string& target, std::string_view hp) {
     port = hp.substr(close + 2);
   } else {
     const size_t colon = hp.rfind(':');
-    if (colon == std::string_view::npos) return BadTarget(target, "has no port");
+    if (colon == std::string_view::npos)
+      return BadTarget(target, "has no port");
     if (hp.find(':') != colon) {
-      return BadTarget(target,
-                       "is an IPv6 address without brackets (write [ADDRESS]:PORT)");
+      return BadTarget(
+          target, "is an IPv6 address without brackets (write [ADDRESS]:PORT)");
     }
     host = hp.substr(0, colon);
     port = hp.substr(colon + 1);
@@ -235,6 +238,24 @@ bool Contains(const std::string& haystack, std::string_view needle) {
 
 }  // namespace
 
+absl::Status ResumePoint(const std::string& token, uint64_t* batch,
+                         uint64_t* position) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      "resume_token: not a resume token (send back Batch.resume_token "
+      "unchanged)");
+  const size_t p = token.rfind(";position=");
+  const size_t b = token.rfind(";batch=", p);
+  if (p == std::string::npos || b == std::string::npos ||
+      token.find(';', b + 1) != p) {
+    return bad;
+  }
+  const std::string bs = token.substr(b + 7, p - b - 7);
+  const std::string ps = token.substr(p + 10);
+  if (!absl::SimpleAtoi(bs, batch) || !absl::SimpleAtoi(ps, position))
+    return bad;
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTarget(const std::string& target) {
   if (target.empty()) return BadTarget(target, "is empty");
   std::string_view t = target;
@@ -259,7 +280,8 @@ absl::Status ValidateTarget(const std::string& target) {
     t.remove_prefix(4);
     if (StartsWith(t, "//")) {  // dns://AUTHORITY/host:port
       const size_t slash = t.find('/', 2);
-      if (slash == std::string_view::npos) return BadTarget(target, "has no host");
+      if (slash == std::string_view::npos)
+        return BadTarget(target, "has no host");
       t.remove_prefix(slash + 1);
     }
   }
@@ -268,18 +290,23 @@ absl::Status ValidateTarget(const std::string& target) {
 
 std::string ShortConnectReason(const std::string& grpc_message) {
   std::string m = grpc_message;
-  for (char& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : m)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (Contains(m, "connection refused")) return "connection refused";
-  if (Contains(m, "dns resolution failed") || Contains(m, "domain name not found") ||
-      Contains(m, "name or service not known") || Contains(m, "could not resolve")) {
+  if (Contains(m, "dns resolution failed") ||
+      Contains(m, "domain name not found") ||
+      Contains(m, "name or service not known") ||
+      Contains(m, "could not resolve")) {
     return "cannot resolve the host name";
   }
   if (Contains(m, "network is unreachable")) return "network unreachable";
   if (Contains(m, "no route to host")) return "no route to host";
-  if (Contains(m, "handshake") || Contains(m, "ssl") || Contains(m, "certificate")) {
+  if (Contains(m, "handshake") || Contains(m, "ssl") ||
+      Contains(m, "certificate")) {
     return "TLS handshake failed";
   }
-  if (Contains(m, "timed out") || Contains(m, "timeout") || Contains(m, "deadline")) {
+  if (Contains(m, "timed out") || Contains(m, "timeout") ||
+      Contains(m, "deadline")) {
     return "connection attempt timed out";
   }
   if (Contains(m, "socket closed") || Contains(m, "connection reset") ||
@@ -336,8 +363,8 @@ class GrpcBatchReader : public BatchReader {
         request_(request),
         next_batch_(request.start_batch()),
         next_position_(request.start_position()),
-        backoff_(std::max(options.initial_backoff,
-                          std::chrono::milliseconds(1))) {
+        backoff_(
+            std::max(options.initial_backoff, std::chrono::milliseconds(1))) {
     if (timeout_.count() > 0) deadline_ = Clock::now() + timeout_;
   }
 
@@ -389,23 +416,24 @@ class GrpcBatchReader : public BatchReader {
             batch->epoch() != request_.epoch()) {
           return Fail(absl::DataLossError(absl::StrCat(
               "stream out of order: expected epoch ", request_.epoch(),
-              " batch ", next_batch_, ", got epoch ", batch->epoch(),
-              " batch ", batch->batch_index())));
+              " batch ", next_batch_, ", got epoch ", batch->epoch(), " batch ",
+              batch->batch_index())));
         }
         ++received_;
         ++next_batch_;
         next_position_ = batch->next_position();
+        next_token_ = batch->resume_token();
         failing_since_.reset();
-        backoff_ = std::max(options_.initial_backoff,
-                            std::chrono::milliseconds(1));
+        backoff_ =
+            std::max(options_.initial_backoff, std::chrono::milliseconds(1));
         return true;
       }
       const grpc::Status st = stream_->Finish();
       ResetStream();
       if (cancelled_) return Finish(absl::CancelledError("stream cancelled"));
       if (st.ok()) return Finish(absl::OkStatus());
-      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-          deadline_ && Clock::now() >= *deadline_) {
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && deadline_ &&
+          Clock::now() >= *deadline_) {
         return Finish(DeadlinePassed(st.error_message()));
       }
       if (!IsRetryable(st)) return Finish(ToAbsl(st));
@@ -422,6 +450,13 @@ class GrpcBatchReader : public BatchReader {
     if (received_ > 0) {
       r.set_start_batch(next_batch_);
       r.set_start_position(next_position_);
+      // The bound token of the last batch (the daemon checks it against
+      // the stream); the request's own token is for its first batch only.
+      if (next_token_.empty()) {
+        r.clear_resume_token();
+      } else {
+        r.set_resume_token(next_token_);
+      }
       if (request_.max_batches() > 0) {
         r.set_max_batches(request_.max_batches() - received_);
       }
@@ -492,17 +527,17 @@ class GrpcBatchReader : public BatchReader {
     if (call_deadline_first) deadline = *deadline_;
     auto give_up = [&]() {
       if (call_deadline_first) {
-        Fail(DeadlinePassed(absl::StrCat("while reconnecting after: ",
-                                         st.error_message())));
+        Fail(DeadlinePassed(
+            absl::StrCat("while reconnecting after: ", st.error_message())));
         return false;
       }
       Fail(absl::UnavailableError(absl::StrCat(
           "gave up reconnecting to ", options_.target, " after ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(
-              Clock::now() - *failing_since_)
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                *failing_since_)
               .count(),
-          " ms (", reconnects_, " reconnects, resume point batch ",
-          next_batch_, "): ", st.error_message())));
+          " ms (", reconnects_, " reconnects, resume point batch ", next_batch_,
+          "): ", st.error_message())));
       return false;
     };
     if (now >= deadline) return give_up();
@@ -518,14 +553,15 @@ class GrpcBatchReader : public BatchReader {
           std::min<Clock::duration>(slice, wake - Clock::now()));
       Report(st, false);
     }
-    backoff_ = std::min(backoff_ * 2, std::max(options_.max_backoff,
-                                               options_.initial_backoff));
+    backoff_ = std::min(
+        backoff_ * 2, std::max(options_.max_backoff, options_.initial_backoff));
     // The connection.
     for (;;) {
       if (cancelled_) return Fail(absl::CancelledError("stream cancelled"));
       const Clock::time_point t = Clock::now();
       if (t >= deadline) return give_up();
-      const Clock::time_point until = std::min<Clock::time_point>(t + slice, deadline);
+      const Clock::time_point until =
+          std::min<Clock::time_point>(t + slice, deadline);
       const auto wall_until =
           std::chrono::system_clock::now() +
           std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -586,6 +622,7 @@ class GrpcBatchReader : public BatchReader {
   uint64_t received_ = 0;
   uint64_t next_batch_;
   uint64_t next_position_;
+  std::string next_token_;  // Batch.resume_token of the last batch received
   std::chrono::milliseconds backoff_;
   std::optional<Clock::time_point> failing_since_;
   Clock::time_point last_report_{};
@@ -623,9 +660,9 @@ struct Client::Impl {
     if (!st.ok()) return ToAbsl(st);
     st = grpc::SerializationTraits<Response>::Deserialize(&received, response);
     if (!st.ok()) {
-      return absl::DataLossError(absl::StrCat(
-          "malformed ", Response::descriptor()->full_name(), " from ",
-          options.target, ": ", st.error_message()));
+      return absl::DataLossError(
+          absl::StrCat("malformed ", Response::descriptor()->full_name(),
+                       " from ", options.target, ": ", st.error_message()));
     }
     return absl::OkStatus();
   }
@@ -635,7 +672,8 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       MakeCredentials(impl_->options);
-  if (absl::Status target = ValidateTarget(impl_->options.target); !target.ok()) {
+  if (absl::Status target = ValidateTarget(impl_->options.target);
+      !target.ok()) {
     creds = target;
   }
   if (absl::Status token = ResolveBearerToken(&impl_->options);
@@ -681,8 +719,27 @@ std::unique_ptr<BatchReader> Client::StreamBatches(
   if (!impl_->setup_status.ok()) {
     return std::make_unique<FailedBatchReader>(impl_->setup_status);
   }
+  if (request.resume_token().empty()) {
+    return std::make_unique<GrpcBatchReader>(impl_->options, impl_->channel,
+                                             request, stream);
+  }
+  // The reader checks every batch's index against where the stream starts:
+  // the token's batch (the daemon takes start_batch / start_position either
+  // 0 or equal to the token's).
+  v1::StreamBatchesRequest resumed = request;
+  uint64_t batch = 0, position = 0;
+  absl::Status st = ResumePoint(request.resume_token(), &batch, &position);
+  if (st.ok() && request.start_batch() != 0 && request.start_batch() != batch) {
+    st = absl::InvalidArgumentError(
+        absl::StrCat("start_batch: ", request.start_batch(),
+                     " differs from resume_token's batch ", batch,
+                     " (leave it 0 with a resume_token)"));
+  }
+  if (!st.ok()) return std::make_unique<FailedBatchReader>(st);
+  resumed.set_start_batch(batch);
+  resumed.set_start_position(position);
   return std::make_unique<GrpcBatchReader>(impl_->options, impl_->channel,
-                                           request, stream);
+                                           resumed, stream);
 }
 
 }  // namespace nearprep

@@ -28,9 +28,8 @@ absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseShard(std::string_view s) {
   uint32_t i = 0, n = 0;
   if (parts.size() != 2 || !digits(parts[0]) || !digits(parts[1]) ||
       !absl::SimpleAtoi(parts[0], &i) || !absl::SimpleAtoi(parts[1], &n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shard: expected i/n (e.g. 0/4), got '", std::string(s),
-                     "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard: expected i/n (e.g. 0/4), got '", std::string(s), "'"));
   }
   if (n == 0 || i >= n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -59,7 +58,8 @@ CLI::Validator TargetValidator(bool list) {
 }
 
 void TlsFlags::Register(CLI::App* app) {
-  app->add_option("--reconnect-deadline,--connect-timeout", reconnect_deadline_s,
+  app->add_option("--reconnect-deadline,--connect-timeout",
+                  reconnect_deadline_s,
                   "seconds a stream keeps trying to reach the daemon (first "
                   "connection or after a break) before it fails; 0: no retry")
       ->check(CLI::Range(0.0, 1e7))
@@ -67,8 +67,9 @@ void TlsFlags::Register(CLI::App* app) {
   app->add_option("--tls-ca", ca,
                   "connect with TLS, trusting the CA certificates in this "
                   "PEM file (default: plaintext)");
-  CLI::Option* c = app->add_option(
-      "--tls-cert", cert, "client certificate PEM (mutual TLS; with --tls-key)");
+  CLI::Option* c =
+      app->add_option("--tls-cert", cert,
+                      "client certificate PEM (mutual TLS; with --tls-key)");
   CLI::Option* k = app->add_option(
       "--tls-key", key, "client private key PEM (mutual TLS; with --tls-cert)");
   c->needs(k);
@@ -92,7 +93,8 @@ ClientOptions TlsFlags::ToClientOptions(const std::string& target) const {
   o.tls_target_name_override = server_name;
   o.bearer_token_file = token_file;
   if (token_file.empty()) {
-    if (const char* token = std::getenv("NEARPREP_TOKEN")) o.bearer_token = token;
+    if (const char* token = std::getenv("NEARPREP_TOKEN"))
+      o.bearer_token = token;
   }
   o.reconnect_deadline = std::chrono::milliseconds(
       static_cast<int64_t>(reconnect_deadline_s * 1000));
@@ -134,8 +136,8 @@ CLI::Validator UnsignedValidator(uint64_t max, const std::string& why) {
           v = v * 10 + d;
         }
         if (ok && v <= max) return "";
-        return "must be an integer in [0, " + std::to_string(max) + "]" + why + ", got '" +
-               value + "'";
+        return "must be an integer in [0, " + std::to_string(max) + "]" + why +
+               ", got '" + value + "'";
       },
       "UINT", "unsigned");
 }
@@ -168,14 +170,19 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--batch-size", batch_size, "samples per batch")
       ->capture_default_str();
   if (with_batches) {
-    app->add_option("--max-batches,--batches", batches,
-                    "stop after this many batches (0: whole shard)" + Older("--batches"))
+    app->add_option(
+           "--max-batches,--batches", batches,
+           "stop after this many batches (0: whole shard)" + Older("--batches"))
         ->check(UnsignedValidator(UINT64_MAX))
         ->capture_default_str();
   }
   app->add_option("--start-batch", start_batch, "first batch (resume point)")
       ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
+  app->add_option("--resume-token", resume_token,
+                  "resume after the batch whose resume_token this is (fetch's "
+                  "batch_NNNNN.json; bound to the stream: the daemon refuses "
+                  "another stream's)");
   app->add_option("--seed", seed, "seed of the order and the random draws")
       ->check(UnsignedValidator(UINT64_MAX))
       ->capture_default_str();
@@ -210,7 +217,8 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
                   "center crop: fraction of each side (0: 0.875)");
   app->add_option("--scale", scale, "random_resized: area range MIN MAX")
       ->expected(2);
-  app->add_option("--ratio", ratio, "random_resized: aspect ratio range MIN MAX")
+  app->add_option("--ratio", ratio,
+                  "random_resized: aspect ratio range MIN MAX")
       ->expected(2);
   app->add_option("--flip-probability,--flip", flip,
                   "left-right flip probability" + Older("--flip"))
@@ -229,8 +237,9 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
   app->add_option("--layout", layout, EnumHelp(v1::Layout_descriptor()))
       ->check(EnumValidator(v1::Layout_descriptor()))
       ->capture_default_str();
-  app->add_option("--compression", compression,
-                  "uint8 wire compression: " + EnumHelp(v1::Compression_descriptor()))
+  app->add_option(
+         "--compression", compression,
+         "uint8 wire compression: " + EnumHelp(v1::Compression_descriptor()))
       ->check(EnumValidator(v1::Compression_descriptor()))
       ->capture_default_str();
   app->add_option("--compression-level", compression_level,
@@ -267,11 +276,12 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   r.set_batch_size(batch_size);
   r.set_max_batches(batches);
   r.set_start_batch(start_batch);
+  r.set_resume_token(resume_token);
   r.set_seed(seed);
   r.set_epoch(epoch);
   r.set_shuffle(shuffle);
-  absl::StatusOr<int> mode =
-      ParseEnumValue(v1::ShuffleMode_descriptor(), "--shuffle-mode", shuffle_mode);
+  absl::StatusOr<int> mode = ParseEnumValue(v1::ShuffleMode_descriptor(),
+                                            "--shuffle-mode", shuffle_mode);
   if (!mode.ok()) return mode.status();
   if (*mode == v1::SHUFFLE_MODE_BLOCK) {
     r.set_shuffle_mode(v1::SHUFFLE_MODE_BLOCK);
@@ -292,18 +302,21 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   }
   t->set_height(height);
   t->set_width(width);
-  absl::StatusOr<int> crop_mode = ParseEnumValue(v1::CropMode_descriptor(), "--crop", crop);
+  absl::StatusOr<int> crop_mode =
+      ParseEnumValue(v1::CropMode_descriptor(), "--crop", crop);
   if (!crop_mode.ok()) return crop_mode.status();
   t->set_crop(static_cast<v1::CropMode>(*crop_mode));
   t->set_resize_shorter_side(resize_shorter);
   t->set_center_fraction(center_fraction);
   if (!scale.empty()) {
-    if (scale.size() != 2) return absl::InvalidArgumentError("--scale: 2 values");
+    if (scale.size() != 2)
+      return absl::InvalidArgumentError("--scale: 2 values");
     t->set_scale_min(scale[0]);
     t->set_scale_max(scale[1]);
   }
   if (!ratio.empty()) {
-    if (ratio.size() != 2) return absl::InvalidArgumentError("--ratio: 2 values");
+    if (ratio.size() != 2)
+      return absl::InvalidArgumentError("--ratio: 2 values");
     t->set_ratio_min(ratio[0]);
     t->set_ratio_max(ratio[1]);
   }
@@ -324,7 +337,8 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   }
   for (float m : mean) t->add_mean(m);
   for (float s : std) t->add_std(s);
-  absl::StatusOr<int> fid = ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", fidelity);
+  absl::StatusOr<int> fid =
+      ParseEnumValue(v1::Fidelity_descriptor(), "--fidelity", fidelity);
   if (!fid.ok()) return fid.status();
   t->set_fidelity(static_cast<v1::Fidelity>(*fid));
   if (absl::Status st = ApplyFieldFlags(more_transform, t); !st.ok()) return st;
@@ -333,14 +347,16 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
   if (absl::Status st = CheckFieldRanges(*t); !st.ok()) return st;
 
   v1::OutputFormat* o = r.mutable_output();
-  absl::StatusOr<int> dt = ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype);
+  absl::StatusOr<int> dt =
+      ParseEnumValue(v1::DType_descriptor(), "--dtype", dtype);
   if (!dt.ok()) return dt.status();
   o->set_dtype(static_cast<v1::DType>(*dt));
-  absl::StatusOr<int> lay = ParseEnumValue(v1::Layout_descriptor(), "--layout", layout);
+  absl::StatusOr<int> lay =
+      ParseEnumValue(v1::Layout_descriptor(), "--layout", layout);
   if (!lay.ok()) return lay.status();
   o->set_layout(static_cast<v1::Layout>(*lay));
-  absl::StatusOr<int> comp =
-      ParseEnumValue(v1::Compression_descriptor(), "--compression", compression);
+  absl::StatusOr<int> comp = ParseEnumValue(v1::Compression_descriptor(),
+                                            "--compression", compression);
   if (!comp.ok()) return comp.status();
   o->set_compression(static_cast<v1::Compression>(*comp));
   o->set_compression_level(compression_level);
@@ -354,15 +370,17 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
 void RequestFlags::RegisterSampleFlags(CLI::App* app) {
   Register(app, /*with_batches=*/false);
   // The flags that say which samples a stream reads and how it is run.
-  for (const char* flag : {"--target", "--batch-size", "--start-batch", "--seed", "--epoch",
-                           "--shuffle", "--shuffle-mode", "--block-samples", "--open-blocks",
-                           "--window", "--shard", "--drop-remainder", "--error-policy",
-                           "--dry-run"}) {
+  for (const char* flag :
+       {"--target", "--batch-size", "--start-batch", "--seed", "--epoch",
+        "--shuffle", "--shuffle-mode", "--block-samples", "--open-blocks",
+        "--window", "--shard", "--drop-remainder", "--error-policy",
+        "--dry-run"}) {
     CLI::Option* option = app->get_option_no_throw(flag);
     if (option == nullptr || !app->remove_option(option)) {
       // Register renamed or dropped it: a programming error the CLI tests
       // catch (every command parses --help).
-      std::fprintf(stderr, "RequestFlags::RegisterSampleFlags: no flag %s\n", flag);
+      std::fprintf(stderr, "RequestFlags::RegisterSampleFlags: no flag %s\n",
+                   flag);
       std::abort();
     }
   }
@@ -484,8 +502,9 @@ absl::Status CheckFieldRanges(const google::protobuf::Message& m) {
     // NaN is out of range like any value outside it.
     const std::optional<FieldRangeCheck> range = CheckFieldRange(m, *f);
     if (!range.has_value() || range->in_range) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        FlagName(f->name()), ": must be ", range->rule, ", got ", range->value_text));
+    return absl::InvalidArgumentError(
+        absl::StrCat(FlagName(f->name()), ": must be ", range->rule, ", got ",
+                     range->value_text));
   }
   return absl::OkStatus();
 }
@@ -494,7 +513,8 @@ std::string DTypeName(v1::DType d) {
   return EnumValueName(v1::DType_descriptor(), d);
 }
 
-absl::StatusOr<std::string> RequestJson(const v1::StreamBatchesRequest& request) {
+absl::StatusOr<std::string> RequestJson(
+    const v1::StreamBatchesRequest& request) {
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
   o.add_whitespace = true;

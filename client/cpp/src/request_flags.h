@@ -5,7 +5,8 @@
 //   --crop none|center|random_resized|resize_center [--resize-shorter-side R],
 //   --flip-probability P, --brightness-max-delta D, --saturation L U,
 //   --dtype float32|float16|bfloat16|uint8, --layout nhwc|nchw,
-//   --compression none|delta_zstd|gradient_zstd [--compression-level L] (uint8),
+//   --compression none|delta_zstd|gradient_zstd [--compression-level L]
+//   (uint8),
 //   --fidelity tf_compat|fast|torchvision, --error-policy skip|fail_stream,
 //   --dry-run (print the request, do not connect), ...
 // Names follow the proto (vocabulary.h) and the Python client's keywords;
@@ -75,6 +76,9 @@ struct RequestFlags {
   uint32_t batch_size = 32;
   uint64_t batches = 0;  // max_batches; 0 = to the end of the shard.
   uint64_t start_batch = 0;
+  // Batch.resume_token of the last batch received (fetch writes it into each
+  // batch's .json): resume right after that batch, checked by the daemon.
+  std::string resume_token;
   uint64_t seed = 0;
   uint64_t epoch = 0;
   bool shuffle = false;
@@ -89,8 +93,8 @@ struct RequestFlags {
   std::string crop = "none";  // a CropMode name (vocabulary.h)
   float center_fraction = 0.0f;
   uint32_t resize_shorter = 0;  // resize-center: shorter side (0: 256).
-  std::vector<float> scale;  // 2 values or empty.
-  std::vector<float> ratio;  // 2 values or empty.
+  std::vector<float> scale;     // 2 values or empty.
+  std::vector<float> ratio;     // 2 values or empty.
   float flip = 0.0f;
   float brightness = 0.0f;
   std::vector<float> saturation;  // 2 values or empty.
@@ -146,7 +150,8 @@ CLI::Validator EnumValidator(const google::protobuf::EnumDescriptor* e);
 
 // `request` as protobuf JSON (proto field names, enum value names): what
 // --dry-run prints.
-absl::StatusOr<std::string> RequestJson(const v1::StreamBatchesRequest& request);
+absl::StatusOr<std::string> RequestJson(
+    const v1::StreamBatchesRequest& request);
 
 // Short names for messages and file metadata.
 std::string DTypeName(v1::DType d);

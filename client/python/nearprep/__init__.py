@@ -44,7 +44,7 @@ from nearprep.errors import (  # noqa: E402
     PermissionDeniedError, UnauthenticatedError)
 from nearprep.batch import Batch, SampleParams, CropBox, bfloat16_to_float32  # noqa: E402
 from nearprep.stats import Stats  # noqa: E402
-from nearprep.client import BatchStream, Client, Connection  # noqa: E402
+from nearprep.client import BatchStream, Client, Connection, WaitInfo  # noqa: E402
 from nearprep.dataset_info import DatasetInfo  # noqa: E402
 
 __version__ = "0.1.0"
@@ -83,7 +83,7 @@ def _warn_native_missing():
 _warn_native_missing()
 
 __all__ = [
-    "Client", "BatchStream", "Connection", "DatasetInfo", "Batch", "SampleParams", "CropBox", "Stats",
+    "Client", "BatchStream", "Connection", "WaitInfo", "DatasetInfo", "Batch", "SampleParams", "CropBox", "Stats",
     "bfloat16_to_float32", "NearprepError", "InvalidArgumentError",
     "DatasetNotFoundError", "ResourceExhaustedError", "DataLossError",
     "UnavailableError", "StubsMissingError", "PermissionDeniedError",

@@ -38,6 +38,7 @@ thread-safe); a BatchStream is consumed by one thread.
 
 import atexit
 import collections
+import logging
 import os
 import queue
 import threading
@@ -57,6 +58,29 @@ from nearprep.stats import Stats
 from nearprep.target import check_target
 
 _END = object()
+_log = logging.getLogger("nearprep")
+
+
+class WaitInfo:
+    """What Client(on_wait=...) is told while a stream waits for a daemon:
+    `targets` (the stream's), `waited` (seconds since the last batch, or
+    since the stream opened), `deadline` (reconnect_deadline: the stream
+    gives up when waited passes it), `attempts` (failed connections so far)
+    and `error` (the last one's nearprep exception, or None)."""
+
+    __slots__ = ("targets", "waited", "deadline", "attempts", "error")
+
+    def __init__(self, targets, waited, deadline, attempts, error):
+        self.targets = targets
+        self.waited = waited
+        self.deadline = deadline
+        self.attempts = attempts
+        self.error = error
+
+    def __repr__(self):
+        why = self.error.message if self.error is not None else "no answer yet"
+        return (f"WaitInfo(targets={self.targets!r}, waited={self.waited:.1f}, "
+                f"deadline={self.deadline:g}, attempts={self.attempts}, error={why!r})")
 
 # gRPC's default minimum connect timeout (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS).
 _MIN_CONNECT_TIMEOUT_MS = 20000
@@ -344,6 +368,17 @@ class Client:
                          built and the channel is plaintext; see
                          nearprep.transport)
     lock_memory          native path: mlock the reusable receive buffers
+    on_wait              called with a nearprep.WaitInfo every
+                         `wait_report_interval` seconds while a stream waits
+                         for a daemon (reconnecting, or never connected yet),
+                         from the stream's reader thread; the same report is
+                         logged as a warning on the "nearprep" logger
+    wait_report_interval seconds between those reports (default 5)
+    fail_fast            a stream that has received nothing yet fails at the
+                         first UNAVAILABLE (connection refused, no route,
+                         daemon shutting down) with UnavailableError, instead
+                         of retrying for reconnect_deadline; once a batch has
+                         arrived, breaks are retried as usual
     """
 
     def __init__(self, target="localhost:7070", *, tls=False,
@@ -352,7 +387,8 @@ class Client:
                  token_file=None, rpc_timeout=10.0,
                  reconnect_deadline=60.0, initial_backoff=0.1, max_backoff=5.0,
                  chunk_batches=16, prefetch=2, channel_options=(), native=None,
-                 lock_memory=False):
+                 lock_memory=False, on_wait=None, wait_report_interval=5.0,
+                 fail_fast=False):
         targets = [target] if isinstance(target, str) else list(target)
         if not targets or not all(isinstance(t, str) and t for t in targets):
             raise InvalidArgumentError(
@@ -363,7 +399,8 @@ class Client:
         for name, value in (("rpc_timeout", rpc_timeout),
                             ("reconnect_deadline", reconnect_deadline),
                             ("initial_backoff", initial_backoff),
-                            ("max_backoff", max_backoff)):
+                            ("max_backoff", max_backoff),
+                            ("wait_report_interval", wait_report_interval)):
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise InvalidArgumentError(f"{name}: must be a number >= 0, got {value!r}",
                                            field=name)
@@ -371,8 +408,14 @@ class Client:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name}: must be an integer >= 1, got {value!r}",
                                            field=name)
+        if on_wait is not None and not callable(on_wait):
+            raise InvalidArgumentError(f"on_wait: must be callable, got {on_wait!r}",
+                                       field="on_wait")
         self._pb2, self._pb2_grpc = _stubs.load()
         self.targets = targets
+        self.on_wait = on_wait
+        self.wait_report_interval = float(wait_report_interval)
+        self.fail_fast = bool(fail_fast)
         self.rpc_timeout = float(rpc_timeout)
         self.reconnect_deadline = float(reconnect_deadline)
         self.initial_backoff = float(initial_backoff)
@@ -656,17 +699,20 @@ class _ChunkRun:
         last_progress = time.monotonic()
         last_error = None
         previous = None
+        received = False
+        waits = _WaitReporter(client)
         while not self.cancelled.is_set():
             if remaining == 0:
                 self._put(_END)
                 return
+            waits.tick(last_progress, last_error)
             idx, wait = targets.acquire(exclude=previous)
             if idx is None:
                 left = client.reconnect_deadline - (time.monotonic() - last_progress)
                 if left <= 0:
                     self._put(_gave_up(client, last_error, last_progress))
                     return
-                self.cancelled.wait(min(max(wait, 0.01), left))
+                self.cancelled.wait(min(max(wait, 0.01), left, waits.next_in(last_progress)))
                 continue
             target = targets.names[idx]
             if previous is not None and idx != previous:
@@ -697,6 +743,8 @@ class _ChunkRun:
                     next_b += 1
                     pos = batch.next_position
                     token = batch.resume_token or None
+                    received = True
+                    waits.progress()
                     last_progress = time.monotonic()
                     backoff = client.initial_backoff
                     if remaining is not None:
@@ -712,7 +760,13 @@ class _ChunkRun:
                 if not _retryable(e):
                     self._put(err)
                     return
+                if client.fail_fast and not received and self.start == s.request.start_batch:
+                    self._put(UnavailableError(
+                        f"{err.message} (fail_fast: no batch received yet, not retried)",
+                        target=target))
+                    return
                 last_error = err
+                waits.attempts += 1
                 s.stats.count("reconnects")
                 client._transport.reset(target, channel)
                 targets.mark_down(idx, backoff)
@@ -735,6 +789,46 @@ class _ChunkRun:
             finally:
                 self._call = None
                 targets.release(idx)
+
+
+class _WaitReporter:
+    """Client.on_wait and the "nearprep" logger's warnings while a reader
+    waits: one report per wait_report_interval without a batch."""
+
+    def __init__(self, client):
+        self.client = client
+        self.attempts = 0
+        self.reported = 0   # reports since the last batch
+
+    def progress(self):
+        if self.reported:
+            _log.warning("nearprep: %s answers again", ", ".join(self.client.targets))
+        self.reported = 0
+        self.attempts = 0
+
+    def next_in(self, since):
+        """Seconds until the next report is due."""
+        due = since + self.client.wait_report_interval * (self.reported + 1)
+        return max(due - time.monotonic(), 0.01)
+
+    def tick(self, since, error):
+        client = self.client
+        waited = time.monotonic() - since
+        if waited < client.wait_report_interval * (self.reported + 1) or self.attempts == 0:
+            return
+        self.reported += 1
+        info = WaitInfo(list(client.targets), waited, client.reconnect_deadline,
+                        self.attempts, error)
+        why = error.message if error is not None else "no answer"
+        _log.warning("nearprep: waiting for %s: %.0f s without a batch, %d failed "
+                     "attempt(s), giving up after reconnect_deadline %g s: %s",
+                     ", ".join(client.targets), waited, self.attempts,
+                     client.reconnect_deadline, why)
+        if client.on_wait is not None:
+            try:
+                client.on_wait(info)
+            except Exception:  # noqa: BLE001 - a callback never breaks the stream
+                _log.exception("nearprep: on_wait raised")
 
 
 def _gave_up(client, last_error, since):

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -25,6 +25,13 @@ using std::chrono::milliseconds;
 // Position token the fake server reports: not simply (index+1)*batch_size,
 // so the test sees whether the reader passes the token back.
 uint64_t TokenAfter(uint64_t batch_index) { return (batch_index + 1) * 10 + 3; }
+
+// A token in the daemon's shape: what the reader reads of it is the last
+// two fields (ResumePoint).
+std::string FakeToken(uint64_t batch, uint64_t position) {
+  return "nearprep-resume-1;dataset=fake;batch=" + std::to_string(batch) +
+         ";position=" + std::to_string(position);
+}
 
 class FakePreprocessor final : public v1::Preprocessor::Service {
  public:
@@ -42,6 +49,8 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
   // After this many batches of a call the server goes silent (neither a
   // batch nor a status) until the client cancels: -1 never.
   int stall_after = -1;
+  // Batches carry a resume_token (FakeToken), as the daemon's do.
+  bool send_tokens = false;
 
   grpc::Status StreamBatches(grpc::ServerContext* ctx,
                              const v1::StreamBatchesRequest* req,
@@ -54,12 +63,13 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
       const auto& md = ctx->client_metadata();
       const auto auth = md.find("authorization");
       authorizations_.push_back(
-          auth == md.end() ? "(none)"
-                           : std::string(auth->second.data(), auth->second.size()));
+          auth == md.end()
+              ? "(none)"
+              : std::string(auth->second.data(), auth->second.size()));
     }
     const bool failing = call < failing_calls;
-    const int limit = call == 0 || fail_after_later < 0 ? fail_after
-                                                        : fail_after_later;
+    const int limit =
+        call == 0 || fail_after_later < 0 ? fail_after : fail_after_later;
     uint64_t begin = req->start_batch();
     if (repeat_on_resume && begin > 0) --begin;
     uint64_t end = total_batches;
@@ -73,14 +83,17 @@ class FakePreprocessor final : public v1::Preprocessor::Service {
       }
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
       if (sent == stall_after) {
-        while (!ctx->IsCancelled()) std::this_thread::sleep_for(milliseconds(5));
+        while (!ctx->IsCancelled())
+          std::this_thread::sleep_for(milliseconds(5));
         return grpc::Status::CANCELLED;
       }
-      if (per_batch_delay.count() > 0) std::this_thread::sleep_for(per_batch_delay);
+      if (per_batch_delay.count() > 0)
+        std::this_thread::sleep_for(per_batch_delay);
       v1::Batch batch;
       batch.set_epoch(req->epoch());
       batch.set_batch_index(b);
       batch.set_next_position(TokenAfter(b));
+      if (send_tokens) batch.set_resume_token(FakeToken(b + 1, TokenAfter(b)));
       batch.add_labels(static_cast<int64_t>(b));
       batch.add_sample_ids(b);
       batch.mutable_tensor()->set_data(std::string(1000, static_cast<char>(b)));
@@ -196,6 +209,43 @@ TEST(BatchReaderTest, ResumeReducesMaxBatchesAndKeepsStartBatch) {
   server->Shutdown();
 }
 
+// A stream started from a resume token reconnects with the token of the
+// last batch it received, not its own (the daemon refuses a token whose
+// batch differs from start_batch).
+TEST(BatchReaderTest, ReconnectSendsTheLastBatchsResumeToken) {
+  FakePreprocessor fake;
+  fake.send_tokens = true;
+  int port = 0;
+  auto server = StartServer(&fake, &port);
+  Client client(FastOptions(port));
+  v1::StreamBatchesRequest req = Request();
+  // Only the token: the reader starts where it says (batch 2).
+  req.set_resume_token(FakeToken(2, TokenAfter(1)));
+  auto reader = client.StreamBatches(req);
+  EXPECT_EQ(ReadAll(reader.get()), Range(2, 10));
+  EXPECT_TRUE(reader->status().ok()) << reader->status();
+  auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].resume_token(), FakeToken(2, TokenAfter(1)));
+  EXPECT_EQ(reqs[0].start_batch(), 2u);
+  EXPECT_EQ(reqs[1].start_batch(), 5u);
+  EXPECT_EQ(reqs[1].resume_token(), FakeToken(5, TokenAfter(4)));
+  server->Shutdown();
+}
+
+TEST(BatchReaderTest, ResumePointReadsTheTokensLastTwoFields) {
+  uint64_t batch = 0, position = 0;
+  ASSERT_TRUE(ResumePoint(FakeToken(7, 61), &batch, &position).ok());
+  EXPECT_EQ(batch, 7u);
+  EXPECT_EQ(position, 61u);
+  for (const char* bad : {"", "12", "x;batch=1", "x;position=3;batch=1",
+                          "x;batch=a;position=3", "x;batch=1;y=2;position=3"}) {
+    absl::Status st = ResumePoint(bad, &batch, &position);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(std::string(st.message()).rfind("resume_token:", 0), 0u) << st;
+  }
+}
+
 TEST(BatchReaderTest, SurvivesRepeatedFailuresIncludingEmptyAttempts) {
   FakePreprocessor fake;
   fake.failing_calls = 5;
@@ -253,8 +303,7 @@ TEST(BatchReaderTest, RetryDependsOnTheCodeNotTheMessage) {
     Client client(FastOptions(port));
     auto reader = client.StreamBatches(Request());
     EXPECT_EQ(ReadAll(reader.get()), Range(0, 2)) << message;
-    EXPECT_EQ(static_cast<int>(reader->status().code()),
-              static_cast<int>(code))
+    EXPECT_EQ(static_cast<int>(reader->status().code()), static_cast<int>(code))
         << reader->status();
     EXPECT_EQ(reader->status().message(), message);
     EXPECT_EQ(reader->reconnects(), 0) << message;
@@ -326,18 +375,22 @@ TEST(BatchReaderTest, DeadlineWhenNoServerListens) {
 }
 
 TEST(ValidateTargetTest, RefusesATargetWithoutAUsablePort) {
-  for (const char* bad : {"", "127.0.0.1", "localhost:", ":7070", "127.0.0.1:0",
-                          "127.0.0.1:65536", "127.0.0.1:http", "::1", "[::1]", "[::1",
-                          "dns:///localhost", "ipv4:127.0.0.1:1,127.0.0.2", "unix:"}) {
+  for (const char* bad :
+       {"", "127.0.0.1", "localhost:", ":7070", "127.0.0.1:0",
+        "127.0.0.1:65536", "127.0.0.1:http", "::1", "[::1]", "[::1",
+        "dns:///localhost", "ipv4:127.0.0.1:1,127.0.0.2", "unix:"}) {
     const absl::Status st = ValidateTarget(bad);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument)
+        << "'" << bad << "'";
     EXPECT_EQ(st.message().rfind("target: ", 0), 0u) << st;
   }
-  for (const char* good : {"localhost:7070", "127.0.0.1:1", "[::1]:7070", "node-1.example:65535",
-                           "dns:///localhost:7070", "dns://8.8.8.8/host:7070",
-                           "ipv4:127.0.0.1:1,127.0.0.2:2", "ipv6:[::1]:7070",
-                           "unix:/tmp/sock", "unix-abstract:name"}) {
-    EXPECT_TRUE(ValidateTarget(good).ok()) << good << ": " << ValidateTarget(good);
+  for (const char* good :
+       {"localhost:7070", "127.0.0.1:1", "[::1]:7070", "node-1.example:65535",
+        "dns:///localhost:7070", "dns://8.8.8.8/host:7070",
+        "ipv4:127.0.0.1:1,127.0.0.2:2", "ipv6:[::1]:7070", "unix:/tmp/sock",
+        "unix-abstract:name"}) {
+    EXPECT_TRUE(ValidateTarget(good).ok())
+        << good << ": " << ValidateTarget(good);
   }
 }
 
@@ -367,14 +420,17 @@ TEST(BatchReaderTest, ReportsWhatItWaitsForWhileReconnecting) {
   o.reconnect_deadline = milliseconds(1300);
   o.reconnect_wait_interval = milliseconds(200);
   std::vector<ReconnectWait> waits;
-  o.on_reconnect_wait = [&waits](const ReconnectWait& w) { waits.push_back(w); };
+  o.on_reconnect_wait = [&waits](const ReconnectWait& w) {
+    waits.push_back(w);
+  };
   Client client(o);
   auto reader = client.StreamBatches(Request());
   v1::Batch b;
   EXPECT_FALSE(reader->Next(&b));
   EXPECT_EQ(reader->status().code(), absl::StatusCode::kUnavailable);
   // The final message states the time really spent (not "after 0 ms").
-  EXPECT_NE(reader->status().message().find("gave up reconnecting to " + o.target + " after 1"),
+  EXPECT_NE(reader->status().message().find("gave up reconnecting to " +
+                                            o.target + " after 1"),
             std::string::npos)
       << reader->status();
   // Once at the start, then about every 200 ms of the 1.3 s.
@@ -408,7 +464,8 @@ TEST(BatchReaderTest, ZeroReconnectDeadlineEndsWithTheFailure) {
   EXPECT_FALSE(reader->Next(&b));
   EXPECT_EQ(reader->status().code(), absl::StatusCode::kUnavailable);
   // gRPC's own reason, not "gave up reconnecting after 0 ms".
-  EXPECT_EQ(reader->status().message().find("gave up"), std::string::npos) << reader->status();
+  EXPECT_EQ(reader->status().message().find("gave up"), std::string::npos)
+      << reader->status();
   EXPECT_FALSE(waited);
 }
 
@@ -515,8 +572,8 @@ TEST(BatchReaderTest, NextIntoCopiesTensorIntoCallerMemoryAcrossResume) {
     EXPECT_TRUE(b.tensor().data().empty());
     EXPECT_EQ(b.labels(0), static_cast<int64_t>(b.batch_index()));
     ASSERT_EQ(buffers.size(), seen.size() + 1);
-    EXPECT_EQ(buffers.back(),
-              std::vector<uint8_t>(1000, static_cast<uint8_t>(b.batch_index())));
+    EXPECT_EQ(buffers.back(), std::vector<uint8_t>(
+                                  1000, static_cast<uint8_t>(b.batch_index())));
     seen.push_back(b.batch_index());
   }
   EXPECT_TRUE(reader->status().ok()) << reader->status();
@@ -667,7 +724,8 @@ TEST(BearerTokenTest, BadTokenFileOrTokenFailsNamingTheFile) {
   Client missing(o);
   absl::Status st = missing.Info().status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("/nonexistent/np-token"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("/nonexistent/np-token"), std::string::npos)
+      << st;
 
   const std::string empty = ::testing::TempDir() + "/np_token_empty";
   std::ofstream(empty, std::ios::trunc) << "\n";
@@ -691,4 +749,3 @@ TEST(BearerTokenTest, BadTokenFileOrTokenFailsNamingTheFile) {
 
 }  // namespace
 }  // namespace nearprep
-

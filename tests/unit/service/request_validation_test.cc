@@ -28,7 +28,11 @@ class RequestValidationTest : public ::testing::Test {
     dir_ = new fs::path(fs::temp_directory_path() /
                         ("nearprep_validation_" + std::to_string(::getpid())));
     fs::create_directories(*dir_ / "cls");
-    std::ofstream(*dir_ / "cls" / "a.jpg") << "x";
+    // 40 samples (listed, never decoded here): room for resume positions.
+    for (int i = 0; i < 40; ++i) {
+      std::ofstream(*dir_ / "cls" / ("a" + std::to_string(100 + i) + ".jpg"))
+          << "x";
+    }
     DatasetConfig c;
     c.name = "ds";
     c.root = dir_->string();
@@ -67,8 +71,8 @@ class RequestValidationTest : public ::testing::Test {
     ASSERT_FALSE(v.ok()) << "expected an error naming " << field;
     EXPECT_EQ(v.status().code(), code) << v.status();
     EXPECT_EQ(std::string(v.status().message()).rfind(field + ":", 0), 0u)
-        << "message does not start with '" << field << ":': "
-        << v.status().message();
+        << "message does not start with '" << field
+        << ":': " << v.status().message();
   }
 
   static fs::path* dir_;
@@ -190,14 +194,20 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
   const std::vector<Case> cases = {
       {"dataset", [](auto* r) { r->clear_dataset(); }},
       {"transform", [](auto* r) { r->clear_transform(); }},
-      {"transform.height", [](auto* r) { r->mutable_transform()->set_height(0); }},
+      {"transform.height",
+       [](auto* r) { r->mutable_transform()->set_height(0); }},
       {"transform.height",
        [](auto* r) { r->mutable_transform()->set_height(kMaxOutputSide + 1); }},
-      {"transform.width", [](auto* r) { r->mutable_transform()->set_width(0); }},
+      {"transform.width",
+       [](auto* r) { r->mutable_transform()->set_width(0); }},
       {"transform.crop",
-       [](auto* r) { r->mutable_transform()->set_crop(static_cast<v1::CropMode>(7)); }},
+       [](auto* r) {
+         r->mutable_transform()->set_crop(static_cast<v1::CropMode>(7));
+       }},
       {"transform.fidelity",
-       [](auto* r) { r->mutable_transform()->set_fidelity(static_cast<v1::Fidelity>(3)); }},
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(static_cast<v1::Fidelity>(3));
+       }},
       {"transform.resize_shorter_side",
        [](auto* r) {
          r->mutable_transform()->set_resize_shorter_side(kMaxOutputSide + 1);
@@ -251,7 +261,9 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
       {"transform.flip_probability",
        [nan](auto* r) { r->mutable_transform()->set_flip_probability(nan); }},
       {"transform.brightness_max_delta",
-       [](auto* r) { r->mutable_transform()->set_brightness_max_delta(-0.1f); }},
+       [](auto* r) {
+         r->mutable_transform()->set_brightness_max_delta(-0.1f);
+       }},
       {"transform.saturation_lower",
        [](auto* r) {
          r->mutable_transform()->set_saturation_lower(-1.0f);
@@ -298,9 +310,13 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
       {"error_policy",
        [](auto* r) { r->set_error_policy(static_cast<v1::ErrorPolicy>(9)); }},
       {"output.dtype",
-       [](auto* r) { r->mutable_output()->set_dtype(static_cast<v1::DType>(4)); }},
+       [](auto* r) {
+         r->mutable_output()->set_dtype(static_cast<v1::DType>(4));
+       }},
       {"output.layout",
-       [](auto* r) { r->mutable_output()->set_layout(static_cast<v1::Layout>(-1)); }},
+       [](auto* r) {
+         r->mutable_output()->set_layout(static_cast<v1::Layout>(-1));
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.field);
@@ -633,10 +649,10 @@ TEST_F(RequestValidationTest, ResumeBindingKeepsTheEscapedDatasetName) {
   s.context.dataset = d->get();
   s.batch_size = 8;
   const std::string binding = ResumeBinding(s);
-  EXPECT_EQ(binding.rfind(
-                "nearprep-resume-1;dataset=my%20ds%3Bv%3D2%25-%C3%A9;listing=",
-                0),
-            0u)
+  EXPECT_EQ(
+      binding.rfind(
+          "nearprep-resume-1;dataset=my%20ds%3Bv%3D2%25-%C3%A9;listing=", 0),
+      0u)
       << binding;
 }
 
@@ -673,7 +689,8 @@ TEST_F(RequestValidationTest, ForeignResumeTokenIsRefusedNamingTheField) {
         << c.field << ": " << msg;
   }
   // Another dataset, or the same name with other samples (listing).
-  for (const std::string& field : {std::string("dataset"), std::string("listing")}) {
+  for (const std::string& field :
+       {std::string("dataset"), std::string("listing")}) {
     std::string forged = token;
     const size_t at = forged.find(";" + field + "=") + field.size() + 2;
     forged.insert(at, "x");
@@ -682,11 +699,12 @@ TEST_F(RequestValidationTest, ForeignResumeTokenIsRefusedNamingTheField) {
     absl::StatusOr<StreamRequest> got = Validate(r);
     ASSERT_FALSE(got.ok()) << field;
     EXPECT_NE(got.status().message().find("another stream: " + field),
-              std::string::npos) << got.status();
+              std::string::npos)
+        << got.status();
   }
   for (const std::string& junk :
-       {std::string("12"), std::string("nearprep-resume-1;seed=5"), token + ";x=1",
-        std::string(token, 0, token.rfind('=') + 1) + "abc"}) {
+       {std::string("12"), std::string("nearprep-resume-1;seed=5"),
+        token + ";x=1", std::string(token, 0, token.rfind('=') + 1) + "abc"}) {
     v1::StreamBatchesRequest r = base;
     r.set_resume_token(junk);
     ExpectError(r, absl::StatusCode::kInvalidArgument, "resume_token");
@@ -696,6 +714,66 @@ TEST_F(RequestValidationTest, ForeignResumeTokenIsRefusedNamingTheField) {
   ids.add_sample_ids(0);
   ids.set_resume_token(token);
   ExpectError(ids, absl::StatusCode::kInvalidArgument, "resume_token");
+}
+
+// A bare start_position (no resume_token) is refused where the request
+// itself shows it cannot be a Batch.next_position of this stream: before
+// start_batch full batches, past the end of the shard, or (no sample can be
+// skipped under fail_stream) anywhere but start_batch * batch_size.
+TEST_F(RequestValidationTest, BareStartPositionIsCheckedAgainstTheRequest) {
+  v1::StreamBatchesRequest r = Good();  // batch_size 8, 40 samples
+  r.set_start_batch(2);
+  for (uint64_t ok : {16u, 19u, 40u}) {
+    r.set_start_position(ok);
+    absl::StatusOr<StreamRequest> v = Validate(r);
+    ASSERT_TRUE(v.ok()) << ok << ": " << v.status();
+    EXPECT_EQ(v->start_position, ok);
+  }
+  for (uint64_t bad : {15u, 41u, 1000u}) {
+    r.set_start_position(bad);
+    ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+  }
+  // Shard 1 of 2 holds 20 positions.
+  r.set_num_shards(2);
+  r.set_shard_index(1);
+  r.set_start_position(20);
+  EXPECT_TRUE(Validate(r).ok());
+  r.set_start_position(21);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+  absl::StatusOr<StreamRequest> past = Validate(r);
+  EXPECT_NE(
+      std::string(past.status().message()).find("past the end of shard 1 of 2"),
+      std::string::npos)
+      << past.status();
+  // fail_stream: nothing is skipped, so batch 2 starts at exactly 16.
+  r.set_num_shards(1);
+  r.set_shard_index(0);
+  r.set_error_policy(v1::ERROR_POLICY_FAIL_STREAM);
+  r.set_start_position(16);
+  EXPECT_TRUE(Validate(r).ok());
+  r.set_start_position(19);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+  // start_batch * batch_size overflowing is refused, not wrapped.
+  r.set_error_policy(v1::ERROR_POLICY_SKIP);
+  r.set_start_batch(uint64_t{1} << 62);
+  r.set_start_position(20);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+}
+
+// A token whose point no stream hands out (forged: past the end of the
+// shard, or before its batch) is refused naming resume_token, not served as
+// an empty stream (issue 37 item 10).
+TEST_F(RequestValidationTest, ResumeTokenPastTheEndIsRefused) {
+  v1::StreamBatchesRequest r = Good();  // batch_size 8, 40 samples
+  r.set_seed(5);
+  absl::StatusOr<StreamRequest> v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  r.set_resume_token(ResumeToken(v->resume_binding, 5, 40));  // the end: valid
+  EXPECT_TRUE(Validate(r).ok());
+  r.set_resume_token(ResumeToken(v->resume_binding, 6, 48));
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "resume_token");
+  r.set_resume_token(ResumeToken(v->resume_binding, 3, 20));
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "resume_token");
 }
 
 }  // namespace

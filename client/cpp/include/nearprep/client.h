@@ -76,6 +76,13 @@ struct ReconnectWait {
 // IPv6 address without brackets).
 absl::Status ValidateTarget(const std::string& target);
 
+// The batch and shard position a resume token (Batch.resume_token) resumes
+// at: its last two fields, `;batch=K;position=P` (docs/protocol.md "Resume
+// protocol"; the daemon checks that the rest matches the stream).
+// INVALID_ARGUMENT naming resume_token when it has no such fields.
+absl::Status ResumePoint(const std::string& token, uint64_t* batch,
+                         uint64_t* position);
+
 // The short reason ReconnectWait::reason gives for a gRPC status message.
 std::string ShortConnectReason(const std::string& grpc_message);
 
@@ -126,9 +133,9 @@ struct ClientOptions {
   std::string bearer_token{};
   // A TLS or token file that cannot be read, or a token that is empty or
   // has characters other than printable ASCII without spaces, makes every
-  // call (and every reader) fail with INVALID_ARGUMENT naming the file. Handshake failures (bad or
-  // missing certificates) surface as UNAVAILABLE, which readers retry until
-  // reconnect_deadline.
+  // call (and every reader) fail with INVALID_ARGUMENT naming the file.
+  // Handshake failures (bad or missing certificates) surface as UNAVAILABLE,
+  // which readers retry until reconnect_deadline.
 };
 
 // Per-stream settings of Client::StreamBatches.

@@ -54,6 +54,7 @@ int FetchCommand::Run() {
   Client client(flags.tls.ToClientOptions(flags.target));
   std::unique_ptr<BatchReader> reader = client.StreamBatches(*req);
   v1::Batch batch;
+  std::string last_token;  // resume_token of the last batch written
   uint64_t batches = 0, images = 0, bytes = 0, errors = 0;
   Progress progress(0);
   while (reader->Next(&batch)) {
@@ -65,6 +66,7 @@ int FetchCommand::Run() {
     std::ofstream js(std::filesystem::path(out_dir) / (stem + ".json"));
     js << BatchToJson(batch, stem + ".npy");
     if (!js) return Fail(absl::InternalError("cannot write " + stem + ".json"));
+    last_token = batch.resume_token();
     ++batches;
     images += batch.labels_size();
     bytes += batch.tensor().data().size();
@@ -73,15 +75,32 @@ int FetchCommand::Run() {
   }
   progress.Update(batches, images, bytes, reader->reconnects(), true);
   progress.Done();
-  if (!reader->status().ok()) return Fail(reader->status());
+  if (!reader->status().ok()) {
+    if (!last_token.empty()) {
+      std::fprintf(stderr,
+                   "to continue after the last batch written: drop "
+                   "--start-batch, add --resume-token '%s'\n",
+                   last_token.c_str());
+    }
+    return Fail(reader->status());
+  }
   std::printf("wrote %" PRIu64 " batches (%" PRIu64 " images, %" PRIu64
               " skipped samples, %.1f MB) to %s\n",
               batches, images, errors, bytes / 1e6, out_dir.c_str());
+  if (req->max_batches() > 0 && batches == req->max_batches() &&
+      !last_token.empty()) {
+    std::printf(
+        "to continue after the last batch written: drop --start-batch, add "
+        "--resume-token '%s'\n",
+        last_token.c_str());
+  }
   return 0;
 }
 
 }  // namespace
 
-std::unique_ptr<Command> NewFetchCommand() { return std::make_unique<FetchCommand>(); }
+std::unique_ptr<Command> NewFetchCommand() {
+  return std::make_unique<FetchCommand>();
+}
 
 }  // namespace nearprep

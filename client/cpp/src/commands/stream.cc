@@ -30,7 +30,8 @@ class StreamCommand final : public Command {
     app->add_option("--epochs", epochs_, "epochs to stream")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();
-    app->add_option("--sheet", sheet_, "also write a contact sheet PNG of the first batch");
+    app->add_option("--sheet", sheet_,
+                    "also write a contact sheet PNG of the first batch");
     app->add_option("--columns", columns_, "sheet grid columns");
   }
 
@@ -59,14 +60,14 @@ int StreamCommand::Run() {
   const uint64_t shards = std::max<uint32_t>(1, req->num_shards());
   uint64_t per_epoch = (num_samples + shards - 1 - req->shard_index()) / shards;
   if (req->max_batches() > 0) {
-    per_epoch = std::min<uint64_t>(per_epoch,
-                                   req->max_batches() * req->batch_size());
+    per_epoch =
+        std::min<uint64_t>(per_epoch, req->max_batches() * req->batch_size());
   }
-  std::fprintf(stderr, "streaming %s from %s: %d epoch(s), batch %u, %ux%u %s\n",
-               flags.dataset.c_str(), flags.target.c_str(), epochs,
-               req->batch_size(), req->transform().height(),
-               req->transform().width(),
-               DTypeName(req->output().dtype()).c_str());
+  std::fprintf(
+      stderr, "streaming %s from %s: %d epoch(s), batch %u, %ux%u %s\n",
+      flags.dataset.c_str(), flags.target.c_str(), epochs, req->batch_size(),
+      req->transform().height(), req->transform().width(),
+      DTypeName(req->output().dtype()).c_str());
   uint64_t batches = 0, images = 0, bytes = 0, errors = 0;
   int reconnects = 0;
   uint64_t read_us = 0, decode_us = 0, transform_us = 0;
@@ -86,6 +87,13 @@ int StreamCommand::Run() {
     }
     v1::StreamBatchesRequest r = *req;
     r.set_epoch(req->epoch() + e);
+    if (e > 0) {
+      // The resume point (--start-batch, --resume-token: bound to its
+      // epoch) is the first epoch's; the next ones start at batch 0.
+      r.clear_start_batch();
+      r.clear_start_position();
+      r.clear_resume_token();
+    }
     std::unique_ptr<BatchReader> reader = client.StreamBatches(r);
     v1::Batch batch;
     // The one-copy receive (NextInto): each tensor goes from gRPC's receive
@@ -136,20 +144,21 @@ int StreamCommand::Run() {
   if (epochs > 1) {
     const double steady_s = Seconds(steady_start, end);
     const double first_s = Seconds(start, steady_start);
-    std::printf("steady state (epochs 2-%d): %.1f images/s, %.1f MB/s; "
-                "first epoch: %.1f images/s; time to first batch: %.0f ms\n",
-                epochs,
-                steady_s > 0 ? (images - steady_images) / steady_s : 0.0,
-                steady_s > 0 ? (bytes - steady_bytes) / steady_s / 1e6 : 0.0,
-                first_s > 0 ? steady_images / first_s : 0.0,
-                Seconds(start, first_batch_at) * 1e3);
+    std::printf(
+        "steady state (epochs 2-%d): %.1f images/s, %.1f MB/s; "
+        "first epoch: %.1f images/s; time to first batch: %.0f ms\n",
+        epochs, steady_s > 0 ? (images - steady_images) / steady_s : 0.0,
+        steady_s > 0 ? (bytes - steady_bytes) / steady_s / 1e6 : 0.0,
+        first_s > 0 ? steady_images / first_s : 0.0,
+        Seconds(start, first_batch_at) * 1e3);
   }
   const double work_s = (read_us + decode_us + transform_us) / 1e6;
   if (work_s > 0) {
-    std::printf("server worker time: read %.0f%%, decode %.0f%%, "
-                "transform %.0f%% of %.2f s\n",
-                100.0 * read_us / 1e6 / work_s, 100.0 * decode_us / 1e6 / work_s,
-                100.0 * transform_us / 1e6 / work_s, work_s);
+    std::printf(
+        "server worker time: read %.0f%%, decode %.0f%%, "
+        "transform %.0f%% of %.2f s\n",
+        100.0 * read_us / 1e6 / work_s, 100.0 * decode_us / 1e6 / work_s,
+        100.0 * transform_us / 1e6 / work_s, work_s);
   }
   std::printf("skipped samples: %" PRIu64 ", reconnects: %d\n", errors,
               reconnects);
@@ -171,6 +180,8 @@ int StreamCommand::Run() {
 
 }  // namespace
 
-std::unique_ptr<Command> NewStreamCommand() { return std::make_unique<StreamCommand>(); }
+std::unique_ptr<Command> NewStreamCommand() {
+  return std::make_unique<StreamCommand>();
+}
 
 }  // namespace nearprep
