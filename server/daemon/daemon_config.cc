@@ -4,6 +4,9 @@
 // that adding a setting touches this one file.
 #include "server/daemon/daemon_config.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -13,9 +16,6 @@
 #include <set>
 #include <sstream>
 #include <utility>
-
-#include <CLI/CLI.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -57,10 +57,39 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& source,
   return absl::OkStatus();
 }
 
+// Refuses a mapping anywhere under `node` that holds the same key twice:
+// yaml-cpp keeps both and lookups see the first, so a second
+// `authorization:` section or an override appended at the end of the file
+// would be ignored silently.
+absl::Status CheckNoDuplicateKeys(const YAML::Node& node,
+                                  const std::string& source,
+                                  const std::string& path) {
+  if (node.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string key =
+          kv.first.IsScalar() ? kv.first.Scalar() : "(complex key)";
+      const std::string at = path.empty() ? key : absl::StrCat(path, ".", key);
+      if (!seen.insert(key).second) {
+        return Bad(Where(source, at, kv.first),
+                   "duplicate key (the first would win silently: keep one)");
+      }
+      absl::Status st = CheckNoDuplicateKeys(kv.second, source, at);
+      if (!st.ok()) return st;
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      absl::Status st = CheckNoDuplicateKeys(node[i], source,
+                                             absl::StrCat(path, "[", i, "]"));
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status Get(const YAML::Node& parent, const char* key,
-                 const std::string& source, const std::string& prefix,
-                 T* out) {
+                 const std::string& source, const std::string& prefix, T* out) {
   const YAML::Node n = parent[key];
   if (!n) return absl::OkStatus();
   try {
@@ -109,30 +138,30 @@ absl::Status GetInt(const YAML::Node& parent, const char* key,
   }
   if (static_cast<long double>(value) < min_value ||
       value > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
-    return Bad(Where(source, prefix + key, n),
-               absl::StrCat("must be in [", static_cast<int64_t>(min_value),
-                            ", ", std::numeric_limits<T>::max(), "], got ",
-                            text));
+    return Bad(
+        Where(source, prefix + key, n),
+        absl::StrCat("must be in [", static_cast<int64_t>(min_value), ", ",
+                     std::numeric_limits<T>::max(), "], got ", text));
   }
   *out = static_cast<T>(value);
   return absl::OkStatus();
 }
 
-#define NP_RETURN_IF_ERROR(expr)      \
-  do {                                \
-    absl::Status _st = (expr);        \
-    if (!_st.ok()) return _st;        \
+#define NP_RETURN_IF_ERROR(expr) \
+  do {                           \
+    absl::Status _st = (expr);   \
+    if (!_st.ok()) return _st;   \
   } while (0)
 
 absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
                           size_t index, DatasetConfig* d) {
   const std::string prefix = absl::StrCat("datasets[", index, "].");
-  NP_RETURN_IF_ERROR(CheckKeys(
-      n, source, prefix,
-      {"name", "format", "root", "list_file", "extensions", "max_file_bytes",
-       "shard_pattern", "image_key", "label_key", "label_offset",
-       "index_cache", "block_cache_bytes", "manifest", "manifest_check",
-       "placement", "node", "allow_empty"}));
+  NP_RETURN_IF_ERROR(
+      CheckKeys(n, source, prefix,
+                {"name", "format", "root", "list_file", "extensions",
+                 "max_file_bytes", "shard_pattern", "image_key", "label_key",
+                 "label_offset", "index_cache", "block_cache_bytes", "manifest",
+                 "manifest_check", "placement", "node", "allow_empty"}));
   NP_RETURN_IF_ERROR(Get(n, "name", source, prefix, &d->name));
   NP_RETURN_IF_ERROR(Get(n, "format", source, prefix, &d->format));
   NP_RETURN_IF_ERROR(Get(n, "root", source, prefix, &d->root));
@@ -140,7 +169,8 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
   NP_RETURN_IF_ERROR(Get(n, "extensions", source, prefix, &d->extensions));
   NP_RETURN_IF_ERROR(GetInt(n, "max_file_bytes", source, prefix,
                             &d->max_file_bytes, 1, /*bytes=*/true));
-  NP_RETURN_IF_ERROR(Get(n, "shard_pattern", source, prefix, &d->shard_pattern));
+  NP_RETURN_IF_ERROR(
+      Get(n, "shard_pattern", source, prefix, &d->shard_pattern));
   NP_RETURN_IF_ERROR(Get(n, "image_key", source, prefix, &d->image_key));
   NP_RETURN_IF_ERROR(Get(n, "label_key", source, prefix, &d->label_key));
   if (const YAML::Node lo = n["label_offset"]; lo) {
@@ -157,7 +187,8 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
                             &d->block_cache_bytes, 0, /*bytes=*/true));
   NP_RETURN_IF_ERROR(Get(n, "allow_empty", source, prefix, &d->allow_empty));
   NP_RETURN_IF_ERROR(Get(n, "manifest", source, prefix, &d->manifest));
-  NP_RETURN_IF_ERROR(Get(n, "manifest_check", source, prefix, &d->manifest_check));
+  NP_RETURN_IF_ERROR(
+      Get(n, "manifest_check", source, prefix, &d->manifest_check));
   if (d->manifest_check != "size" && d->manifest_check != "crc32c") {
     return Bad(Where(source, prefix + "manifest_check", n["manifest_check"]),
                "must be size or crc32c");
@@ -174,12 +205,15 @@ absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
                  absl::StrCat("required with ", other, " (both or neither)"));
     }
     if (d->manifest.empty()) {
-      return Bad(Where(source, prefix + "placement", n["placement"]),
-                 "only with manifest (a placement assigns a manifest's partitions)");
+      return Bad(
+          Where(source, prefix + "placement", n["placement"]),
+          "only with manifest (a placement assigns a manifest's partitions)");
     }
   }
-  if (d->name.empty()) return Bad(Where(source, prefix + "name", n), "required");
-  if (d->root.empty()) return Bad(Where(source, prefix + "root", n), "required");
+  if (d->name.empty())
+    return Bad(Where(source, prefix + "name", n), "required");
+  if (d->root.empty())
+    return Bad(Where(source, prefix + "root", n), "required");
   return absl::OkStatus();
 }
 
@@ -265,8 +299,8 @@ absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
     const size_t end = k + 1 < starts.size() ? starts[k + 1] : rest.size();
     const std::string value = rest.substr(begin, end - begin);
     if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--dataset: ", key, "= given twice in '", text, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dataset: ", key, "= given twice in '", text, "'"));
     }
     if (key == "list") {
       if (value.empty()) {
@@ -287,9 +321,9 @@ absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
       } else if (value == "false" || value == "0" || value == "no") {
         d.allow_empty = false;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--dataset: allow_empty= must be true or false, got '", value,
-            "' in '", text, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--dataset: allow_empty= must be true or false, got '",
+                         value, "' in '", text, "'"));
       }
     }
   }
@@ -306,17 +340,17 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
   try {
     root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    return Bad(absl::StrCat(source, ":", e.mark.line + 1, ":",
-                            e.mark.column + 1),
-               "not valid YAML: " + e.msg);
+    return Bad(
+        absl::StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1),
+        "not valid YAML: " + e.msg);
   }
   if (root.IsNull()) return absl::OkStatus();  // Empty file.
   try {
+    NP_RETURN_IF_ERROR(CheckNoDuplicateKeys(root, source, ""));
     NP_RETURN_IF_ERROR(CheckKeys(
         root, source, "",
-        {"listen", "port", "port_file", "log_level", "drain_seconds",
-         "backend", "pipeline", "limits", "datasets", "tls", "metrics",
-         "authorization"}));
+        {"listen", "port", "port_file", "log_level", "drain_seconds", "backend",
+         "pipeline", "limits", "datasets", "tls", "metrics", "authorization"}));
     NP_RETURN_IF_ERROR(Get(root, "listen", source, "", &c->listen_address));
     if (root["listen"]) c->listen_given = true;
     // Who may read what (server/authz/policy.h parses the section).
@@ -337,17 +371,18 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       BackendOptions& o = c->backend;
       NP_RETURN_IF_ERROR(Get(b, "kind", source, "backend.", &o.kind));
       NP_RETURN_IF_ERROR(Get(b, "xclbin", source, "backend.", &o.fpga.xclbin));
-      NP_RETURN_IF_ERROR(
-          GetInt(b, "device_index", source, "backend.", &o.fpga.device_index, 0));
+      NP_RETURN_IF_ERROR(GetInt(b, "device_index", source, "backend.",
+                                &o.fpga.device_index, 0));
       NP_RETURN_IF_ERROR(Get(b, "fpga_simulate_kernel", source, "backend.",
                              &o.fpga.simulate_kernel));
-      NP_RETURN_IF_ERROR(GetInt(b, "fpga_inject_error_run", source,
-                                "backend.", &o.fpga.inject_error_run, 0));
+      NP_RETURN_IF_ERROR(GetInt(b, "fpga_inject_error_run", source, "backend.",
+                                &o.fpga.inject_error_run, 0));
     }
     if (const YAML::Node m = root["metrics"]) {
       NP_RETURN_IF_ERROR(
           CheckKeys(m, source, "metrics.", {"listen", "port_file"}));
-      NP_RETURN_IF_ERROR(Get(m, "listen", source, "metrics.", &c->metrics_listen));
+      NP_RETURN_IF_ERROR(
+          Get(m, "listen", source, "metrics.", &c->metrics_listen));
       NP_RETURN_IF_ERROR(
           Get(m, "port_file", source, "metrics.", &c->metrics_port_file));
     }
@@ -361,24 +396,25 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
           Get(t, "client_ca", source, "tls.", &o.client_ca_file));
     }
     if (const YAML::Node p = root["pipeline"]) {
-      NP_RETURN_IF_ERROR(CheckKeys(p, source, "pipeline.",
-                                   {"workers", "prefetch_depth", "chunk_size"}));
+      NP_RETURN_IF_ERROR(CheckKeys(
+          p, source, "pipeline.", {"workers", "prefetch_depth", "chunk_size"}));
       PipelineOptions& o = c->server.pipeline;
-      NP_RETURN_IF_ERROR(GetInt(p, "workers", source, "pipeline.", &o.workers, 0));
+      NP_RETURN_IF_ERROR(
+          GetInt(p, "workers", source, "pipeline.", &o.workers, 0));
       NP_RETURN_IF_ERROR(GetInt(p, "prefetch_depth", source, "pipeline.",
                                 &o.prefetch_depth, 1));
       NP_RETURN_IF_ERROR(
           GetInt(p, "chunk_size", source, "pipeline.", &o.chunk_size, 1));
     }
     if (const YAML::Node l = root["limits"]) {
-      NP_RETURN_IF_ERROR(CheckKeys(
-          l, source, "limits.",
-          {"max_batch_size", "max_output_pixels", "max_decoded_pixels",
-           "max_concurrent_streams", "per_stream_memory", "grpc_memory",
-           "max_connections"}));
+      NP_RETURN_IF_ERROR(
+          CheckKeys(l, source, "limits.",
+                    {"max_batch_size", "max_output_pixels",
+                     "max_decoded_pixels", "max_concurrent_streams",
+                     "per_stream_memory", "grpc_memory", "max_connections"}));
       ServiceLimits& o = c->server.limits;
-      NP_RETURN_IF_ERROR(GetInt(l, "max_batch_size", source, "limits.",
-                                &o.max_batch_size, 1));
+      NP_RETURN_IF_ERROR(
+          GetInt(l, "max_batch_size", source, "limits.", &o.max_batch_size, 1));
       NP_RETURN_IF_ERROR(GetInt(l, "max_output_pixels", source, "limits.",
                                 &o.max_output_pixels, 1));
       NP_RETURN_IF_ERROR(GetInt(l, "max_decoded_pixels", source, "limits.",
@@ -419,8 +455,10 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   static const std::set<std::string> kLevels = {
       "trace", "debug", "info", "warn", "error", "critical", "off"};
   if (kLevels.count(c.log_level) == 0) {
-    return Bad("log_level", "must be one of trace, debug, info, warn, error, "
-                            "critical, off; got '" + c.log_level + "'");
+    return Bad("log_level",
+               "must be one of trace, debug, info, warn, error, "
+               "critical, off; got '" +
+                   c.log_level + "'");
   }
   if (!std::isfinite(c.drain_seconds) || c.drain_seconds < 0) {
     return Bad("drain_seconds", "must be >= 0");
@@ -477,8 +515,9 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad("limits.per_stream_memory", "must be >= 1");
   }
   if (c.server.datasets.empty()) {
-    return Bad("datasets", "no dataset configured (use --dataset NAME=ROOT "
-                           "or a datasets: list in the config file)");
+    return Bad("datasets",
+               "no dataset configured (use --dataset NAME=ROOT "
+               "or a datasets: list in the config file)");
   }
   std::set<std::string> names;
   for (size_t i = 0; i < c.server.datasets.size(); ++i) {
@@ -519,29 +558,31 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   uint32_t max_batch = 0, max_streams = 0;
   uint64_t max_output_pixels = 0, max_decoded_pixels = 0;
   double drain = 0;
-  app.set_version_flag("--version", std::string("nearprepd ") + kVersion,
-                       "Print the version (the same as `nearprep info` shows) and exit");
+  app.set_version_flag(
+      "--version", std::string("nearprepd ") + kVersion,
+      "Print the version (the same as `nearprep info` shows) and exit");
   auto* o_config = app.add_option("--config", config_path,
                                   "YAML config file (flags override it)");
-  auto* o_listen = app.add_option("--listen", listen,
-                                  "Listen address (default 127.0.0.1 without TLS, 0.0.0.0 "
-                                  "with --tls-cert)");
+  auto* o_listen =
+      app.add_option("--listen", listen,
+                     "Listen address (default 127.0.0.1 without TLS, 0.0.0.0 "
+                     "with --tls-cert)");
   auto* o_port = app.add_option("--port", port,
                                 "TCP port; 0 picks a free one (default 7070)");
-  auto* o_port_file = app.add_option(
-      "--port-file", port_file, "Write the bound port to this file");
+  auto* o_port_file = app.add_option("--port-file", port_file,
+                                     "Write the bound port to this file");
   auto* o_dataset = app.add_option(
       "--dataset", datasets,
       "Dataset NAME=ROOT (image folder), NAME=ROOT,list=FILE (file list) or "
       "NAME=ROOT,format=tfrecord|tar (record shards); append "
       ",allow_empty=true to serve a dataset with no samples (else an error "
       "at start); repeatable; added to the config file's datasets");
-  auto* o_workers = app.add_option("--workers", workers,
-                                   "Worker threads (0: all cores)");
+  auto* o_workers =
+      app.add_option("--workers", workers, "Worker threads (0: all cores)");
   auto* o_prefetch = app.add_option("--prefetch-depth", prefetch,
                                     "Batches prefetched per stream");
-  auto* o_chunk = app.add_option("--chunk-size", chunk,
-                                 "Samples per backend call");
+  auto* o_chunk =
+      app.add_option("--chunk-size", chunk, "Samples per backend call");
   auto* o_max_batch =
       app.add_option("--max-batch-size", max_batch, "Largest batch_size");
   auto* o_max_out = app.add_option("--max-output-pixels", max_output_pixels,
@@ -549,8 +590,8 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   auto* o_max_dec =
       app.add_option("--max-decoded-pixels", max_decoded_pixels,
                      "Decoded height*width*channels must stay below this");
-  auto* o_max_streams = app.add_option(
-      "--max-concurrent-streams", max_streams, "Concurrent StreamBatches");
+  auto* o_max_streams = app.add_option("--max-concurrent-streams", max_streams,
+                                       "Concurrent StreamBatches");
   auto* o_mem = app.add_option("--per-stream-memory", per_stream_memory,
                                "Batch memory per stream (e.g. 512M, 1G)");
   auto* o_grpc_mem = app.add_option(
@@ -570,13 +611,12 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       app.add_option("--fpga-inject-error-run", fpga_inject_run,
                      "Testing: FPGA run N (0-based) reports a device error "
                      "(its images fall back to the CPU)")
-          ->check(CLI::Range(int64_t{0},
-                             std::numeric_limits<int64_t>::max()));
+          ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   auto* o_tls_cert = app.add_option(
       "--tls-cert", tls_cert,
       "Serve TLS with this certificate chain (PEM; needs --tls-key)");
-  auto* o_tls_key = app.add_option("--tls-key", tls_key,
-                                   "Private key (PEM) of --tls-cert");
+  auto* o_tls_key =
+      app.add_option("--tls-key", tls_key, "Private key (PEM) of --tls-cert");
   auto* o_tls_ca = app.add_option(
       "--tls-client-ca", tls_client_ca,
       "Require client certificates signed by these CAs (PEM; mutual TLS)");
@@ -584,9 +624,9 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "--metrics-listen", metrics_listen,
       "Serve Prometheus metrics (/metrics) and a liveness page (/healthz) "
       "over HTTP on HOST:PORT, e.g. 0.0.0.0:9464 (default: off)");
-  auto* o_metrics_port_file = app.add_option(
-      "--metrics-port-file", metrics_port_file,
-      "Write the bound metrics port to this file (with port 0)");
+  auto* o_metrics_port_file =
+      app.add_option("--metrics-port-file", metrics_port_file,
+                     "Write the bound metrics port to this file (with port 0)");
   auto* o_log = app.add_option("--log-level", log_level,
                                "trace|debug|info|warn|error|critical|off");
   auto* o_drain = app.add_option(
@@ -616,16 +656,16 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   auto fail = [&result](const absl::Status& st) {
     result.exit_now = true;
     result.exit_code = 2;
-    result.message = "nearprepd: bad configuration: " +
-                     std::string(st.message());
+    result.message =
+        "nearprepd: bad configuration: " + std::string(st.message());
     return result;
   };
 
   if (o_config->count() > 0) {
     std::ifstream in(config_path);
     if (!in) {
-      return fail(absl::InvalidArgumentError(
-          "--config: cannot read '" + config_path + "'"));
+      return fail(absl::InvalidArgumentError("--config: cannot read '" +
+                                             config_path + "'"));
     }
     std::stringstream ss;
     ss << in.rdbuf();
@@ -658,16 +698,16 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (o_mem->count()) {
     absl::StatusOr<uint64_t> v = ParseByteSize(per_stream_memory);
     if (!v.ok()) {
-      return fail(absl::InvalidArgumentError("--per-stream-memory: " +
-                                             std::string(v.status().message())));
+      return fail(absl::InvalidArgumentError(
+          "--per-stream-memory: " + std::string(v.status().message())));
     }
     c.server.limits.per_stream_memory_bytes = *v;
   }
   if (o_grpc_mem->count()) {
     absl::StatusOr<uint64_t> v = ParseByteSize(grpc_memory);
     if (!v.ok()) {
-      return fail(absl::InvalidArgumentError("--grpc-memory: " +
-                                             std::string(v.status().message())));
+      return fail(absl::InvalidArgumentError(
+          "--grpc-memory: " + std::string(v.status().message())));
     }
     c.server.grpc_memory_bytes = *v;
   }
@@ -706,10 +746,33 @@ absl::Status ReloadAuthorization(const std::string& config_file,
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  absl::StatusOr<authz::PolicyConfig> policy =
-      authz::ParsePolicyYaml(ss.str(), config_file);
-  if (!policy.ok()) return policy.status();
-  return authorizer->Reload(*policy);
+  const std::string text = ss.str();
+  // The whole file is checked as at start (a file that would not start the
+  // daemon changes nothing), and a reload never turns authorization off:
+  // an empty file, one cut short before its `authorization:` section or
+  // one that is not a mapping keeps the policy in force (fail closed).
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Bad(
+        absl::StrCat(config_file, ":", e.mark.line + 1, ":", e.mark.column + 1),
+        "not valid YAML: " + e.msg);
+  }
+  if (!root.IsMap()) {
+    return Bad(config_file,
+               root.IsNull() ? "is empty" : "is not a YAML mapping");
+  }
+  DaemonConfig scratch;
+  NP_RETURN_IF_ERROR(ApplyYamlConfig(text, config_file, &scratch));
+  const authz::PolicyConfig& policy = scratch.server.authorization;
+  if (authorizer->enabled() && !policy.enabled) {
+    return Bad(
+        config_file,
+        "has no authorization section: a reload never turns authorization off "
+        "(restart the daemon to run without it)");
+  }
+  return authorizer->Reload(policy);
 }
 
 }  // namespace nearprep

@@ -1,5 +1,6 @@
 #include "server/daemon/daemon_config.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,8 +8,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace nearprep {
 namespace {
@@ -86,8 +85,8 @@ datasets:
   ASSERT_FALSE(cl.exit_now) << cl.message;
   const DaemonConfig& c = cl.config;
   EXPECT_EQ(c.listen_address, "127.0.0.1");
-  EXPECT_EQ(c.port, 0);                      // flag wins
-  EXPECT_EQ(c.server.pipeline.workers, 1);   // flag wins
+  EXPECT_EQ(c.port, 0);                     // flag wins
+  EXPECT_EQ(c.server.pipeline.workers, 1);  // flag wins
   EXPECT_EQ(c.server.pipeline.prefetch_depth, 6);
   EXPECT_EQ(c.server.limits.max_batch_size, 32u);  // flag wins
   EXPECT_EQ(c.server.limits.max_output_pixels, 65536u);
@@ -164,13 +163,17 @@ TEST(DaemonConfigTest, BadConfigsExitWithCode2AndNameTheKey) {
       {"metrics: {listn: \":1\"}\ndatasets: [{name: a, root: /a}]\n",
        "metrics.listn"},
       // A fleet placement: both keys or neither, and only with a manifest.
-      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, placement: p}]\n",
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, "
+       "placement: p}]\n",
        "datasets[0].node: required with placement"},
-      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, node: x}]\n",
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, node: "
+       "x}]\n",
        "datasets[0].placement: required with node"},
-      {"datasets: [{name: a, root: /a, format: tfrecord, placement: p, node: x}]\n",
+      {"datasets: [{name: a, root: /a, format: tfrecord, placement: p, node: "
+       "x}]\n",
        "datasets[0].placement: only with manifest"},
-      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, placement: [p],"
+      {"datasets: [{name: a, root: /a, format: tfrecord, manifest: m, "
+       "placement: [p],"
        " node: x}]\n",
        "datasets[0].placement"},
   };
@@ -214,9 +217,9 @@ TEST(DaemonConfigTest, GrpcMemoryQuota) {
   CommandLine def = Parse({"--dataset", "a=/a"});
   ASSERT_FALSE(def.exit_now) << def.message;
   EXPECT_EQ(def.config.server.grpc_memory_bytes, uint64_t{1} << 30);
-  const std::string path = WriteTemp(
-      "nearprepd_grpc_mem.yaml",
-      "limits: {grpc_memory: 0}\ndatasets: [{name: a, root: /a}]\n");
+  const std::string path =
+      WriteTemp("nearprepd_grpc_mem.yaml",
+                "limits: {grpc_memory: 0}\ndatasets: [{name: a, root: /a}]\n");
   CommandLine zero = Parse({"--config", path});
   ASSERT_FALSE(zero.exit_now) << zero.message;
   EXPECT_EQ(zero.config.server.grpc_memory_bytes, 0u);
@@ -267,8 +270,8 @@ TEST(DaemonConfigTest, MetricsListenFromYamlAndFlags) {
   CommandLine yaml = Parse({"--config", path});
   ASSERT_FALSE(yaml.exit_now) << yaml.message;
   EXPECT_EQ(yaml.config.metrics_listen, "0.0.0.0:9464");
-  CommandLine flag = Parse({"--config", path, "--metrics-listen",
-                            "127.0.0.1:0", "--metrics-port-file", "/tmp/mp"});
+  CommandLine flag = Parse({"--config", path, "--metrics-listen", "127.0.0.1:0",
+                            "--metrics-port-file", "/tmp/mp"});
   ASSERT_FALSE(flag.exit_now) << flag.message;
   EXPECT_EQ(flag.config.metrics_listen, "127.0.0.1:0");
   EXPECT_EQ(flag.config.metrics_port_file, "/tmp/mp");
@@ -299,17 +302,17 @@ TEST(DaemonConfigTest, DefaultListenIsLoopbackWithoutTls) {
   const std::string plain =
       WriteTemp("np_listen_plain.yaml", "datasets: [{name: a, root: /a}]\n");
   EXPECT_EQ(Parse({"--config", plain}).config.listen_address, "127.0.0.1");
-  EXPECT_EQ(Parse({"--config", plain, "--listen", "0.0.0.0"})
-                .config.listen_address,
-            "0.0.0.0");
+  EXPECT_EQ(
+      Parse({"--config", plain, "--listen", "0.0.0.0"}).config.listen_address,
+      "0.0.0.0");
   EXPECT_EQ(Parse({"--dataset", "a=/a"}).config.listen_address, "127.0.0.1");
-  EXPECT_EQ(Parse({"--dataset", "a=/a", "--tls-cert", "c.pem", "--tls-key",
-                   "k.pem"})
-                .config.listen_address,
-            "0.0.0.0");
-  const std::string given = WriteTemp(
-      "np_listen_given.yaml",
-      "listen: 10.1.2.3\ndatasets: [{name: a, root: /a}]\n");
+  EXPECT_EQ(
+      Parse({"--dataset", "a=/a", "--tls-cert", "c.pem", "--tls-key", "k.pem"})
+          .config.listen_address,
+      "0.0.0.0");
+  const std::string given =
+      WriteTemp("np_listen_given.yaml",
+                "listen: 10.1.2.3\ndatasets: [{name: a, root: /a}]\n");
   EXPECT_EQ(Parse({"--config", given}).config.listen_address, "10.1.2.3");
   std::filesystem::remove(plain);
   std::filesystem::remove(given);
@@ -331,7 +334,8 @@ TEST(DaemonConfigTest, AuthorizationSectionParsedAndReloaded) {
   ASSERT_EQ(p.rules.size(), 1u);
   EXPECT_EQ(p.rules[0].name, "r");
   EXPECT_EQ(cl.config.config_file, path);
-  EXPECT_FALSE(Parse({"--dataset", "a=/a"}).config.server.authorization.enabled);
+  EXPECT_FALSE(
+      Parse({"--dataset", "a=/a"}).config.server.authorization.enabled);
 
   const std::string bad = WriteTemp(
       "np_authz_bad.yaml",
@@ -365,6 +369,87 @@ TEST(DaemonConfigTest, AuthorizationSectionParsedAndReloaded) {
   std::filesystem::remove(bad);
 }
 
+// Issue 37 item 1: a reload that would turn authorization off keeps the
+// policy in force (it failed open: an empty file, one cut short before its
+// authorization section, or one that is not a mapping disabled it).
+TEST(DaemonConfigTest, ReloadNeverTurnsAuthorizationOff) {
+  const std::string path = WriteTemp(
+      "np_authz_reload.yaml",
+      "datasets: [{name: a, root: /a}]\n"
+      "authorization:\n"
+      "  rules:\n"
+      "    - {name: r, identities: ['spiffe://x/*'], datasets: [a]}\n");
+  CommandLine cl = Parse({"--config", path});
+  ASSERT_FALSE(cl.exit_now) << cl.message;
+  auto authorizer =
+      authz::Authorizer::Create(cl.config.server.authorization, {"a"});
+  ASSERT_TRUE(authorizer.ok());
+  authz::Credentials anonymous;
+  authz::Credentials job;
+  job.san_uris = {"spiffe://x/job"};
+  const struct {
+    const char* content;
+    const char* why;
+  } cases[] = {
+      {"", "is empty"},
+      {"datasets: [{name: a, root: /a}]\n", "has no authorization section"},
+      {"- a\n- b\n", "is not a YAML mapping"},
+      {"just text\n", "is not a YAML mapping"},
+      {"datasets: [{name: a, root: /a}]\nlistem: x\nauthorization:\n  rules: "
+       "[]\n",
+       "unknown key"},
+  };
+  for (const auto& c : cases) {
+    std::ofstream(path, std::ios::trunc) << c.content;
+    absl::Status st = ReloadAuthorization(path, authorizer->get());
+    EXPECT_FALSE(st.ok()) << c.content;
+    EXPECT_NE(st.message().find(c.why), std::string::npos) << st;
+    // The old policy, unchanged: anonymous callers refused, the rule's
+    // identities allowed.
+    EXPECT_TRUE((*authorizer)->enabled());
+    EXPECT_FALSE((*authorizer)
+                     ->Authorize(anonymous, authz::Operation::kStream, "a")
+                     .ok())
+        << c.content;
+    EXPECT_TRUE(
+        (*authorizer)->Authorize(job, authz::Operation::kStream, "a").ok())
+        << c.content;
+  }
+  std::filesystem::remove(path);
+}
+
+// Issue 37 item 8: a key given twice in one mapping is refused with
+// file:line (yaml-cpp keeps both and lookups see the first: a second
+// authorization section or an override appended at the end was ignored).
+TEST(DaemonConfigTest, DuplicateKeysAreRefusedWithTheirLine) {
+  DaemonConfig c;
+  absl::Status st = ApplyYamlConfig(
+      "datasets: [{name: a, root: /a}]\nport: 1\nauthorization:\n  rules: []\n"
+      "port: 2\n",
+      "f.yaml", &c);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("f.yaml:5: port: duplicate key"),
+            std::string::npos)
+      << st;
+  st = ApplyYamlConfig("datasets:\n  - {name: a, root: /a, root: /b}\n",
+                       "g.yaml", &c);
+  EXPECT_NE(st.message().find("g.yaml:2: datasets[0].root: duplicate key"),
+            std::string::npos)
+      << st;
+  st = ApplyYamlConfig(
+      "datasets: [{name: a, root: /a}]\nauthorization:\n  rules: []\n"
+      "authorization:\n  rules: []\n",
+      "h.yaml", &c);
+  EXPECT_NE(st.message().find("h.yaml:4: authorization: duplicate key"),
+            std::string::npos)
+      << st;
+  DaemonConfig ok;
+  EXPECT_TRUE(
+      ApplyYamlConfig("datasets: [{name: a, root: /a}, {name: b, root: /b}]\n",
+                      "ok.yaml", &ok)
+          .ok());
+}
+
 // Issue 20: block_cache_bytes is documented (example YAML, operations.md,
 // architecture.md, protocol.md); allow_empty serves an empty dataset.
 TEST(DaemonConfigTest, DatasetBlockCacheBytesAndAllowEmpty) {
@@ -379,7 +464,9 @@ datasets:
   - name: u
     root: /data/u
     block_cache_bytes: 0
-)", "cfg.yaml", &c).ok());
+)",
+                              "cfg.yaml", &c)
+                  .ok());
   ASSERT_EQ(c.server.datasets.size(), 2u);
   EXPECT_EQ(c.server.datasets[0].block_cache_bytes, uint64_t{64} << 20);
   EXPECT_TRUE(c.server.datasets[0].allow_empty);
@@ -390,7 +477,8 @@ datasets:
       "datasets:\n  - name: t\n    root: /x\n    block_cache_bytes: lots\n",
       "cfg.yaml", &d);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("datasets[0].block_cache_bytes"), std::string::npos)
+  EXPECT_NE(st.message().find("datasets[0].block_cache_bytes"),
+            std::string::npos)
       << st;
   st = ApplyYamlConfig(
       "datasets:\n  - name: t\n    root: /x\n    allow_empty: maybe\n",
