@@ -81,9 +81,12 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
 
     ds = dataset()
     clean = [_key(i) for i in nt.DataLoader(ds, num_workers=workers)]
-    # 200 samples: 13 batches of 16 in one stream, 2 x 7 in two of 100.
-    assert len(clean) == (14 if workers else 13) and {k[0] for k in clean} == {1}
-    assert ds.state_dict()["epoch"] == 2 and ds.state_dict()["positions"] is None
+    # 200 samples: 13 batches of 16 (12 full, one of 8) with or without
+    # workers: the two workers serve batches 0-5 and 6-12 of the one stream
+    # (before issue 35: 2 x 7 batches of two sub-shards, each ending short).
+    assert len(clean) == 13 and {k[0] for k in clean} == {1}
+    assert sorted(len(k[1]) for k in clean) == [8] + [16] * 12
+    assert ds.state_dict()["epoch"] == 2 and ds.state_dict()["tokens"] is None
 
     ds = dataset()
     first = []
@@ -94,6 +97,8 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
     state = ds.state_dict()
     assert state["epoch"] == 1 and state["num_workers"] == workers
     assert json.loads(json.dumps(state)) == state
+    # Checkpoints hold the daemon's bound resume tokens (issue 35, item 7).
+    assert all(t.startswith("nearprep-resume-1;") for t in state["tokens"])
 
     kw = {k: v for k, v in KW.items()}
     out = subprocess.run([sys.executable, "-c", _RESUME_CHILD, daemon.target, str(workers),
@@ -113,6 +118,26 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
         next(iter(nt.DataLoader(ds, num_workers=other)))
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         nt.IterableDataset(daemon.target, "sample", **dict(KW, batch_size=8)).load_state_dict(state)
+    # A state of an older nearprep.torch (raw positions) is refused mid-epoch.
+    old = dict(state, positions=[[3, 48]] * max(1, workers))
+    del old["tokens"]
+    with pytest.raises(InvalidArgumentError, match="positions"):
+        dataset().load_state_dict(old)
+
+
+def test_a_token_of_another_stream_is_refused(daemon):
+    """A state whose token belongs to another stream (here another seed,
+    which the state's own fields do not name) is refused by the daemon,
+    naming the field: never a silent sample lost or repeated."""
+    ds = nt.IterableDataset(daemon.target, "sample", **KW)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    it.close()
+    other = nt.IterableDataset(daemon.target, "sample", **dict(KW, seed=6))
+    other.load_state_dict(state)
+    with pytest.raises(InvalidArgumentError, match="seed"):
+        next(iter(other))
 
 
 def test_persistent_workers_resume_mid_epoch(daemon):
