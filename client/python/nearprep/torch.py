@@ -1,29 +1,45 @@
 """PyTorch adapter: nearprep batches as a torch IterableDataset.
 
     import nearprep.torch
-    ds = nearprep.torch.IterableDataset("storage-node:7070", "imagenet",
-                                        batch_size=64, layout="NCHW",
-                                        shuffle=True, seed=1)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4,
-                                         multiprocessing_context="spawn",
-                                         pin_memory=True)
-    for epoch in range(90):
-        ds.set_epoch(epoch)
-        for images, labels in loader: ...
 
-The dataset yields whole batches, so give the DataLoader batch_size=None.
-set_epoch reaches the workers, persistent_workers=True included (shared
-memory read when a worker's iteration begins).
+    def main():
+        ds = nearprep.torch.IterableDataset("storage-node:7070", "imagenet",
+                                            batch_size=64, layout="NCHW",
+                                            shuffle=True, seed=1)
+        loader = nearprep.torch.DataLoader(ds, num_workers=0)
+        for epoch in range(90):
+            ds.set_epoch(epoch)
+            for images, labels in loader: ...
+
+    if __name__ == "__main__":   # workers (num_workers > 0) are spawned
+        main()
+
+The dataset yields whole batches (a plain torch DataLoader needs
+batch_size=None). set_epoch reaches the workers, persistent_workers=True
+included (shared memory read when a worker's iteration begins). len(ds) is
+the rank's batches per epoch.
+
+Ranks (DDP): shard_index / num_shards when given, else torch.distributed's
+rank and world size when initialised, else $RANK / $WORLD_SIZE (torchrun),
+else 0 / 1 (rank_and_world; errors when the environment names several
+processes but not this one's rank). Fixed in the main process the first time
+they are needed and shipped to the workers, which never look them up.
+
+Workers: the rank's shard is one stream of T batches; DataLoader worker w of
+W serves its consecutive batches [floor(w T / W), floor((w + 1) T / W)),
+starting at the shard position where they begin (worker_range). Without
+failed samples the workers yield exactly the batches of one process (only
+the rank's last batch short), in the DataLoader's round-robin order; under
+ERROR_POLICY_SKIP a worker whose range holds failed samples stops where the
+next one begins (its last batch short), so no sample is served twice.
 
 Checkpoints: nearprep.torch.DataLoader(ds, num_workers=W, ...) (a DataLoader
 whose main process records each batch it hands over) makes ds.state_dict()
-exact; ds.load_state_dict(state) in a new process yields the batches that
-were left, same order, same bytes (with the same W):
-
-    loader = nearprep.torch.DataLoader(ds, num_workers=4, persistent_workers=True)
-    ds.load_state_dict(ckpt)               # or ds.set_epoch(epoch)
-    for images, labels in loader: ...
-    ckpt = ds.state_dict()
+exact: per worker stream, the resume token of the last batch the loop
+received (bound to its stream: the daemon refuses another stream's).
+ds.load_state_dict(state) in a new process yields the batches that were
+left, same order, same bytes (with the same W). docs/python.md, "Training
+loops (PyTorch)", has a whole DDP script.
 
 uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
 
@@ -32,16 +48,6 @@ uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
         x = nearprep.torch.finish_uint8(images, mean=(0.485, 0.456, 0.406),
                                         std=(0.229, 0.224, 0.225),
                                         layout="channels_last", device="cuda")
-
-Splitting. The stream serves shard `shard_index` of `num_shards` (DDP:
-default rank / world_size of torch.distributed when initialised, else 0 / 1).
-With DataLoader(num_workers=W), worker w requests server shard
-shard_index + num_shards * w of num_shards * W. Shard k of n is the epoch
-order's positions k, k+n, k+2n, ...; the W sub-shards interleave exactly
-those positions, so the workers together cover the rank's samples once
-each, none twice, and different ranks never overlap (sample grouping into
-batches differs from a single-worker run; the set of samples does not). With
-drop_remainder each worker may drop its own short final batch.
 
 torchvision's ImageNet recipe, bit for bit (FIDELITY_TORCHVISION: the
 tensors torchvision 0.14's transforms compute on PIL images, given the crop
