@@ -191,7 +191,8 @@ def test_ddp_two_ranks_two_epochs_and_a_resume_after_kill(daemon, tmp_path, work
     m = [torch.load(os.path.join(work, "ckpt-clean", f"rank{r}.pt")) for r in range(2)]
     for k, v in m[0]["model"].items():
         assert torch.equal(v, m[1]["model"][k]), k
-    assert m[0]["data"]["epoch"] == 2 and m[0]["opt"]["state"]
+    assert m[0]["data"]["epoch"] == 2
+    assert m[0]["sched"]["last_epoch"] == 2 * per_rank  # OneCycleLR's total: len(loader)
 
     # Killed after 3 batches of epoch 0 (rank, workers and all), started again.
     ckpt = os.path.join(work, "ckpt-kill")
