@@ -175,3 +175,14 @@ def test_iterable_dataset_in_process():
             len(nt.IterableDataset(srv.target, "nope", batch_size=4))
     finally:
         srv.stop()
+
+
+def test_fleet_adapter_follows_the_same_rank_rules(monkeypatch):
+    """nearprep.fleet_torch: $WORLD_SIZE > 1 without $RANK is refused (before
+    issue 35 it silently made every process rank 0), before any file is read."""
+    from nearprep.fleet_torch import FleetIterableDataset
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"\$RANK is not set"):
+        FleetIterableDataset("127.0.0.1:1", "ds", manifest="/nonexistent/manifest")
