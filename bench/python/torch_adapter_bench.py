@@ -58,7 +58,7 @@ def trainer(args):
     import torch
     torch.set_num_threads(1)
     w = args.num_workers
-    if args.kind == "nearprep":
+    if args.trainer == "nearprep":
         import nearprep.torch as nt
         ds = nt.imagenet_train(args.target, "bench", batch_size=args.batch_size, seed=1,
                                client_options={"native": True})
