@@ -186,3 +186,17 @@ def test_fleet_adapter_follows_the_same_rank_rules(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match=r"\$RANK is not set"):
         FleetIterableDataset("127.0.0.1:1", "ds", manifest="/nonexistent/manifest")
+
+
+def test_a_destroyed_process_group_is_not_a_new_rank(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    srv = FakeServer(FakePreprocessor(40))
+    try:
+        _fake_dist(monkeypatch, 1, 2)
+        ds = nt.IterableDataset(srv.target, "fake", batch_size=4)
+        assert len(ds) == 5
+        monkeypatch.undo()  # destroy_process_group(): nothing names a rank now
+        assert ds.state_dict()["shard"] == [1, 2]
+    finally:
+        srv.stop()

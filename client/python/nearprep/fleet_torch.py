@@ -140,7 +140,7 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         if self._rank_source == "explicit" or torch.utils.data.get_worker_info() is not None:
             return
         live = _rank_and_world()
-        if live[:2] != (self.rank, self.world_size):
+        if live[2] != "default" and live[:2] != (self.rank, self.world_size):
             raise _rank_mismatch("rank", (self.rank, self.world_size, self._rank_source), live)
 
     def __getstate__(self):

@@ -473,15 +473,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def _rank_shard(self):
         """(shard_index, num_shards) of this rank. Fixed the first time the
         main process asks; later main-process calls check that the live
-        values still agree (a dataset made before init_process_group and
-        used after it). A worker uses the main process's values (shipped
+        values still agree (a dataset first used before init_process_group
+        and again after it; not after destroy_process_group). A worker uses the main process's values (shipped
         when spawned, inherited when forked)."""
         in_worker = torch.utils.data.get_worker_info() is not None
         if self._rank is None:
             self._rank = rank_and_world()
         elif self._rank[2] != "explicit" and not in_worker:
             live = rank_and_world()
-            if live[:2] != self._rank[:2]:
+            # A process group destroyed at the end (live: "default") is fine.
+            if live[2] != "default" and live[:2] != self._rank[:2]:
                 raise _rank_mismatch("shard_index", self._rank, live)
         return self._rank[0], self._rank[1]
 
