@@ -160,3 +160,41 @@ def test_persistent_workers_resume_mid_epoch(daemon):
     assert first + rest == clean
     assert [w.pid for w in loader._loader._iterator._workers] == pids
     assert ds.state_dict()["epoch"] == 2
+
+
+def test_workers_split_a_dataset_with_bad_files_exactly(daemon_factory, tmp_path):
+    """Under error_policy="skip" (the default) with 5 undecodable files among
+    65: 1, 2 or 3 workers (run in-process as DataLoader workers would) serve
+    the 60 good samples once each, as one stream does: a worker whose range
+    holds bad files ends in a short batch instead of running into the next
+    worker's samples; len() is the bound without failures (65 -> 9)."""
+    import types
+    from conftest import ROOT
+    cli = os.environ.get("NEARPREP_CLI") or os.path.join(ROOT, "build", "client", "cpp",
+                                                         "nearprep")
+    if not os.access(cli, os.X_OK):
+        pytest.skip("nearprep CLI not built")
+    src = str(tmp_path / "src")
+    subprocess.run([cli, "mkdataset", "--out", src, "--classes", "3", "--per-class", "20",
+                    "--with-bad-files"], check=True, capture_output=True)
+    d = daemon_factory({"bad": src}, "bad").start()
+    kw = dict(batch_size=8, height=8, width=8, shuffle=True, seed=3)
+    import nearprep
+    with nearprep.Client(d.target) as c:
+        one = [s for b in c.batches("bad", **kw) for s in b.sample_ids.tolist()]
+    assert len(one) == 60
+    real = torch.utils.data.get_worker_info
+    try:
+        for workers in (1, 2, 3):
+            ds = nt.IterableDataset(d.target, "bad", return_batch=True, **kw)
+            assert len(ds) == 9
+            got = []
+            for w in range(workers):
+                info = types.SimpleNamespace(id=w, num_workers=workers, dataset=ds)
+                torch.utils.data.get_worker_info = lambda: info
+                got += [i["sample_ids"].tolist() for i in ds]
+            flat = [s for b in got for s in b]
+            assert sorted(flat) == sorted(one), f"{workers} workers"
+            assert len(got) <= 9 and sum(len(b) < 8 for b in got) <= workers
+    finally:
+        torch.utils.data.get_worker_info = real

@@ -508,8 +508,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def __len__(self):
         """Batches this rank yields per epoch (all workers together): exact
-        unless samples fail to decode under error_policy="skip" (then a
-        worker's batch may be short, and with drop_remainder left out)."""
+        unless samples fail to decode under error_policy="skip" (then there
+        may be fewer, never more: a worker's range with failed samples ends
+        in a short batch, left out with drop_remainder)."""
         try:
             size = self._size()
         except Exception as e:  # noqa: BLE001 (torch expects TypeError for "no length")
