@@ -12,6 +12,8 @@ with 0 and 2 DataLoader workers, for 2 epochs:
   and started again resumes from its checkpoints with exactly the batches
   that were left (same order, same bytes), and trains to the same weights.
 
+The PyTorch section's first block runs too (test_quickstart_snippet_runs).
+
 A small harness (below) runs the docs' code block as __main__ and records,
 in each rank's main process, what nearprep.torch.DataLoader hands the loop;
 it can stop the loop after some batches (after that step's checkpoint) and
@@ -159,6 +161,24 @@ def test_reference_matches_the_doc():
         assert re.search(rf"\b{k}={re.escape(json.dumps(v) if isinstance(v, str) else repr(v))}",
                          code), f"the docs script's {k} is not {v!r}"
     assert f"batch_size={BATCH}" in code
+
+
+def test_quickstart_snippet_runs(daemon, tmp_path):
+    """The first block of the PyTorch section, on the sample dataset for 2
+    epochs (its target, dataset and epoch count replaced, nothing else)."""
+    code = doc_block("torch_quickstart")
+    for old, new in (('"storage-node:7070"', repr(daemon.target)), ('"imagenet"', '"sample"'),
+                     ("range(90)", "range(2)")):
+        assert old in code
+        code = code.replace(old, new)
+    code = code.replace("for images, labels in loader: ...",
+                        "for images, labels in loader: print(len(labels))")
+    script = tmp_path / "quickstart.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [int(x) for x in out.stdout.split()] == [64, 64, 64, 8] * 2
 
 
 @pytest.mark.parametrize("workers", [0, 2])
