@@ -81,9 +81,12 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
 
     ds = dataset()
     clean = [_key(i) for i in nt.DataLoader(ds, num_workers=workers)]
-    # 200 samples: 13 batches of 16 in one stream, 2 x 7 in two of 100.
-    assert len(clean) == (14 if workers else 13) and {k[0] for k in clean} == {1}
-    assert ds.state_dict()["epoch"] == 2 and ds.state_dict()["positions"] is None
+    # 200 samples: 13 batches of 16 (12 full, one of 8) with or without
+    # workers: the two workers serve batches 0-5 and 6-12 of the one stream
+    # (before issue 35: 2 x 7 batches of two sub-shards, each ending short).
+    assert len(clean) == 13 and {k[0] for k in clean} == {1}
+    assert sorted(len(k[1]) for k in clean) == [8] + [16] * 12
+    assert ds.state_dict()["epoch"] == 2 and ds.state_dict()["tokens"] is None
 
     ds = dataset()
     first = []
@@ -94,6 +97,8 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
     state = ds.state_dict()
     assert state["epoch"] == 1 and state["num_workers"] == workers
     assert json.loads(json.dumps(state)) == state
+    # Checkpoints hold the daemon's bound resume tokens (issue 35, item 7).
+    assert all(t.startswith("nearprep-resume-1;") for t in state["tokens"])
 
     kw = {k: v for k, v in KW.items()}
     out = subprocess.run([sys.executable, "-c", _RESUME_CHILD, daemon.target, str(workers),
@@ -113,6 +118,26 @@ def test_state_dict_resumes_in_a_new_process(daemon, workers, stop):
         next(iter(nt.DataLoader(ds, num_workers=other)))
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         nt.IterableDataset(daemon.target, "sample", **dict(KW, batch_size=8)).load_state_dict(state)
+    # A state of an older nearprep.torch (raw positions) is refused mid-epoch.
+    old = dict(state, positions=[[3, 48]] * max(1, workers))
+    del old["tokens"]
+    with pytest.raises(InvalidArgumentError, match="positions"):
+        dataset().load_state_dict(old)
+
+
+def test_a_token_of_another_stream_is_refused(daemon):
+    """A state whose token belongs to another stream (here another seed,
+    which the state's own fields do not name) is refused by the daemon,
+    naming the field: never a silent sample lost or repeated."""
+    ds = nt.IterableDataset(daemon.target, "sample", **KW)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    it.close()
+    other = nt.IterableDataset(daemon.target, "sample", **dict(KW, seed=6))
+    other.load_state_dict(state)
+    with pytest.raises(InvalidArgumentError, match="seed"):
+        next(iter(other))
 
 
 def test_persistent_workers_resume_mid_epoch(daemon):
@@ -135,3 +160,41 @@ def test_persistent_workers_resume_mid_epoch(daemon):
     assert first + rest == clean
     assert [w.pid for w in loader._loader._iterator._workers] == pids
     assert ds.state_dict()["epoch"] == 2
+
+
+def test_workers_split_a_dataset_with_bad_files_exactly(daemon_factory, tmp_path):
+    """Under error_policy="skip" (the default) with 5 undecodable files among
+    65: 1, 2 or 3 workers (run in-process as DataLoader workers would) serve
+    the 60 good samples once each, as one stream does: a worker whose range
+    holds bad files ends in a short batch instead of running into the next
+    worker's samples; len() is the bound without failures (65 -> 9)."""
+    import types
+    from conftest import ROOT
+    cli = os.environ.get("NEARPREP_CLI") or os.path.join(ROOT, "build", "client", "cpp",
+                                                         "nearprep")
+    if not os.access(cli, os.X_OK):
+        pytest.skip("nearprep CLI not built")
+    src = str(tmp_path / "src")
+    subprocess.run([cli, "mkdataset", "--out", src, "--classes", "3", "--per-class", "20",
+                    "--with-bad-files"], check=True, capture_output=True)
+    d = daemon_factory({"bad": src}, "bad").start()
+    kw = dict(batch_size=8, height=8, width=8, shuffle=True, seed=3)
+    import nearprep
+    with nearprep.Client(d.target) as c:
+        one = [s for b in c.batches("bad", **kw) for s in b.sample_ids.tolist()]
+    assert len(one) == 60
+    real = torch.utils.data.get_worker_info
+    try:
+        for workers in (1, 2, 3):
+            ds = nt.IterableDataset(d.target, "bad", return_batch=True, **kw)
+            assert len(ds) == 9
+            got = []
+            for w in range(workers):
+                info = types.SimpleNamespace(id=w, num_workers=workers, dataset=ds)
+                torch.utils.data.get_worker_info = lambda: info
+                got += [i["sample_ids"].tolist() for i in ds]
+            flat = [s for b in got for s in b]
+            assert sorted(flat) == sorted(one), f"{workers} workers"
+            assert len(got) <= 9 and sum(len(b) < 8 for b in got) <= workers
+    finally:
+        torch.utils.data.get_worker_info = real

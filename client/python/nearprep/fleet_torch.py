@@ -12,9 +12,12 @@ torchrun rank / world size.
     for images, labels in loader: ...
     ckpt = ds.state_dict()                 # the global checkpoint
 
-Rank and world size: torch.distributed's when initialised, else $RANK /
-$WORLD_SIZE (torchrun sets both), else 0 / 1; the world size must divide
-global_batch. Each item is this rank's slice of one global batch, as
+Rank and world size: rank= / world_size= when given, else torch.distributed's
+when initialised, else $RANK / $WORLD_SIZE (torchrun sets both), else 0 / 1
+(nearprep.torch.rank_and_world: $WORLD_SIZE > 1 without $RANK is an error),
+fixed when the dataset is made and shipped to DataLoader workers; iterating
+(or starting workers) when torch.distributed now names another rank is an
+error. The world size must divide global_batch. Each item is this rank's slice of one global batch, as
 (images, labels) tensors in position order (samples that failed to decode
 are left out; `ds.last_errors` lists them at their positions).
 
@@ -46,7 +49,6 @@ g + 1 with any world size and any num_workers.
 import inspect
 import multiprocessing
 import multiprocessing.context
-import os
 from typing import List, NamedTuple
 
 import torch
@@ -54,17 +56,18 @@ import torch.utils.data
 
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, checkpoint_at
-from nearprep.torch import _WorkerInit, _in_worker_exit_hook
+from nearprep.torch import _WorkerInit, _in_worker_exit_hook, _rank_mismatch
+from nearprep.torch import rank_and_world as _rank_and_world
 
 _DEFAULTS = {k: v.default for k, v in inspect.signature(FleetClient).parameters.items()
              if k in ("seed", "block_samples", "window", "global_batch")}
 
 
 def rank_and_world():
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    """(rank, world_size): nearprep.torch.rank_and_world's rules (torch.distributed
+    when initialised, else $RANK / $WORLD_SIZE, else 0 / 1; an error when the
+    environment names several processes but not this one's rank)."""
+    return _rank_and_world()[:2]
 
 
 class FleetItem(NamedTuple):
@@ -80,9 +83,15 @@ class FleetItem(NamedTuple):
 class FleetIterableDataset(torch.utils.data.IterableDataset):
     def __init__(self, targets, dataset, *, manifest, rank=None, world_size=None, **kw):
         super().__init__()
-        r, w = rank_and_world()
+        if rank is None or world_size is None:
+            r, w, source = _rank_and_world()
+        else:
+            r, w, source = rank, world_size, "explicit"
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
+        # Where rank and world size came from; "explicit" when both were given.
+        self._rank_source = "explicit" if (rank is not None and world_size is not None) \
+            else source
         self._manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         self._plan_kw = {k: kw.get(k, v) for k, v in _DEFAULTS.items()}
         fp.check_trainers(self._plan_kw["global_batch"], self.world_size)
@@ -123,10 +132,23 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         c.check_position(self._manifest.num_samples)  # past the epoch's end: refused
         self._set_start(c.epoch, c.next_batch)
 
+    def _check_rank(self):
+        """Main process: torch.distributed or the environment still name the
+        rank this dataset was made with (not the case for a dataset made
+        before init_process_group, with neither known: every rank would be
+        rank 0 of 1)."""
+        if self._rank_source == "explicit" or torch.utils.data.get_worker_info() is not None:
+            return
+        live = _rank_and_world()
+        if live[2] != "default" and live[:2] != (self.rank, self.world_size):
+            raise _rank_mismatch("rank", (self.rank, self.world_size, self._rank_source), live)
+
     def __getstate__(self):
         state = dict(self.__dict__)
         if multiprocessing.context.get_spawning_popen() is None:
             state["_shared_start"] = None  # shareable only with a process being started
+        else:
+            self._check_rank()
         return state
 
     def _received(self, epoch, batch, errors):
@@ -148,6 +170,7 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         if info is None:  # the main process: it consumes what it yields
+            self._check_rank()
             for item in self._items(0, 1):
                 self._received(item.epoch, item.batch, item.errors)
                 yield item.images, item.labels

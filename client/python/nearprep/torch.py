@@ -1,29 +1,45 @@
 """PyTorch adapter: nearprep batches as a torch IterableDataset.
 
     import nearprep.torch
-    ds = nearprep.torch.IterableDataset("storage-node:7070", "imagenet",
-                                        batch_size=64, layout="NCHW",
-                                        shuffle=True, seed=1)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4,
-                                         multiprocessing_context="spawn",
-                                         pin_memory=True)
-    for epoch in range(90):
-        ds.set_epoch(epoch)
-        for images, labels in loader: ...
 
-The dataset yields whole batches, so give the DataLoader batch_size=None.
-set_epoch reaches the workers, persistent_workers=True included (shared
-memory read when a worker's iteration begins).
+    def main():
+        ds = nearprep.torch.IterableDataset("storage-node:7070", "imagenet",
+                                            batch_size=64, layout="NCHW",
+                                            shuffle=True, seed=1)
+        loader = nearprep.torch.DataLoader(ds, num_workers=0)
+        for epoch in range(90):
+            ds.set_epoch(epoch)
+            for images, labels in loader: ...
+
+    if __name__ == "__main__":   # workers (num_workers > 0) are spawned
+        main()
+
+The dataset yields whole batches (a plain torch DataLoader needs
+batch_size=None). set_epoch reaches the workers, persistent_workers=True
+included (shared memory read when a worker's iteration begins). len(ds) is
+the rank's batches per epoch.
+
+Ranks (DDP): shard_index / num_shards when given, else torch.distributed's
+rank and world size when initialised, else $RANK / $WORLD_SIZE (torchrun),
+else 0 / 1 (rank_and_world; errors when the environment names several
+processes but not this one's rank). Fixed in the main process the first time
+they are needed and shipped to the workers, which never look them up.
+
+Workers: the rank's shard is one stream of T batches; DataLoader worker w of
+W serves its consecutive batches [floor(w T / W), floor((w + 1) T / W)),
+starting at the shard position where they begin (worker_range). Without
+failed samples the workers yield exactly the batches of one process (only
+the rank's last batch short), in the DataLoader's round-robin order; under
+ERROR_POLICY_SKIP a worker whose range holds failed samples stops where the
+next one begins (its last batch short), so no sample is served twice.
 
 Checkpoints: nearprep.torch.DataLoader(ds, num_workers=W, ...) (a DataLoader
 whose main process records each batch it hands over) makes ds.state_dict()
-exact; ds.load_state_dict(state) in a new process yields the batches that
-were left, same order, same bytes (with the same W):
-
-    loader = nearprep.torch.DataLoader(ds, num_workers=4, persistent_workers=True)
-    ds.load_state_dict(ckpt)               # or ds.set_epoch(epoch)
-    for images, labels in loader: ...
-    ckpt = ds.state_dict()
+exact: per worker stream, the resume token of the last batch the loop
+received (bound to its stream: the daemon refuses another stream's).
+ds.load_state_dict(state) in a new process yields the batches that were
+left, same order, same bytes (with the same W). docs/python.md, "Training
+loops (PyTorch)", has a whole DDP script.
 
 uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
 
@@ -32,16 +48,6 @@ uint8 on the wire (4x fewer bytes than float32), finished on the GPU:
         x = nearprep.torch.finish_uint8(images, mean=(0.485, 0.456, 0.406),
                                         std=(0.229, 0.224, 0.225),
                                         layout="channels_last", device="cuda")
-
-Splitting. The stream serves shard `shard_index` of `num_shards` (DDP:
-default rank / world_size of torch.distributed when initialised, else 0 / 1).
-With DataLoader(num_workers=W), worker w requests server shard
-shard_index + num_shards * w of num_shards * W. Shard k of n is the epoch
-order's positions k, k+n, k+2n, ...; the W sub-shards interleave exactly
-those positions, so the workers together cover the rank's samples once
-each, none twice, and different ranks never overlap (sample grouping into
-batches differs from a single-worker run; the set of samples does not). With
-drop_remainder each worker may drop its own short final batch.
 
 torchvision's ImageNet recipe, bit for bit (FIDELITY_TORCHVISION: the
 tensors torchvision 0.14's transforms compute on PIL images, given the crop
@@ -58,6 +64,7 @@ has used gRPC: gRPC does not survive fork().
 Thread-safety: each DataLoader worker owns its own Client and stream.
 """
 
+import os
 import warnings
 from typing import Any, NamedTuple
 
@@ -66,15 +73,7 @@ import torch
 import torch.utils.data
 
 from nearprep.errors import InvalidArgumentError
-
-
-def worker_shard(shard_index, num_shards, worker_id, num_workers):
-    """Server (shard_index, num_shards) for worker `worker_id` of
-    `num_workers` within shard `shard_index` of `num_shards`."""
-    if not 0 <= worker_id < num_workers:
-        raise InvalidArgumentError(
-            f"worker_id: must be in [0, {num_workers}), got {worker_id}", field="worker_id")
-    return shard_index + num_shards * worker_id, num_shards * num_workers
+from nearprep.request import resume_point
 
 
 def to_torch(array):
@@ -249,41 +248,167 @@ def imagenet_eval(target, dataset, batch_size=32, *, size=224, resize_size=256,
                            **kw, **kwargs)
 
 
-# Shared-memory layout of IterableDataset._shared (int64 slots): the start
-# that set_epoch / load_state_dict set in the main process, read by every
-# worker when its iteration begins (persistent workers included).
-_S_EPOCH, _S_STATE_WORKERS, _S_ROTATION, _S_UNTRACKED, _S_STARTS = 0, 1, 2, 3, 4
-_MAX_STREAMS = 256          # (start_batch, start_position) pairs it holds
+# -- rank and world size ---------------------------------------------------------
+
+
+def rank_and_world():
+    """(rank, world_size, source) of this process, as the main process of a
+    trainer sees them: torch.distributed's when it is initialised ("dist"),
+    else $RANK / $WORLD_SIZE as torchrun and torch.distributed.launch set
+    them ("env"), else 0 / 1 ("default": nothing names a rank).
+
+    Raises InvalidArgumentError when the environment names a world of
+    several processes but not this one's rank ($WORLD_SIZE > 1 without
+    $RANK: $LOCAL_RANK is the rank within one node, not the global one), a
+    $RANK without $WORLD_SIZE other than 0, or values that are not integers
+    or out of range: guessing would make ranks read the same samples."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), "dist"
+    env = os.environ
+    rank, world = env.get("RANK"), env.get("WORLD_SIZE")
+    if world is None and rank is None:
+        return 0, 1, "default"
+    try:
+        world_n = int(world) if world is not None else 1
+        rank_n = int(rank) if rank is not None else None
+    except ValueError:
+        raise InvalidArgumentError(
+            f"num_shards: $RANK={rank!r} and $WORLD_SIZE={world!r} must be integers",
+            field="num_shards") from None
+    if world_n < 1:
+        raise InvalidArgumentError(f"num_shards: $WORLD_SIZE must be >= 1, got {world_n}",
+                                   field="num_shards")
+    if rank_n is None:
+        if world_n == 1:
+            return 0, 1, "env"
+        raise InvalidArgumentError(
+            f"shard_index: $WORLD_SIZE={world_n} but $RANK is not set, so this process's "
+            f"rank is unknown and every rank would read the whole epoch ($LOCAL_RANK="
+            f"{env.get('LOCAL_RANK')!r} is the rank within a node). Launch with torchrun, "
+            "call torch.distributed.init_process_group first, or pass shard_index= and "
+            "num_shards=", field="shard_index")
+    if not 0 <= rank_n < world_n:
+        raise InvalidArgumentError(
+            f"shard_index: $RANK={rank_n} is not in [0, $WORLD_SIZE={world_n})"
+            + ("" if world is not None else " ($WORLD_SIZE is not set)"),
+            field="shard_index")
+    return rank_n, world_n, "env"
+
+
+def _rank_mismatch(what, fixed, live):
+    return RuntimeError(
+        f"{what}: this process was fixed as rank {fixed[0]} of {fixed[1]} ({_SOURCES[fixed[2]]}) "
+        f"when the dataset was first used, but now {_SOURCES[live[2]]} says rank {live[0]} of "
+        f"{live[1]}: the ranks would not read disjoint parts of the epoch. Initialise "
+        "torch.distributed (or launch with torchrun) before the dataset is first iterated, "
+        "measured with len() or checkpointed, or pass shard_index= and num_shards=")
+
+
+_SOURCES = {"dist": "torch.distributed", "env": "$RANK / $WORLD_SIZE",
+            "default": "neither torch.distributed nor $RANK / $WORLD_SIZE named a rank",
+            "explicit": "shard_index / num_shards"}
+
+
+# -- the split of a rank's batches between DataLoader workers ----------------------
+
+
+def shard_size(num_samples, shard_index, num_shards):
+    """Samples in shard `shard_index` of `num_shards` (positions shard_index,
+    shard_index + num_shards, ... of an epoch of num_samples)."""
+    return num_samples // num_shards + (1 if shard_index < num_samples % num_shards else 0)
+
+
+def rank_batches(size, batch_size, drop_remainder=False, max_batches=0):
+    """Batches of a rank's stream over a shard of `size` samples when no
+    sample fails: ceil(size / batch_size) (floor with drop_remainder), at
+    most max_batches (0: no limit)."""
+    n = size // batch_size if drop_remainder else -(-size // batch_size)
+    return min(n, max_batches) if max_batches else n
+
+
+class WorkerRange(NamedTuple):
+    """Worker `worker` of `workers`' part of its rank's stream: batches
+    [first_batch, end_batch), shard positions [start_position, end_position)."""
+    first_batch: int
+    end_batch: int
+    start_position: int
+    end_position: int
+
+
+def worker_range(size, batch_size, worker, workers, drop_remainder=False, max_batches=0):
+    """The batches of a rank's stream that DataLoader worker `worker` of
+    `workers` (0 or 1: the whole stream) serves: of the stream's T batches
+    (rank_batches), worker w takes the consecutive batches
+    [floor(w T / W), floor((w + 1) T / W)), so the workers' counts differ by
+    at most one and only the rank's last batch is short. Its shard positions
+    are those batches' positions when no sample fails:
+    [first * batch_size, min(end * batch_size, size))."""
+    workers = max(1, workers)
+    if not 0 <= worker < workers:
+        raise InvalidArgumentError(
+            f"worker_id: must be in [0, {workers}), got {worker}", field="worker_id")
+    t = rank_batches(size, batch_size, drop_remainder, max_batches)
+    b0, b1 = worker * t // workers, (worker + 1) * t // workers
+    return WorkerRange(b0, b1, b0 * batch_size, min(b1 * batch_size, size))
+
+
+def _token_fields(token):
+    return dict(p.split("=", 1) for p in token.split(";")[1:] if "=" in p)
+
+
+# Shared-memory layout of IterableDataset._shared: int64 slots (the epoch,
+# the state's num_workers, its rotation, the untracked flag) and, in
+# IterableDataset._shared_tokens, one NUL-padded slot of _TOKEN_BYTES per
+# stream: the start that set_epoch / load_state_dict set in the main process,
+# read by every worker when its iteration begins (persistent workers included).
+_S_EPOCH, _S_STATE_WORKERS, _S_ROTATION, _S_UNTRACKED, _S_SLOTS = 0, 1, 2, 3, 4
+_MAX_STREAMS = 256          # resume tokens it holds: num_workers at most this
+_TOKEN_BYTES = 1024
 _FRESH = -1                 # _S_STATE_WORKERS: every stream from its start
 
 
 class _Tagged(NamedTuple):
     """What a worker of nearprep.torch.DataLoader hands the main process:
-    the item and where its stream stands after it."""
+    the item and where its stream stands after it (the batch's resume token)."""
     item: Any
     stream: int
     epoch: int
-    next_batch: int
-    next_position: int
+    token: str
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
     """Yields (images, labels) torch tensors, or dicts with sample_ids,
     batch_index and epoch too when return_batch=True.
 
+    Ranks: shard_index / num_shards when given, else the rank and world size
+    of torch.distributed (when initialised) or of $RANK / $WORLD_SIZE
+    (torchrun), else 0 / 1; fixed in the main process the first time it
+    needs them (iterating, starting DataLoader workers, len(), state_dict(),
+    load_state_dict()) and shipped to the workers (rank_and_world).
+
+    Workers: DataLoader worker w of W serves the consecutive batches
+    [floor(w T / W), floor((w + 1) T / W)) of the rank's T batches
+    (worker_range): the same batches, bytes for bytes, as one process
+    iterating the rank's shard, only the rank's last batch short (without
+    failed samples; docs/python.md), in another order.
+
     Epochs: set_epoch(e) before each epoch; it reaches DataLoader workers,
     persistent ones included (through shared memory, read when a worker's
     next iteration begins).
 
-    Checkpoints: state_dict() names the epoch and, per stream, the batch
-    after the last one the training loop received; load_state_dict(state)
-    makes the next iteration yield exactly the batches that were left, in
-    the same order and with the same bytes, in this or a new process.
-    Counting what was received needs the main process to see each batch:
-    iterate the dataset directly, through a DataLoader with num_workers=0,
-    or through nearprep.torch.DataLoader (any num_workers). A resumed state
-    needs the num_workers it was taken with (each worker serves its own
-    sub-shard; docs/python.md)."""
+    Checkpoints: state_dict() names the epoch and, per worker stream, the
+    resume token of the last batch the training loop received;
+    load_state_dict(state) makes the next iteration yield exactly the
+    batches that were left, in the same order and with the same bytes, in
+    this or a new process. Counting what was received needs the main process
+    to see each batch: iterate the dataset directly, through a DataLoader
+    with num_workers=0, or through nearprep.torch.DataLoader (any
+    num_workers). A resumed state needs the num_workers it was taken with.
+
+    len(ds): the rank's batches per epoch (rank_batches over the dataset's
+    size from the daemon's listing, the rank's shard, drop_remainder,
+    max_batches)."""
 
     def __init__(self, target, dataset, batch_size=32, *, epoch=0,
                  shard_index=None, num_shards=None, pin_memory=False,
@@ -293,11 +418,15 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if banned in batch_kwargs:
                 raise InvalidArgumentError(f"{banned}: pass it as a keyword of "
                                            "IterableDataset", field=banned)
-        for banned in ("start_batch", "start_position"):
+        for banned in ("start_batch", "start_position", "resume_token"):
             if banned in batch_kwargs:
                 raise InvalidArgumentError(
                     f"{banned}: not a keyword of IterableDataset (each worker has its own "
                     "stream): resume with load_state_dict()", field=banned)
+        if "sample_ids" in batch_kwargs:
+            raise InvalidArgumentError("sample_ids: not a keyword of IterableDataset "
+                                       "(nearprep.fleet_torch serves explicit plans)",
+                                       field="sample_ids")
         if (shard_index is None) != (num_shards is None):
             raise InvalidArgumentError("shard_index: give shard_index and num_shards "
                                        "together", field="shard_index")
@@ -309,6 +438,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.pin_memory = pin_memory
         self.return_batch = return_batch
         self.client_options = dict(client_options or {})
+        self.drop_remainder = bool(batch_kwargs.pop("drop_remainder", False))
+        self.max_batches = int(batch_kwargs.pop("max_batches", 0) or 0)
         self.batch_kwargs = batch_kwargs
         # Fail now on bad arguments, not inside a worker.
         from nearprep.client import Client
@@ -316,34 +447,100 @@ class IterableDataset(torch.utils.data.IterableDataset):
         try:
             c.request(dataset, batch_size=batch_size, epoch=epoch,
                       shard_index=shard_index or 0, num_shards=num_shards or 1,
+                      max_batches=self.max_batches, drop_remainder=self.drop_remainder,
                       **batch_kwargs)
         finally:
             c.close()
+        self._rank = None         # (rank, world_size, source), fixed at first use
+        if shard_index is not None:
+            if not 0 <= shard_index < num_shards:
+                raise InvalidArgumentError(
+                    f"shard_index: must be in [0, num_shards={num_shards}), got {shard_index}",
+                    field="shard_index")
+            self._rank = (shard_index, num_shards, "explicit")
+        self._num_samples = None  # the daemon's listing, read once
         # Shared with the workers: MAP_SHARED memory, inherited by forked
         # workers and passed to spawned ones while they start.
         import multiprocessing
-        self._shared = multiprocessing.RawArray("q", _S_STARTS + 2 * _MAX_STREAMS)
+        self._shared = multiprocessing.RawArray("q", _S_SLOTS)
+        self._shared_tokens = multiprocessing.RawArray("c", _MAX_STREAMS * _TOKEN_BYTES)
         self._tagged = False      # set in nearprep.torch.DataLoader's workers
         self._consumed = None     # what the main process received (a state)
         self._set_start(epoch, None, 0, None)
 
-    # -- the start: epoch, per-stream positions ---------------------------------
+    # -- rank, size ---------------------------------------------------------------
 
-    def _set_start(self, epoch, workers, rotation, starts):
+    def _rank_shard(self):
+        """(shard_index, num_shards) of this rank. Fixed the first time the
+        main process asks; later main-process calls check that the live
+        values still agree (a dataset first used before init_process_group
+        and again after it; not after destroy_process_group). A worker uses the main process's values (shipped
+        when spawned, inherited when forked)."""
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if self._rank is None:
+            self._rank = rank_and_world()
+        elif self._rank[2] != "explicit" and not in_worker:
+            live = rank_and_world()
+            # A process group destroyed at the end (live: "default") is fine.
+            if live[2] != "default" and live[:2] != self._rank[:2]:
+                raise _rank_mismatch("shard_index", self._rank, live)
+        return self._rank[0], self._rank[1]
+
+    @property
+    def rank(self):
+        """(shard_index, num_shards, source) this rank serves (source: "explicit",
+        "dist", "env" or "default"); fixes them if not yet fixed."""
+        self._rank_shard()
+        return self._rank
+
+    def _size(self, client=None):
+        """Samples in this rank's shard (the dataset's size from the daemon)."""
+        if self._num_samples is None:
+            from nearprep.client import Client
+            c = client or Client(self.target, **self.client_options)
+            try:
+                self._num_samples = int(c.dataset(self.dataset).num_samples)
+            finally:
+                if client is None:
+                    c.close()
+        shard, shards = self._rank_shard()
+        return shard_size(self._num_samples, shard, shards)
+
+    def __len__(self):
+        """Batches this rank yields per epoch (all workers together): exact
+        unless samples fail to decode under error_policy="skip" (then there
+        may be fewer, never more: a worker's range with failed samples ends
+        in a short batch, left out with drop_remainder)."""
+        try:
+            size = self._size()
+        except Exception as e:  # noqa: BLE001 (torch expects TypeError for "no length")
+            raise TypeError(f"len(): the dataset's size is unknown ({e})") from e
+        return rank_batches(size, self.batch_size, self.drop_remainder, self.max_batches)
+
+    # -- the start: epoch, per-stream tokens ----------------------------------------
+
+    def _set_start(self, epoch, workers, rotation, tokens):
         """workers None: every stream from the start of `epoch`; else the
-        num_workers (0: the main process) `starts` [(batch, position)] per
-        stream were taken with, stream `rotation` coming next."""
+        num_workers (0: the main process) `tokens` (per stream: the resume
+        token of its last batch received, or None) were taken with, stream
+        `rotation` coming next."""
         self.epoch = epoch
-        self._start = (epoch, workers, rotation, starts)
+        self._start = (epoch, workers, rotation, tokens)
         self._consumed = None
         sh = self._shared
         if sh is not None:
             sh[_S_EPOCH] = epoch
             sh[_S_ROTATION] = rotation
             sh[_S_UNTRACKED] = 0
-            if starts is not None:
-                for k, (b, p) in enumerate(starts):
-                    sh[_S_STARTS + 2 * k], sh[_S_STARTS + 2 * k + 1] = b, p
+            if tokens is not None:
+                for k, t in enumerate(tokens):
+                    raw = (t or "").encode()
+                    if len(raw) >= _TOKEN_BYTES:
+                        raise InvalidArgumentError(
+                            f"tokens: a resume token of {len(raw)} bytes (at most "
+                            f"{_TOKEN_BYTES - 1})", field="tokens")
+                    self._shared_tokens[k * _TOKEN_BYTES:(k + 1) * _TOKEN_BYTES] = \
+                        raw.ljust(_TOKEN_BYTES, b"\0")
             sh[_S_STATE_WORKERS] = _FRESH if workers is None else workers
 
     def _read_start(self):
@@ -353,12 +550,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if sh is None or torch.utils.data.get_worker_info() is None:
             return self._start
         workers = int(sh[_S_STATE_WORKERS])
-        starts = None
+        tokens = None
         if workers != _FRESH:
-            starts = [(int(sh[_S_STARTS + 2 * k]), int(sh[_S_STARTS + 2 * k + 1]))
-                      for k in range(max(1, workers))]
+            tokens = []
+            for k in range(max(1, workers)):
+                raw = bytes(self._shared_tokens[k * _TOKEN_BYTES:(k + 1) * _TOKEN_BYTES])
+                tokens.append(raw.rstrip(b"\0").decode() or None)
         return (int(sh[_S_EPOCH]), None if workers == _FRESH else workers,
-                int(sh[_S_ROTATION]), starts)
+                int(sh[_S_ROTATION]), tokens)
 
     def set_epoch(self, epoch):
         """The next iteration serves `epoch` from its start (every worker,
@@ -366,18 +565,20 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._set_start(int(epoch), None, 0, None)
 
     def state_dict(self):
-        """{"epoch", "num_workers", "rotation", "positions", "dataset",
+        """{"epoch", "num_workers", "rotation", "tokens", "dataset",
         "batch_size", "shard"}: where the training loop stands (see the
-        class docstring); JSON-serialisable."""
+        class docstring); JSON-serialisable. "tokens": None at an epoch's
+        start, else per worker stream the resume token of the last batch
+        the loop received from it (None: none yet)."""
         if self._shared is not None and self._shared[_S_UNTRACKED]:
             raise RuntimeError(
                 "state_dict: this dataset was iterated by the workers of a plain "
                 "torch DataLoader, whose main process cannot tell which batches the "
                 "loop received; use nearprep.torch.DataLoader(ds, num_workers=...) or "
                 "num_workers=0")
-        epoch, workers, rotation, starts = self._consumed or self._start
+        epoch, workers, rotation, tokens = self._consumed or self._start
         return {"epoch": epoch, "num_workers": workers, "rotation": rotation,
-                "positions": None if starts is None else [list(s) for s in starts],
+                "tokens": None if tokens is None else list(tokens),
                 "dataset": self.dataset, "batch_size": self.batch_size,
                 "shard": list(self._rank_shard())}
 
@@ -390,39 +591,63 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if k in state and state[k] != v:
                 raise InvalidArgumentError(
                     f"state: {k} {state[k]!r} differs from this dataset's {v!r}", field=k)
-        workers, positions = state.get("num_workers"), state.get("positions")
-        if workers is None or positions is None:
-            self._set_start(int(state["epoch"]), None, 0, None)
+        epoch = int(state["epoch"])
+        if state.get("positions") is not None:
+            raise InvalidArgumentError(
+                "positions: a state of an older nearprep.torch (raw positions of another "
+                "worker split, not resume tokens): it cannot resume mid-epoch; restart "
+                f"epoch {epoch} with set_epoch({epoch})", field="positions")
+        workers, tokens = state.get("num_workers"), state.get("tokens")
+        if workers is None or tokens is None:
+            self._set_start(epoch, None, 0, None)
             return
         workers = int(workers)
-        if workers < 0 or len(positions) != max(1, workers) or workers > _MAX_STREAMS:
+        if workers < 0 or len(tokens) != max(1, workers) or workers > _MAX_STREAMS:
             raise InvalidArgumentError(
-                f"state: {len(positions)} positions for num_workers={workers}",
-                field="positions")
-        self._set_start(int(state["epoch"]), workers, int(state.get("rotation", 0)),
-                        [(int(b), int(p)) for b, p in positions])
+                f"tokens: {len(tokens)} resume tokens for num_workers={workers}",
+                field="tokens")
+        shard, shards = self._rank_shard()
+        for t in tokens:
+            if t is None:
+                continue
+            f = _token_fields(t)
+            # The daemon checks every field when the stream resumes; these
+            # two fail here, in the main process, with a plain message.
+            for k, v in (("epoch", str(epoch)), ("shard", f"{shard}/{shards}")):
+                if k in f and f[k] != v:
+                    raise InvalidArgumentError(
+                        f"tokens: a resume token of {k} {f[k]}, this state/rank's is {v}",
+                        field="tokens")
+        self._set_start(epoch, workers, int(state.get("rotation", 0)),
+                        [None if t is None else str(t) for t in tokens])
 
     def __getstate__(self):
         import multiprocessing.context
         state = dict(self.__dict__)
         if multiprocessing.context.get_spawning_popen() is None:
             state["_shared"] = None  # shareable only with a process being started
+            state["_shared_tokens"] = None
+        elif torch.utils.data.get_worker_info() is None:
+            # Pickled for a process being started (a DataLoader worker): the
+            # rank is fixed here, in the main process, where it is known.
+            self._rank_shard()
+            state["_rank"] = self._rank
         return state
 
     # -- recording (main process) -------------------------------------------------
 
-    def _received(self, epoch, workers, stream, next_batch, next_position):
-        """The main process got a batch of `stream`; the stream goes on at
-        (next_batch, next_position), the next stream in turn after it."""
+    def _received(self, epoch, workers, stream, token):
+        """The main process got a batch of `stream` whose resume token is
+        `token`; the next stream in turn comes after it."""
         c = self._consumed
         if c is None or c[0] != epoch or c[1] != workers:
-            s_epoch, s_workers, s_rot, s_starts = self._start
-            starts = (list(s_starts) if s_starts is not None and s_workers == workers
-                      else [(0, 0)] * max(1, workers))
-            c = (epoch, workers, 0, starts)
-        starts = c[3]
-        starts[stream] = (next_batch, next_position)
-        self._consumed = (epoch, workers, (stream + 1) % max(1, workers), starts)
+            s_epoch, s_workers, s_rot, s_tokens = self._start
+            tokens = (list(s_tokens) if s_tokens is not None and s_workers == workers
+                      else [None] * max(1, workers))
+            c = (epoch, workers, 0, tokens)
+        tokens = c[3]
+        tokens[stream] = token
+        self._consumed = (epoch, workers, (stream + 1) % max(1, workers), tokens)
 
     def _finished(self, epoch):
         """The loop received the whole epoch: a state taken now starts the next."""
@@ -430,34 +655,15 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     # -- iteration ------------------------------------------------------------------
 
-    def _rank_shard(self):
-        if self.shard_index is not None:
-            return self.shard_index, self.num_shards
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-
-    def shard_for_worker(self):
-        """(shard_index, num_shards) this process/worker requests."""
-        shard, shards = self._rank_shard()
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return shard, shards
-        _, _, rotation, _ = self._read_start()
-        return worker_shard(shard, shards, (info.id + rotation) % info.num_workers,
-                            info.num_workers)
-
     def __iter__(self):
         from nearprep.client import Client
-        from nearprep.errors import NearprepError
         info = torch.utils.data.get_worker_info()
         workers = 0 if info is None else info.num_workers
-        epoch, state_workers, rotation, starts = self._read_start()
+        epoch, state_workers, rotation, tokens = self._read_start()
         if state_workers is not None and state_workers != workers:
             raise InvalidArgumentError(
                 f"num_workers: the loaded state was taken with num_workers={state_workers}, "
-                f"this iteration has {workers}; each worker serves its own sub-shard, so "
+                f"this iteration has {workers}; each worker serves its own batches, so "
                 "resume with the same num_workers", field="num_workers")
         stream_id = 0 if info is None else (info.id + rotation) % workers
         if info is not None:
@@ -465,59 +671,79 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if info is not None and not self._tagged and self._shared is not None:
             self._shared[_S_UNTRACKED] = 1
         shard, shards = self._rank_shard()
-        if info is not None:
-            shard, shards = worker_shard(shard, shards, stream_id, workers)
-        start_batch, start_position = (0, 0) if starts is None else starts[stream_id]
-        kwargs = dict(self.batch_kwargs)
-        if kwargs.get("max_batches") and start_batch > 0:
-            # max_batches counts from start_batch: what this stream had left.
-            kwargs["max_batches"] -= start_batch
-            if kwargs["max_batches"] <= 0:
+        client = Client(self.target, **self.client_options)
+        stream = None
+        try:
+            rng = worker_range(self._size(client), self.batch_size, stream_id, workers,
+                               self.drop_remainder, self.max_batches)
+            token = None if tokens is None else tokens[stream_id]
+            if token:
+                start_batch, start_position = resume_point(token)
+            else:
+                start_batch, start_position = rng.first_batch, rng.start_position
+            left = rng.end_batch - start_batch
+            if left <= 0 or start_position >= rng.end_position:
                 if info is None:
                     self._finished(epoch)
                 return
-        client = Client(self.target, **self.client_options)
-        pin = self.pin_memory and torch.cuda.is_available()
-        stream = client.batches(self.dataset, batch_size=self.batch_size, epoch=epoch,
-                                shard_index=shard, num_shards=shards,
-                                start_batch=start_batch, start_position=start_position,
-                                **kwargs)
-        try:
-            first = True
-            while True:
-                try:
-                    batch = next(stream)
-                except StopIteration:
+            where = ({"resume_token": token} if token else
+                     {"start_batch": start_batch, "start_position": start_position})
+            pin = self.pin_memory and torch.cuda.is_available()
+            stream = client.batches(self.dataset, batch_size=self.batch_size, epoch=epoch,
+                                    shard_index=shard, num_shards=shards, max_batches=left,
+                                    **where, **self.batch_kwargs)
+            for batch in stream:
+                n = len(batch.labels)
+                if batch.next_position > rng.end_position:
+                    # Samples failed in this range (ERROR_POLICY_SKIP): the batch
+                    # runs into the next worker's range; keep what precedes it.
+                    n = self._samples_before(client, epoch, shard, shards, batch,
+                                             rng.end_position)
+                if n > 0 and not (self.drop_remainder and n < self.batch_size):
+                    item = self._item(batch, n, pin)
+                    if info is None:
+                        self._received(epoch, 0, 0, batch.resume_token)
+                        yield item
+                    elif self._tagged:
+                        yield _Tagged(item, stream_id, epoch, batch.resume_token)
+                    else:
+                        yield item
+                if batch.next_position >= rng.end_position:
                     break
-                except NearprepError as e:
-                    if (first and start_batch > 0 and
-                            getattr(e, "code", "") in ("OUT_OF_RANGE", "INVALID_ARGUMENT") and
-                            getattr(e, "field", None) in ("start_batch", "start_position")):
-                        break  # resumed exactly at the end of this stream
-                    raise
-                first = False
-                images = to_torch(batch.images)
-                labels = to_torch(batch.labels)
-                if pin:
-                    images, labels = images.pin_memory(), labels.pin_memory()
-                if self.return_batch:
-                    item = {"images": images, "labels": labels,
-                            "sample_ids": to_torch(batch.sample_ids.astype(np.int64)),
-                            "batch_index": batch.index, "epoch": batch.epoch}
-                else:
-                    item = (images, labels)
-                if info is None:
-                    self._received(epoch, 0, 0, batch.index + 1, batch.next_position)
-                    yield item
-                elif self._tagged:
-                    yield _Tagged(item, stream_id, epoch, batch.index + 1, batch.next_position)
-                else:
-                    yield item
             if info is None:
                 self._finished(epoch)
         finally:
-            stream.close()
+            if stream is not None:
+                stream.close()
             client.close()
+
+    def _samples_before(self, client, epoch, shard, shards, batch, end):
+        """How many of `batch`'s samples lie before shard position `end`: the
+        first sample at or after `end` that decodes (one-sample stream from
+        there) is where the next range begins."""
+        probe = client.batches(self.dataset, batch_size=1, epoch=epoch, shard_index=shard,
+                               num_shards=shards, start_batch=end, start_position=end,
+                               max_batches=1, **self.batch_kwargs)
+        try:
+            first = next(iter(probe), None)
+        finally:
+            probe.close()
+        ids = batch.sample_ids.tolist()
+        if first is None or int(first.sample_ids[0]) not in ids:
+            return len(ids)
+        return ids.index(int(first.sample_ids[0]))
+
+    def _item(self, batch, n, pin):
+        whole = n == len(batch.labels)
+        images = to_torch(batch.images if whole else batch.images[:n])
+        labels = to_torch(batch.labels if whole else batch.labels[:n])
+        if pin:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        if not self.return_batch:
+            return images, labels
+        return {"images": images, "labels": labels,
+                "sample_ids": to_torch(batch.sample_ids[:n].astype(np.int64)),
+                "batch_index": batch.index, "epoch": batch.epoch}
 
 
 _FEEDER_JOIN_S = 5.0
@@ -604,6 +830,7 @@ class DataLoader:
 
     def __iter__(self):
         ds = self.dataset
+        ds._rank_shard()  # fixed (or checked) here, before workers start
         _, state_workers, _, _ = ds._start
         if state_workers is not None and state_workers != self.num_workers:
             raise InvalidArgumentError(
@@ -616,9 +843,12 @@ class DataLoader:
         epoch = None
         for t in self._loader:
             epoch = t.epoch
-            ds._received(t.epoch, self.num_workers, t.stream, t.next_batch, t.next_position)
+            ds._received(t.epoch, self.num_workers, t.stream, t.token)
             yield t.item
         ds._finished(ds._start[0] if epoch is None else epoch)
+
+    def __len__(self):
+        return len(self.dataset)
 
     def set_epoch(self, epoch):
         self.dataset.set_epoch(epoch)
