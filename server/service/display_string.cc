@@ -67,4 +67,28 @@ std::string DisplayString(absl::string_view s) {
   return out;
 }
 
+std::string LogSafe(absl::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::string text = DisplayString(s);
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const uint8_t b = static_cast<uint8_t>(ch);
+    if (b >= 0x20 && b != 0x7f) {
+      out += ch;
+    } else if (b == '\n') {
+      out += "\\n";
+    } else if (b == '\r') {
+      out += "\\r";
+    } else if (b == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 0xF];
+    }
+  }
+  return out;
+}
+
 }  // namespace nearprep

@@ -28,6 +28,12 @@ bool IsValidUtf8(absl::string_view s);
 // not part of a well-formed sequence written as \xNN.
 std::string DisplayString(absl::string_view s);
 
+// DisplayString(s) fit for one log record: control bytes (< 0x20, 0x7f)
+// written as \n, \r, \t or \xNN, so that a caller's string (a dataset name
+// in a refused request) can neither end the record and forge the next one
+// nor send terminal escapes.
+std::string LogSafe(absl::string_view s);
+
 }  // namespace nearprep
 
 #endif  // NEARPREP_SERVER_SERVICE_DISPLAY_STRING_H_

@@ -1,13 +1,12 @@
 #include "server/service/preprocessor_service.h"
 
+#include <grpc/grpc_security_constants.h>
+#include <spdlog/spdlog.h>
+
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <grpc/grpc_security_constants.h>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
 #include "server/service/batch_serializer.h"
@@ -38,9 +37,9 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, Request* request) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   if (!request->ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(
-        "request: not a valid " + Request::descriptor()->full_name() +
-        " message");
+    return absl::InvalidArgumentError("request: not a valid " +
+                                      Request::descriptor()->full_name() +
+                                      " message");
   }
   return absl::OkStatus();
 }
@@ -51,8 +50,7 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, Request* request) {
 authz::Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
   authz::Credentials c;
   c.peer = PeerName(context.peer());
-  const std::shared_ptr<const grpc::AuthContext> auth =
-      context.auth_context();
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
     const auto copy = [&auth](const char* property,
                               std::vector<std::string>* out) {
@@ -76,8 +74,7 @@ authz::Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
 
 // Serializes a unary answer into the raw response buffer.
 template <typename Response>
-grpc::Status SerializeResponse(const Response& message,
-                               grpc::ByteBuffer* out) {
+grpc::Status SerializeResponse(const Response& message, grpc::ByteBuffer* out) {
   bool own_buffer = false;
   return grpc::SerializationTraits<Response>::Serialize(message, out,
                                                         &own_buffer);
@@ -99,9 +96,7 @@ class PreprocessorService::BatchWriter
   explicit BatchWriter(const grpc::Status& status) { Finish(status); }
 
   BatchWriter(ServiceCore* core, ServiceCore::OpenedStream opened)
-      : core_(core),
-        dataset_(opened.dataset),
-        entry_(std::move(opened.entry)) {
+      : core_(core), dataset_(opened.dataset), entry_(std::move(opened.entry)) {
     NextBatch();
   }
 
@@ -114,11 +109,10 @@ class PreprocessorService::BatchWriter
       return;
     }
     ++batches_;
-    core_->CountBatchSent(
-        dataset_, bytes_, samples_,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                      write_started_)
-            .count());
+    core_->CountBatchSent(dataset_, bytes_, samples_,
+                          std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - write_started_)
+                              .count());
     NextBatch();
   }
 
@@ -155,7 +149,7 @@ class PreprocessorService::BatchWriter
     } else {
       spdlog::info("stream ended after {} batches: {}: {}", batches_,
                    absl::StatusCodeToString(status.code()),
-                   std::string(status.message()));
+                   LogSafe(status.message()));
     }
     Finish(ToGrpc(status));  // OnDone may run (and delete this) at once.
   }
@@ -230,8 +224,8 @@ grpc::ServerUnaryReactor* PreprocessorService::GetServerInfo(
       own_watchdog = diff == 0;
     }
     if (!own_watchdog) {
-      if (absl::Status st = authorizer_->Authorize(
-              CredentialsOf(*context), authz::Operation::kInfo, "");
+      if (absl::Status st = authorizer_->Authorize(CredentialsOf(*context),
+                                                   authz::Operation::kInfo, "");
           !st.ok()) {
         reactor->Finish(ToGrpc(st));
         return reactor;
@@ -249,8 +243,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
   // Refusals before the core was asked (unparseable, not authorized) are
   // counted here; the core counts its own.
   auto reject = [this, context](const absl::Status& st) {
-    spdlog::info("StreamBatches from {} refused: {}",
-                 PeerName(context->peer()), st.ToString());
+    // The message may hold the caller's strings (a dataset name): escaped,
+    // so that none can end this record and forge another.
+    spdlog::info("StreamBatches from {} refused: {}", PeerName(context->peer()),
+                 LogSafe(st.ToString()));
     return new BatchWriter(ToGrpc(st));
   };
 
@@ -263,9 +259,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PreprocessorService::StreamBatches(
   // about the dataset (not even whether it exists). Fleet explicit-id
   // requests are StreamBatches calls too, checked the same way.
   if (authorizer_ != nullptr) {
-    if (absl::Status st = authorizer_->Authorize(
-            CredentialsOf(*context), authz::Operation::kStream,
-            request.dataset());
+    if (absl::Status st = authorizer_->Authorize(CredentialsOf(*context),
+                                                 authz::Operation::kStream,
+                                                 request.dataset());
         !st.ok()) {
       core_->CountRejected(/*invalid=*/false);
       return reject(st);

@@ -1,14 +1,13 @@
 #include "server/service/service_core.h"
 
+#include <spdlog/spdlog.h>
+
 #include <string>
 #include <utility>
 
-#include <spdlog/spdlog.h>
-
+#include "common/version.h"
 #include "server/service/display_string.h"
 #include "server/service/fleet_request.h"
-
-#include "common/version.h"
 
 namespace nearprep {
 
@@ -100,17 +99,17 @@ void ServiceCore::FillServerInfo(v1::ServerInfo* info) const {
     if (s.name == "p2p_read_bytes") c->set_p2p_reads(s.value);
     if (s.name == "buffered_read_bytes") c->set_buffered_reads(s.value);
   }
-  info->set_uptime_seconds(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(
-          std::chrono::steady_clock::now() - start_time_)
-          .count()));
+  info->set_uptime_seconds(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::steady_clock::now() - start_time_)
+                                .count()));
 }
 
 absl::StatusOr<ServiceCore::OpenedStream> ServiceCore::OpenStream(
     const v1::StreamBatchesRequest& request, const std::string& origin) {
   absl::StatusOr<StreamRequest> validated = ValidateStreamRequest(
-      request, [this](const std::string& n) { return FindDataset(n); },
-      limits_, dataset_names_);
+      request, [this](const std::string& n) { return FindDataset(n); }, limits_,
+      dataset_names_);
   if (!validated.ok()) {
     CountRejected(/*invalid=*/true);
     return validated.status();
@@ -122,11 +121,11 @@ absl::StatusOr<ServiceCore::OpenedStream> ServiceCore::OpenStream(
     CountRejected(/*invalid=*/false);
     return entry.status();
   }
-  spdlog::debug("stream from {}: dataset={} batch_size={} shard={}/{} "
-                "start_batch={}",
-                origin, request.dataset(), request.batch_size(),
-                validated->shard_index, validated->num_shards,
-                validated->start_batch);
+  spdlog::debug(
+      "stream from {}: dataset={} batch_size={} shard={}/{} "
+      "start_batch={}",
+      origin, LogSafe(request.dataset()), request.batch_size(),
+      validated->shard_index, validated->num_shards, validated->start_batch);
   OpenedStream out;
   out.entry = std::move(*entry);
   if (auto it = dataset_counters_.find(request.dataset());

@@ -42,8 +42,8 @@ TEST(DisplayStringTest, ResultAlwaysParsesAsProtoString) {
   // The point of it: a message holding the display form round-trips
   // through protobuf, which refuses invalid UTF-8 in string fields.
   for (int b = 0; b < 256; ++b) {
-    const std::string name = "dir" + std::string(1, static_cast<char>(b)) +
-                             "\xe9x\xc3";
+    const std::string name =
+        "dir" + std::string(1, static_cast<char>(b)) + "\xe9x\xc3";
     v1::SampleError e;
     e.set_path(DisplayString(name));
     e.set_path_bytes(name);
@@ -51,6 +51,22 @@ TEST(DisplayStringTest, ResultAlwaysParsesAsProtoString) {
     v1::SampleError back;
     ASSERT_TRUE(back.ParseFromString(e.SerializeAsString())) << b;
     EXPECT_EQ(back.path_bytes(), name);
+  }
+}
+
+// Issue 37 item 4: a caller's string in a log record cannot end the record
+// (a newline would forge the next one) nor carry terminal escapes.
+TEST(LogSafeTest, EscapesControlBytesAndKeepsTheRest) {
+  EXPECT_EQ(LogSafe("imagenet"), "imagenet");
+  EXPECT_EQ(LogSafe("a\nb\rc\td"), "a\\nb\\rc\\td");
+  EXPECT_EQ(LogSafe(std::string("x\0y\x1b[31m\x7f", 9)),
+            "x\\x00y\\x1b[31m\\x7f");
+  EXPECT_EQ(LogSafe("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 kept
+  EXPECT_EQ(LogSafe("bad\xff"), "bad\\xff");         // DisplayString's form
+  for (const std::string& s :
+       {std::string("x\n[warn] forged"), std::string("\r\n\v\f")}) {
+    EXPECT_EQ(LogSafe(s).find_first_of(std::string("\n\r\v\f\x1b", 5)),
+              std::string::npos);
   }
 }
 
