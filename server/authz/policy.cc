@@ -1,12 +1,13 @@
 #include "server/authz/policy.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <set>
 #include <utility>
 
-#include <yaml-cpp/yaml.h>
-
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace nearprep {
@@ -57,12 +58,16 @@ bool IdentityMatch(std::string_view pattern, std::string_view identity) {
 
 namespace {
 
+// Identities of bearer tokens: "token:NAME" (a certificate name may not
+// start with it: Policy::Identify).
+constexpr char kTokenPrefix[] = "token:";
+
 absl::Status Bad(const std::string& source, const YAML::Node& node,
                  const std::string& key, const std::string& what) {
   const YAML::Mark m = node.Mark();
   if (m.line < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ",
-                                                   what));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", key, ": ", what));
   }
   return absl::InvalidArgumentError(
       absl::StrCat(source, ":", m.line + 1, ": ", key, ": ", what));
@@ -93,8 +98,9 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& n,
 }
 
 // A list of non-empty strings (a single string is taken as a list of one).
-absl::StatusOr<std::vector<std::string>> StringList(
-    const YAML::Node& n, const std::string& source, const std::string& key) {
+absl::StatusOr<std::vector<std::string>> StringList(const YAML::Node& n,
+                                                    const std::string& source,
+                                                    const std::string& key) {
   std::vector<std::string> out;
   if (n.IsScalar()) {
     out.push_back(n.Scalar());
@@ -158,8 +164,9 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
       for (size_t i = 0; i < rules.size(); ++i) {
         const YAML::Node r = rules[i];
         const std::string at = absl::StrCat("authorization.rules[", i, "]");
-        if (absl::Status st = CheckKeys(
-                r, source, at, {"name", "identities", "datasets", "operations"});
+        if (absl::Status st =
+                CheckKeys(r, source, at,
+                          {"name", "identities", "datasets", "operations"});
             !st.ok()) {
           return st;
         }
@@ -168,7 +175,8 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
         if (const YAML::Node n = r["name"]) {
           absl::StatusOr<std::string> s = Scalar(n, source, at + ".name");
           if (!s.ok()) return s.status();
-          if (s->empty()) return Bad(source, n, at + ".name", "must not be empty");
+          if (s->empty())
+            return Bad(source, n, at + ".name", "must not be empty");
           rule.name = *s;
         }
         if (!names.insert(rule.name).second) {
@@ -240,8 +248,8 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
       }
     }
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ": authorization: ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": authorization: ", e.msg));
   }
   return config;
 }
@@ -253,6 +261,10 @@ absl::StatusOr<std::shared_ptr<const Policy>> Policy::Create(
 }
 
 absl::StatusOr<std::string> Policy::Identify(const Credentials& c) const {
+  if (c.duplicate_authorization) {
+    return absl::UnauthenticatedError(
+        "the call carries more than one authorization header: send one");
+  }
   if (c.has_authorization) {
     // RFC 6750: "Bearer" (scheme case-insensitive), one space, the token.
     std::string_view v = c.authorization;
@@ -280,11 +292,25 @@ absl::StatusOr<std::string> Policy::Identify(const Credentials& c) const {
       return absl::UnauthenticatedError(
           "bearer token not recognised (not in authorization.token_file)");
     }
-    return "token:" + *name;
+    return std::string(kTokenPrefix) + *name;
   }
-  if (!c.san_uris.empty()) return c.san_uris.front();
-  if (!c.san_dns.empty()) return c.san_dns.front();
-  if (!c.common_name.empty()) return c.common_name;
+  // Certificate names never enter the bearer tokens' namespace: a CN or
+  // SAN DNS name "token:ci" would otherwise get the rules written for the
+  // token named ci.
+  std::string cert;
+  if (!c.san_uris.empty()) {
+    cert = c.san_uris.front();
+  } else if (!c.san_dns.empty()) {
+    cert = c.san_dns.front();
+  } else {
+    cert = c.common_name;
+  }
+  if (absl::StartsWithIgnoreCase(cert, kTokenPrefix)) {
+    return absl::UnauthenticatedError(
+        "client certificate name starts with 'token:', the bearer tokens' "
+        "namespace: refused (rename the certificate's subject)");
+  }
+  if (!cert.empty()) return cert;
   return absl::UnauthenticatedError(
       "no client identity: present a client certificate (mutual TLS, "
       "tls.client_ca) or a bearer token (authorization: Bearer ...)");

@@ -52,6 +52,9 @@ struct Credentials {
   // ("Bearer TOKEN"). Never logged.
   bool has_authorization = false;
   std::string authorization;
+  // More than one `authorization` entry: refused (which one decides would
+  // depend on the proxy in front; RFC 9110 allows one credential).
+  bool duplicate_authorization = false;
   // The peer address ("ipv4:10.0.0.7:51234"), for the audit log only.
   std::string peer;
 };

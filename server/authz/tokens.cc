@@ -3,6 +3,7 @@
 #include <openssl/sha.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -79,17 +80,19 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
     if (name.empty() || name[0] == '#') continue;
     fields >> hex >> extra;
     if (hex.empty() || !extra.empty()) {
-      return bad("expected 'NAME SHA256-HEX' (64 hex digits of the token's "
-                 "SHA-256, never the token itself)");
+      return bad(
+          "expected 'NAME SHA256-HEX' (64 hex digits of the token's "
+          "SHA-256, never the token itself)");
     }
     if (!ValidName(name)) {
       return bad("token name '" + name +
                  "': only letters, digits and . _ @ - allowed");
     }
     if (hex.size() != 64) {
-      return bad("token '" + name + "': the hash must be 64 hex digits "
-                 "(SHA-256), got " + std::to_string(hex.size()) +
-                 " characters");
+      return bad("token '" + name +
+                 "': the hash must be 64 hex digits "
+                 "(SHA-256), got " +
+                 std::to_string(hex.size()) + " characters");
     }
     TokenEntry e;
     e.name = name;
@@ -97,7 +100,8 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
       const int hi = HexValue(hex[2 * i]);
       const int lo = HexValue(hex[2 * i + 1]);
       if (hi < 0 || lo < 0) {
-        return bad("token '" + name + "': the hash has a character that is "
+        return bad("token '" + name +
+                   "': the hash has a character that is "
                    "not a hex digit");
       }
       e.sha256[i] = static_cast<uint8_t>(hi * 16 + lo);
@@ -114,6 +118,13 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(
 }
 
 absl::StatusOr<std::vector<TokenEntry>> LoadTokenFile(const std::string& path) {
+  // A directory opens as a stream that reads nothing: it must not load as
+  // an empty token file ("no tokens") on a reload.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError("authorization.token_file: '" + path +
+                                      "' is not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(

@@ -87,6 +87,27 @@ absl::Status CheckNoDuplicateKeys(const YAML::Node& node,
   return absl::OkStatus();
 }
 
+// Dataset names are written into logs, metrics labels, resume tokens and
+// audit records: printable ASCII without spaces ('!' .. '~'), at most 128
+// bytes (docs/operations.md "Datasets").
+absl::Status CheckDatasetName(const std::string& name) {
+  if (name.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most 128 bytes, got ", name.size()));
+  }
+  for (const char ch : name) {
+    const unsigned char b = static_cast<unsigned char>(ch);
+    if (b <= 0x20 || b >= 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "may hold printable ASCII only, without spaces ('!' .. '~'); byte 0x",
+          absl::Hex(b, absl::kZeroPad2), " at offset ", &ch - name.data()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+constexpr double kMaxDrainSeconds = 86400;
+
 template <typename T>
 absl::Status Get(const YAML::Node& parent, const char* key,
                  const std::string& source, const std::string& prefix, T* out) {
@@ -460,8 +481,13 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
                "critical, off; got '" +
                    c.log_level + "'");
   }
-  if (!std::isfinite(c.drain_seconds) || c.drain_seconds < 0) {
-    return Bad("drain_seconds", "must be >= 0");
+  // Checked before main() turns it into milliseconds (an int64: 1e300
+  // would be an undefined cast).
+  if (!std::isfinite(c.drain_seconds) || c.drain_seconds < 0 ||
+      c.drain_seconds > kMaxDrainSeconds) {
+    return Bad("drain_seconds",
+               absl::StrCat("must be in [0, ", kMaxDrainSeconds, "], got ",
+                            c.drain_seconds));
   }
   if (!c.metrics_listen.empty()) {
     absl::StatusOr<metrics::HostPort> hp =
@@ -524,6 +550,9 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     const DatasetConfig& d = c.server.datasets[i];
     const std::string at = absl::StrCat("datasets[", i, "]");
     if (d.name.empty()) return Bad(at + ".name", "required");
+    if (absl::Status st = CheckDatasetName(d.name); !st.ok()) {
+      return Bad(at + ".name", std::string(st.message()));
+    }
     if (!names.insert(d.name).second) {
       return Bad(at + ".name", "duplicate dataset name '" + d.name + "'");
     }

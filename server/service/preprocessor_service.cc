@@ -68,6 +68,7 @@ authz::Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
     c.has_authorization = true;
     c.authorization.assign(it->second.data(), it->second.size());
+    c.duplicate_authorization = metadata.count("authorization") > 1;
   }
   return c;
 }

@@ -1,12 +1,12 @@
 // The policy engine of server/authz without any server: matching, globs,
 // prefixes, deny by default, identities, token hashing, reload and audit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "server/authz/authorizer.h"
 #include "server/authz/policy.h"
@@ -62,8 +62,10 @@ TEST(GlobMatchTest, StarsAndQuestionMarks) {
 }
 
 TEST(IdentityMatchTest, ExactOrPrefix) {
-  EXPECT_TRUE(IdentityMatch("spiffe://corp/team-a/*", "spiffe://corp/team-a/j1"));
-  EXPECT_FALSE(IdentityMatch("spiffe://corp/team-a/*", "spiffe://corp/team-ab/j1"));
+  EXPECT_TRUE(
+      IdentityMatch("spiffe://corp/team-a/*", "spiffe://corp/team-a/j1"));
+  EXPECT_FALSE(
+      IdentityMatch("spiffe://corp/team-a/*", "spiffe://corp/team-ab/j1"));
   EXPECT_FALSE(IdentityMatch("spiffe://corp/team-a/*", "spiffe://corp/team-a"));
   EXPECT_TRUE(IdentityMatch("trainer.corp", "trainer.corp"));
   // Without the star it is exact: no prefix match.
@@ -84,10 +86,11 @@ TEST(PolicyTest, AllowsOnlyWhatARuleGives) {
   // Operation not granted by the rule.
   EXPECT_FALSE(p->Check(vision, Operation::kInfo, "").allowed);
   EXPECT_TRUE(p->Check("speech-trainer.corp", Operation::kInfo, "").allowed);
-  EXPECT_TRUE(p->Check("speech-trainer.corp", Operation::kStream,
-                       "librispeech").allowed);
-  EXPECT_FALSE(p->Check("speech-trainer.corp", Operation::kStream,
-                        "imagenet-train").allowed);
+  EXPECT_TRUE(p->Check("speech-trainer.corp", Operation::kStream, "librispeech")
+                  .allowed);
+  EXPECT_FALSE(
+      p->Check("speech-trainer.corp", Operation::kStream, "imagenet-train")
+          .allowed);
   EXPECT_TRUE(p->Check("prometheus", Operation::kInfo, "").allowed);
   EXPECT_FALSE(p->Check("prometheus", Operation::kList, "coco").allowed);
   // Unknown identities get nothing.
@@ -190,14 +193,15 @@ TEST(TokensTest, BadFilesNameTheLine) {
 }
 
 TEST(PolicyTest, BearerTokenIdentityAndErrors) {
-  std::vector<TokenEntry> tokens = *ParseTokenFile(
-      "ci " + DigestHex(Sha256("good-token")) + "\n", "t");
+  std::vector<TokenEntry> tokens =
+      *ParseTokenFile("ci " + DigestHex(Sha256("good-token")) + "\n", "t");
   auto p = Make(R"(
 authorization:
   rules:
     - identities: ["token:ci"]
       datasets: ["*"]
-)", tokens);
+)",
+                tokens);
   Credentials c;
   c.has_authorization = true;
   c.authorization = "Bearer good-token";
@@ -224,6 +228,56 @@ authorization:
   c.authorization = "Bearer good-token";
   EXPECT_THAT(no_tokens->Identify(c).status().message(),
               HasSubstr("token_file"));
+}
+
+// Issue 37 item 3: a certificate named like a token ("token:ci" as CN or
+// SAN DNS) got the token's rules; item 13: with two authorization headers
+// the first decided. Both are refused now.
+TEST(PolicyTest, CertificateNamesNeverEnterTheTokenNamespace) {
+  std::vector<TokenEntry> tokens =
+      *ParseTokenFile("ci " + DigestHex(Sha256("good-token")) + "\n", "t");
+  auto p = Make(R"(
+authorization:
+  rules:
+    - identities: ["token:ci"]
+      datasets: ["*"]
+)",
+                tokens);
+  for (int field = 0; field < 3; ++field) {
+    Credentials c;
+    const std::string name = field == 2 ? "TOKEN:ci" : "token:ci";
+    if (field == 0) c.common_name = name;
+    if (field == 1) c.san_dns = {name};
+    if (field == 2) c.san_uris = {name};
+    absl::StatusOr<std::string> id = p->Identify(c);
+    ASSERT_FALSE(id.ok()) << field << " got " << *id;
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(id.status().message(), HasSubstr("namespace"));
+  }
+  Credentials fine;
+  fine.common_name = "tokens.corp";  // not the prefix: a name like any other
+  EXPECT_EQ(*p->Identify(fine), "tokens.corp");
+
+  Credentials two;
+  two.has_authorization = true;
+  two.authorization = "Bearer good-token";
+  EXPECT_EQ(*p->Identify(two), "token:ci");
+  two.duplicate_authorization = true;
+  EXPECT_EQ(p->Identify(two).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(p->Identify(two).status().message(), HasSubstr("more than one"));
+}
+
+// Issue 37 item 7: a token file replaced by a directory loaded as an empty
+// file ("no tokens"); it is an error now, so a reload keeps the old tokens.
+TEST(TokensTest, DirectoryIsNotATokenFile) {
+  const std::string dir = ::testing::TempDir() + "np_token_dir";
+  std::remove(dir.c_str());
+  ASSERT_EQ(system(("mkdir -p '" + dir + "'").c_str()), 0);
+  absl::StatusOr<std::vector<TokenEntry>> t = LoadTokenFile(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("not a regular file"));
+  ASSERT_EQ(system(("rmdir '" + dir + "'").c_str()), 0);
 }
 
 TEST(ParsePolicyYamlTest, ErrorsNameTheKey) {
@@ -275,14 +329,15 @@ std::string ReadAll(const std::string& path) {
 TEST(AuthorizerTest, DeniesNamingDatasetAndIdentityAndAudits) {
   const std::string audit = ::testing::TempDir() + "/authz_audit.jsonl";
   std::remove(audit.c_str());
-  PolicyConfig config = Parse(std::string(kTwoTeams) + "  audit_log: " +
-                              audit + "\n");
+  PolicyConfig config =
+      Parse(std::string(kTwoTeams) + "  audit_log: " + audit + "\n");
   auto a = Authorizer::Create(config, {"imagenet-train", "librispeech"});
   ASSERT_TRUE(a.ok()) << a.status();
   Credentials vision;
   vision.san_uris = {"spiffe://corp/team-vision/j"};
   vision.peer = "ipv4:10.1.2.3:4444";
-  EXPECT_TRUE((*a)->Authorize(vision, Operation::kStream, "imagenet-train").ok());
+  EXPECT_TRUE(
+      (*a)->Authorize(vision, Operation::kStream, "imagenet-train").ok());
   absl::Status denied =
       (*a)->Authorize(vision, Operation::kStream, "librispeech");
   EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
@@ -291,8 +346,9 @@ TEST(AuthorizerTest, DeniesNamingDatasetAndIdentityAndAudits) {
   // A name the daemon does not serve counts as "(other)".
   EXPECT_FALSE((*a)->Authorize(vision, Operation::kStream, "x-secret").ok());
   Credentials nobody;
-  EXPECT_EQ((*a)->Authorize(nobody, Operation::kStream, "imagenet-train").code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      (*a)->Authorize(nobody, Operation::kStream, "imagenet-train").code(),
+      absl::StatusCode::kUnauthenticated);
 
   const auto counts = (*a)->decision_counts();
   EXPECT_EQ(counts.at({"allow", "imagenet-train"}), 1u);
@@ -301,10 +357,12 @@ TEST(AuthorizerTest, DeniesNamingDatasetAndIdentityAndAudits) {
   EXPECT_EQ(counts.at({"unauthenticated", "imagenet-train"}), 1u);
 
   const std::string log = ReadAll(audit);
-  EXPECT_THAT(log, HasSubstr(
-      R"("identity":"spiffe://corp/team-vision/j","peer":"ipv4:10.1.2.3:4444",)"
-      R"("dataset":"imagenet-train","operation":"stream","decision":"allow",)"
-      R"("rule":"vision"})"));
+  EXPECT_THAT(
+      log,
+      HasSubstr(
+          R"("identity":"spiffe://corp/team-vision/j","peer":"ipv4:10.1.2.3:4444",)"
+          R"("dataset":"imagenet-train","operation":"stream","decision":"allow",)"
+          R"("rule":"vision"})"));
   EXPECT_THAT(log, HasSubstr(R"("dataset":"librispeech","operation":"stream",)"
                              R"("decision":"deny","rule":""})"));
   EXPECT_THAT(log, HasSubstr(R"("decision":"unauthenticated")"));
@@ -315,8 +373,8 @@ TEST(AuthorizerTest, DeniesNamingDatasetAndIdentityAndAudits) {
 }
 
 TEST(AuthorizerTest, ListFilterShowsOnlyListableDatasets) {
-  auto a = *Authorizer::Create(Parse(kTwoTeams), {"imagenet-train", "coco",
-                                                  "librispeech"});
+  auto a = *Authorizer::Create(Parse(kTwoTeams),
+                               {"imagenet-train", "coco", "librispeech"});
   Credentials vision;
   vision.san_uris = {"spiffe://corp/team-vision/j"};
   auto f = a->ListFilter(vision);
@@ -329,8 +387,8 @@ TEST(AuthorizerTest, ListFilterShowsOnlyListableDatasets) {
 }
 
 TEST(AuthorizerTest, ReloadReplacesPolicyAndBadReloadKeepsOld) {
-  const std::string tokens = TempFile(
-      "tokens", "a " + DigestHex(Sha256("token-a")) + "\n");
+  const std::string tokens =
+      TempFile("tokens", "a " + DigestHex(Sha256("token-a")) + "\n");
   const std::string yaml =
       "authorization:\n  token_file: " + tokens +
       "\n  rules:\n    - {name: a, identities: ['token:a'], datasets: [d]}\n";

@@ -418,6 +418,30 @@ TEST(DaemonConfigTest, ReloadNeverTurnsAuthorizationOff) {
   std::filesystem::remove(path);
 }
 
+// Issue 37 item 13: drain_seconds is range-checked before main() casts it
+// to int64 milliseconds (1e300 was accepted), and dataset names are
+// printable ASCII without spaces (a newline in --dataset was accepted).
+TEST(DaemonConfigTest, DrainSecondsAndDatasetNamesAreRangeChecked) {
+  for (const char* drain : {"1e300", "86401", "-1", "nan"}) {
+    CommandLine cl = Parse({"--dataset", "a=/a", "--drain-seconds", drain});
+    EXPECT_TRUE(cl.exit_now) << drain;
+    EXPECT_EQ(cl.exit_code, 2) << drain;
+    EXPECT_NE(cl.message.find("drain_seconds"), std::string::npos)
+        << cl.message;
+  }
+  EXPECT_FALSE(
+      Parse({"--dataset", "a=/a", "--drain-seconds", "86400"}).exit_now);
+  for (const std::string& name :
+       {std::string("a\nb"), std::string("a b"), std::string("caf\xc3\xa9"),
+        std::string(129, 'x')}) {
+    CommandLine cl = Parse({"--dataset", name + "=/a"});
+    EXPECT_TRUE(cl.exit_now) << name;
+    EXPECT_EQ(cl.exit_code, 2) << name;
+    EXPECT_NE(cl.message.find("name"), std::string::npos) << cl.message;
+  }
+  EXPECT_FALSE(Parse({"--dataset", "imagenet-1k_v2.train=/a"}).exit_now);
+}
+
 // Issue 37 item 8: a key given twice in one mapping is refused with
 // file:line (yaml-cpp keeps both and lookups see the first: a second
 // authorization section or an override appended at the end was ignored).
