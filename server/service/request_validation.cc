@@ -398,11 +398,12 @@ std::string ClosestName(const std::string& name,
 namespace {
 
 // A resume point (start_batch, start_position), bare or from a token, that
-// no stream of this request hands out: before start_batch full batches
-// (every batch before batch k consumed batch_size positions plus the
-// samples skipped in it), past the end of the shard (Batch.next_position
-// never is), or, under fail_stream (nothing skipped), anywhere but
-// start_batch * batch_size. The error names start_position, or
+// no stream of this request hands out: past the end of the shard
+// (Batch.next_position never is); before start_batch full batches (every
+// batch before batch k consumed batch_size positions plus the samples
+// skipped in it), unless it is the end of the shard right after a short
+// last batch; or, under fail_stream (nothing skipped), anywhere but
+// start_batch * batch_size or that end. The error names start_position, or
 // resume_token when the point came from one (a forged token).
 absl::Status CheckResumePoint(const v1::StreamBatchesRequest& request,
                               const StreamRequest& r, const Dataset& dataset) {
@@ -413,15 +414,6 @@ absl::Status CheckResumePoint(const v1::StreamBatchesRequest& request,
                  : std::string(
                        " (not a Batch.next_position of this stream: send "
                        "Batch.resume_token back instead)");
-  uint64_t first = 0;
-  const bool overflows = __builtin_mul_overflow(
-      r.start_batch, static_cast<uint64_t>(r.batch_size), &first);
-  if (overflows || r.start_position < first) {
-    return Invalid(field,
-                   absl::StrCat("position ", r.start_position,
-                                " must be >= start_batch * batch_size = ",
-                                r.start_batch, " * ", r.batch_size, hint));
-  }
   const uint64_t shard = ShardSize(dataset.size(), r.shard_index, r.num_shards);
   if (r.start_position > shard) {
     return Invalid(
@@ -429,6 +421,28 @@ absl::Status CheckResumePoint(const v1::StreamBatchesRequest& request,
                             " is past the end of shard ", r.shard_index, " of ",
                             r.num_shards, " of dataset '", request.dataset(),
                             "' (", shard, " positions)", hint));
+  }
+  uint64_t first = 0;
+  const bool overflows = __builtin_mul_overflow(
+      r.start_batch, static_cast<uint64_t>(r.batch_size), &first);
+  if (r.start_position == shard) {
+    // The end of the shard: what the last batch hands out, a short one
+    // included. That batch, start_batch - 1, began at (start_batch - 1) *
+    // batch_size or later and held at least one position.
+    if (overflows || first - r.batch_size >= shard) {
+      return Invalid(
+          field, absl::StrCat("position ", r.start_position,
+                              " (the end of the shard) cannot follow batch ",
+                              r.start_batch - 1, " of ", r.batch_size,
+                              " samples", hint));
+    }
+    return absl::OkStatus();
+  }
+  if (overflows || r.start_position < first) {
+    return Invalid(field,
+                   absl::StrCat("position ", r.start_position,
+                                " must be >= start_batch * batch_size = ",
+                                r.start_batch, " * ", r.batch_size, hint));
   }
   if (request.error_policy() == v1::ERROR_POLICY_FAIL_STREAM &&
       r.start_position != first) {

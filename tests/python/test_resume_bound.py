@@ -57,6 +57,19 @@ def test_daemon_accepts_the_positions_its_streams_hand_out(daemon):
         assert "past the end of shard 1 of 3" in str(err.value)
 
 
+def test_the_token_after_a_short_last_batch_resumes_to_an_empty_stream(daemon, transport):
+    # 200 samples in batches of 64: batch 3 holds 8 and ends the epoch at
+    # position 200 < 4 * 64. Its token is a valid resume point (nothing
+    # left), for both policies (a checkpoint taken at the end of an epoch).
+    for policy in ("skip", "fail_stream"):
+        args = dict(ARGS, batch_size=64, error_policy=policy)
+        with nearprep.Client(daemon.target) as c:
+            last = list(c.batches("sample", **args))[-1]
+            assert (last.index, len(last.labels), last.next_position) == (3, 8, 200)
+            assert list(c.batches("sample", resume_token=last.resume_token, **args)) == []
+            assert list(c.batches("sample", start_batch=4, start_position=200, **args)) == []
+
+
 def fetch(daemon, out, *flags):
     r = subprocess.run([CLI, "fetch", "--target", daemon.target, "--dataset", "sample",
                         "--batch-size", "8", "--seed", "3", "--shuffle", "--height", "16",

@@ -753,6 +753,22 @@ TEST_F(RequestValidationTest, BareStartPositionIsCheckedAgainstTheRequest) {
   EXPECT_TRUE(Validate(r).ok());
   r.set_start_position(19);
   ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+  // The end of the shard after a short last batch: 40 samples in batches of
+  // 16 end with batch 2 (8 samples), whose token resumes at batch 3,
+  // position 40 (< 3 * 16); batch 4 cannot begin there. Both policies.
+  r.set_batch_size(16);
+  for (auto policy : {v1::ERROR_POLICY_FAIL_STREAM, v1::ERROR_POLICY_SKIP}) {
+    r.set_error_policy(policy);
+    r.set_start_batch(3);
+    r.set_start_position(40);
+    EXPECT_TRUE(Validate(r).ok()) << Validate(r).status();
+    r.set_start_batch(4);
+    ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+    r.set_start_batch(3);
+    r.set_start_position(39);
+    ExpectError(r, absl::StatusCode::kInvalidArgument, "start_position");
+  }
+  r.set_batch_size(8);
   // start_batch * batch_size overflowing is refused, not wrapped.
   r.set_error_policy(v1::ERROR_POLICY_SKIP);
   r.set_start_batch(uint64_t{1} << 62);
