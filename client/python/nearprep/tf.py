@@ -15,19 +15,24 @@ drop_remainder=True, None otherwise.
 
 Epochs. Each iteration of the dataset (each iterator: a `for` loop, each
 Keras epoch, each pass of .repeat()) continues with the next epochs, as
-tf.data's shuffle(reshuffle_each_iteration=True) does: iteration i (0, 1,
-... in the order the iterators ask for their first element) streams the
-epochs start_epoch + i * epochs ... start_epoch + (i + 1) * epochs - 1,
-each the daemon's stream of that epoch number (its own order and draws).
-`epochs` is therefore the number of epochs per iteration (default 1:
-model.fit(ds, epochs=N) sees N different epochs); epochs=None: each
-iteration runs forever from start_epoch. To resume a Keras run at Keras
-epoch k (fit(initial_epoch=k)), make the dataset with start_epoch=k (with
-epochs=1).
+tf.data's shuffle(reshuffle_each_iteration=True) does: an iterator starts
+iteration i = the number of iterations read to their end so far, and
+streams the epochs start_epoch + i * epochs ... start_epoch + (i + 1) *
+epochs - 1, each the daemon's stream of that epoch number (its own order
+and draws). `epochs` is therefore the number of epochs per iteration
+(default 1: model.fit(ds, epochs=N) sees epochs start_epoch ...
+start_epoch + N - 1); epochs=None: each iteration runs forever from
+start_epoch. An iteration counts as read to its end when its last batch
+is fetched (the adapter reads one batch ahead to know). An iteration left
+before its end (a take(), a break, the one batch Keras's fit reads under a
+tf.distribute strategy to build the model) does not count: the next one
+starts the same epochs again. Iterators that run at the same time get the
+same iteration. To resume a Keras run at Keras epoch k
+(fit(initial_epoch=k)), make the dataset with start_epoch=k (epochs=1).
 
 How. The dataset is built from TensorFlow's own datasets:
 
-    range(1).map(i = next iteration number)
+    range(1).map(i = iterations completed so far)
       .flat_map(range(start_epoch + i * epochs, ... + epochs))
       .flat_map(lambda epoch: range(2**62).scan(token, fetch(epoch, k, token))
                                            .take_while(not end of epoch))
@@ -42,15 +47,16 @@ exactly the remaining batches (the daemon restarts the stream at the token:
 the same bytes; a token of another stream, e.g. a checkpoint restored into
 a dataset of another seed or dataset, is refused with INVALID_ARGUMENT
 naming the field that differs, never silently shifted). A restored
-iterator that still fetches from the daemon moves the dataset's iteration
-count past its own, so the next iterator continues with the following
-epochs; one restored with nothing left to fetch (saved at the end of an
-iteration, or with its remaining batches in prefetch buffers) does not:
-to resume at an epoch boundary, make the dataset with start_epoch = the
-next epoch. Behind fetch, one open nearprep stream
-per iterator is read in order (the client reads `prefetch` batches ahead),
-so k, k+1, ... cost no extra round trips; a fetch of another batch (a
-restored iterator, a second iterator) opens a stream there.
+iterator that fetches its iteration's last batch counts its iteration as
+done, so the next iterator continues with the following epochs; one
+restored with that batch already in its prefetch buffers (saved at the
+end of an iteration) does not: to resume at an epoch boundary, make the
+dataset with start_epoch = the next epoch.
+
+Behind fetch, one open nearprep stream per iterator is read in order (the
+client reads `prefetch` batches ahead), so k, k+1, ... cost no extra round
+trips; a fetch of another batch (a restored iterator, a second iterator)
+opens a stream there.
 
 Length. When the length is known, the dataset asserts it
 (tf.data.experimental.assert_cardinality), so ds.cardinality() is the
@@ -158,31 +164,31 @@ def batches_per_epoch(num_samples, batch_size, shard_index=0, num_shards=1,
 
 
 class _Iterations:
-    """Numbers a dataset's iterations 0, 1, 2, ... in the order their
-    iterators ask for their first element; note(i) (every fetch of
-    iteration i, so also a restored iterator's) keeps the count past i.
-    Thread-safe."""
+    """Numbers a dataset's iterations: an iteration gets the number of
+    iterations completed (read to the end of their epochs) when its
+    iterator asks for its first element; complete(i) (the last batch of
+    iteration i fetched, also by a restored iterator) counts i as done.
+    An iteration abandoned before its end (a take(), a break, Keras's
+    one-batch model-building probe under a tf.distribute strategy) does
+    not move the count. Thread-safe."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._next = 0
+        self._completed = 0
 
     def take(self):
         with self._lock:
-            i = self._next
-            self._next += 1
-        return np.int64(i)
+            return np.int64(self._completed)
 
-    def note(self, i):
+    def complete(self, i):
         with self._lock:
-            self._next = max(self._next, int(i) + 1)
-        return np.int64(i)
+            self._completed = max(self._completed, int(i) + 1)
 
     @property
     def next(self):
         """The iteration number the next new iterator gets."""
         with self._lock:
-            return self._next
+            return self._completed
 
 
 class _Reader:
@@ -203,7 +209,10 @@ class _Reader:
         self._idle = {}      # (epoch, next index) -> iterator, insertion = LRU order
         self.opened = 0      # streams opened (tests, stats)
 
-    def fetch(self, epoch, index, token):
+    def fetch(self, epoch, index, token, peek=False):
+        """Batch k = index of the epoch, or None past its end. peek: also
+        read ahead whether the epoch ends with this batch; then returns
+        (batch, is_last)."""
         key = (epoch, index)
         with self._lock:
             it = self._idle.pop(key, None)
@@ -212,8 +221,19 @@ class _Reader:
             self.opened += 1
         try:
             item = next(it)
+            last = False
+            if peek:
+                try:
+                    ahead = next(it)
+                except StopIteration:
+                    last = True
+                else:
+                    if isinstance(it, _Peeked):
+                        it.push(ahead)
+                    else:
+                        it = _Peeked(ahead, it)
         except StopIteration:
-            return None
+            return (None, True) if peek else None
         except BaseException:
             _close(it)
             raise
@@ -221,10 +241,10 @@ class _Reader:
             _close(it)
             raise RuntimeError(f"nearprep: stream sent batch {item[2]}, expected {index}")
         with self._lock:
-            self._idle[(epoch, index + 1)] = it
+            self._idle[(epoch, index + 1)] = iter(()) if last else it
             while len(self._idle) > self._max_open:
                 _close(self._idle.pop(next(iter(self._idle))))
-        return item
+        return (item, last) if peek else item
 
     def prime(self, epoch, index, it):
         with self._lock:
@@ -266,6 +286,10 @@ class _Peeked:
         if self._first:
             return self._first.pop()
         return next(self._rest)
+
+    def push(self, item):
+        """Puts an item back in front (read ahead by _Reader.fetch)."""
+        self._first.append(item)
 
     def close(self):
         _close(self._rest)
@@ -318,13 +342,20 @@ def _build(tf, reader, spec, epochs, start_epoch, prefetch, cardinality=None):
         # Never let StopIteration / IndexError out: tf.numpy_function maps
         # them to OUT_OF_RANGE, which tf.data takes for a silent end of data.
         token = token.decode() if isinstance(token, bytes) else str(token)
-        if epochs:
-            # Also a restored iterator's iteration: later iterators follow it.
-            iterations.note((int(epoch) - start_epoch) // epochs)
+        epoch = int(epoch)
+        # The last epoch of an iteration: whether this batch ends it is read
+        # ahead (the client holds the next batch already in steady state),
+        # so the iteration counts as complete before its last batch is
+        # delivered and the next iterator continues with the next epochs.
+        # A restored iterator's iteration completes the same way.
+        last_epoch = bool(epochs) and (epoch - start_epoch) % epochs == epochs - 1
         try:
-            item = reader.fetch(int(epoch), int(index), token)
+            item, ends = reader.fetch(epoch, int(index), token, peek=True) if last_epoch \
+                else (reader.fetch(epoch, int(index), token), False)
         except (StopIteration, IndexError) as e:
             raise RuntimeError(f"nearprep: {type(e).__name__}: {e}") from None
+        if ends:
+            iterations.complete((epoch - start_epoch) // epochs)
         if item is None:
             return empty_images, empty_labels, np.bytes_(token.encode()), np.bool_(False)
         images, labels, _, next_token = item
@@ -369,8 +400,8 @@ def _build(tf, reader, spec, epochs, start_epoch, prefetch, cardinality=None):
         ds = ds.apply(tf.data.experimental.assert_cardinality(cardinality))
     options = tf.data.Options()
     # The fetch op's state (open streams) is a cache and the iteration
-    # count is noted again by a restored iterator's fetches: the position
-    # lives in the range / flat_map / scan state, so checkpoints need not
+    # count is moved by a restored iterator's fetches: the position lives
+    # in the range / flat_map / scan state, so checkpoints need not
     # (cannot) hold the Python state.
     options.experimental_external_state_policy = (
         tf.data.experimental.ExternalStatePolicy.IGNORE)
