@@ -40,7 +40,8 @@ How. The dataset is built from TensorFlow's own datasets:
 fetch is a tf.numpy_function returning batch k of the epoch. The iterator's
 state is therefore TensorFlow's: the iteration, the epoch, the batch index
 k and the daemon's bound resume token (Batch.resume_token of batch k - 1, a
-tf.string: the scan's state; docs/protocol.md "Resume"), plus whatever
+tf.string: the scan's state, or an end-of-epoch mark after the epoch's last
+batch; docs/protocol.md "Resume"), plus whatever
 prefetch buffers hold. So `tf.train.Checkpoint(ds=iterator)` saves the
 position and, restored in another process, the iterator continues with
 exactly the remaining batches (the daemon restarts the stream at the token:
@@ -115,6 +116,8 @@ _WIRE_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
             "uint8": np.uint8}
 _NO_END = (1 << 62)   # batches per epoch are bounded by the end of the stream
 _INT64_MAX = np.iinfo(np.int64).max
+# The scan state after an epoch's last batch (never a daemon's token).
+_END = "nearprep:end-of-epoch"
 
 
 def tf_dtype_name(dtype):
@@ -240,8 +243,10 @@ class _Reader:
         if item[2] != index:
             _close(it)
             raise RuntimeError(f"nearprep: stream sent batch {item[2]}, expected {index}")
+        if last:
+            return item, True   # the stream has ended: nothing to keep
         with self._lock:
-            self._idle[(epoch, index + 1)] = iter(()) if last else it
+            self._idle[(epoch, index + 1)] = it
             while len(self._idle) > self._max_open:
                 _close(self._idle.pop(next(iter(self._idle))))
         return (item, last) if peek else item
@@ -343,22 +348,27 @@ def _build(tf, reader, spec, epochs, start_epoch, prefetch, cardinality=None):
         # them to OUT_OF_RANGE, which tf.data takes for a silent end of data.
         token = token.decode() if isinstance(token, bytes) else str(token)
         epoch = int(epoch)
-        # The last epoch of an iteration: whether this batch ends it is read
-        # ahead (the client holds the next batch already in steady state),
-        # so the iteration counts as complete before its last batch is
-        # delivered and the next iterator continues with the next epochs.
-        # A restored iterator's iteration completes the same way.
-        last_epoch = bool(epochs) and (epoch - start_epoch) % epochs == epochs - 1
+        if token == _END:
+            # The batch before was the epoch's last: no stream to open (a
+            # restored iterator), and no token past a short last batch to
+            # send.
+            return empty_images, empty_labels, np.bytes_(_END.encode()), np.bool_(False)
+        # Whether this batch ends the epoch is read ahead (in steady state
+        # the client holds the next batch already). The last epoch of an
+        # iteration so counts as complete before its last batch is
+        # delivered, and the next iterator continues with the next epochs;
+        # a restored iterator's iteration completes the same way.
         try:
-            item, ends = reader.fetch(epoch, int(index), token, peek=True) if last_epoch \
-                else (reader.fetch(epoch, int(index), token), False)
+            item, ends = reader.fetch(epoch, int(index), token, peek=True)
         except (StopIteration, IndexError) as e:
             raise RuntimeError(f"nearprep: {type(e).__name__}: {e}") from None
-        if ends:
+        if ends and epochs and (epoch - start_epoch) % epochs == epochs - 1:
             iterations.complete((epoch - start_epoch) // epochs)
         if item is None:
             return empty_images, empty_labels, np.bytes_(token.encode()), np.bool_(False)
         images, labels, _, next_token = item
+        if ends:
+            next_token = _END
         if images.dtype != wire_np:
             images = images.view(wire_np)   # bfloat16 bits (uint16): same bytes
         return images, labels, np.bytes_(next_token.encode()), np.bool_(True)
