@@ -92,8 +92,8 @@ uint16 bits and bitcast, never converted.
 
 Receive path: the adapter's client receives with nearprep's native module
 (nearprep.native_available(); it is imported with RTLD_DEEPBIND, so its
-gRPC C++ and TensorFlow's bundled gRPC/protobuf do not mix), about half the
-trainer CPU of grpcio. Where it cannot (not built, $NEARPREP_NATIVE=0, TLS
+gRPC C++ and TensorFlow's bundled gRPC/protobuf do not mix): a sixth of
+grpcio's trainer CPU per image (docs/benchmarks.md). Where it cannot (not built, $NEARPREP_NATIVE=0, TLS
 or channel_options) the adapter uses grpcio and says why in a
 RuntimeWarning; client_options=dict(native=False) chooses grpcio silently.
 
@@ -450,7 +450,7 @@ def _make_client(target, client_options):
             why = "$NEARPREP_NATIVE is 0"
         else:
             why = "the native path takes plaintext channels without channel_options only"
-        warnings.warn(f"nearprep.tf: receiving through grpcio (about twice the trainer CPU "
+        warnings.warn(f"nearprep.tf: receiving through grpcio (several times the trainer CPU "
                       f"per image of the native path): {why}", RuntimeWarning, stacklevel=3)
     return client
 
