@@ -323,7 +323,7 @@ def test_docs_multi_worker_mirrored_strategy(daemon, tmp_path):
                    CLASSES=4, BATCH=20, EPOCHS=2)
     path = tmp_path / "worker.py"
     path.write_text(code)
-    results = _run_workers(str(path), 2, timeout=150)
+    results = _run_workers(str(path), 2, timeout=150)   # ~16 s here
     for rc, out, err in results:
         assert rc == 0, err[-3000:]
     seen = [json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
@@ -385,8 +385,10 @@ def test_native_path_beside_tensorflow_in_fresh_processes(daemon):
                  for b in c.batches("sample", epoch=e, **kw)] for e in (0, 1)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     for attempt in range(5):
+        # ~7 s each here (importing TensorFlow is most of it); 5 x 35 s at
+        # worst, under a third of the ctest TIMEOUT.
         p = subprocess.run([sys.executable, "-c", NATIVE_PROCESS, daemon.target],
-                           capture_output=True, text=True, env=env, timeout=120)
+                           capture_output=True, text=True, env=env, timeout=35)
         assert p.returncode == 0, f"process {attempt}: rc {p.returncode}: {p.stderr[-3000:]}"
         got = json.loads(next(ln for ln in p.stdout.splitlines()
                               if ln.startswith("RESULT "))[7:])
