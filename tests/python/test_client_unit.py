@@ -404,15 +404,24 @@ def test_tf_reader_streams_in_order_and_reopens_elsewhere():
     try:
         c = nearprep.Client(srv.target)
         reader = nptf._Reader(nptf._client_stream(c, "fake", dict(batch_size=4)))
-        got = [reader.fetch(3, k, 0) for k in range(4)]
+        got = [reader.fetch(3, k, "") for k in range(4)]
         assert [len(g[1]) for g in got[:3]] == [4, 4, 2] and got[3] is None
         assert [g[2] for g in got[:3]] == [0, 1, 2]
         assert all(isinstance(g[0], np.ndarray) and g[1].dtype == np.int64 for g in got[:3])
         assert reader.opened == 1
-        again = reader.fetch(4, 1, got[0][3])   # epoch 4 from batch 1 (a restore)
+        # A restore: the bound token of batch 0 (this fake sends none, so
+        # one is made up); without a token, start_batch alone.
+        again = reader.fetch(4, 1, "t;batch=1;position=4")
         assert again[2] == 1 and reader.opened == 2
         req = srv.servicer.requests[-1]
-        assert (req.epoch, req.start_batch, req.start_position) == (4, 1, got[0][3])
+        assert (req.epoch, req.start_batch, req.start_position, req.resume_token) == (
+            4, 1, 4, "t;batch=1;position=4")
+        again = reader.fetch(5, 2, "")
+        req = srv.servicer.requests[-1]
+        assert (req.epoch, req.start_batch, req.start_position, req.resume_token) == (
+            5, 2, 0, "")
+        # peek: whether the batch is the epoch's last.
+        assert [reader.fetch(6, k, "", peek=True)[1] for k in range(3)] == [False, False, True]
         reader.close()
     finally:
         srv.stop()

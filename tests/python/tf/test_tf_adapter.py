@@ -1,8 +1,12 @@
 """nearprep.tf (the tf.data adapter) run with TensorFlow against a real
 nearprepd: element_spec and bytes for every dtype and layout, drop_remainder,
-tf.data transformations, checkpoint / restore of the position in a new
-process, tf.distribute sharding under MirroredStrategy, Keras model.fit,
-errors, and a fleet dataset as a source.
+tf.data transformations, each iteration continuing with the next epochs,
+the known cardinality, the native receive path by default, checkpoint /
+restore of the position (on the bound resume token) in a new process,
+tf.distribute sharding under MirroredStrategy, Keras model.fit, errors, and
+a fleet dataset as a source. The training harnesses (Keras fit over epochs,
+MultiWorkerMirroredStrategy, a custom loop, the docs' snippets) and the
+native path in fresh processes are in test_tf_training.py.
 
 Runs in the venv with tensorflow-cpu (ctest: tf_adapter); skips elsewhere.
 """
@@ -19,9 +23,9 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# nearprep._native (Debian's gRPC C++) segfaults opening a stream in a process
-# that has loaded TensorFlow (its own gRPC/protobuf): the adapter defaults to
-# grpcio (tested here with $NEARPREP_NATIVE unset); direct Clients say so.
+# The adapter's default receive path is tested ($NEARPREP_NATIVE unset): the
+# native module where it is built. The reference bytes come from grpcio
+# Clients (native=False), so every comparison also checks native = grpcio.
 os.environ.pop("NEARPREP_NATIVE", None)
 tf = pytest.importorskip("tensorflow")
 
@@ -114,22 +118,32 @@ def test_epochs_follow_each_other(daemon):
 
 
 def test_under_tf_data_transformations(daemon):
-    ds = ntf.dataset(daemon.target, "sample", batch_size=64, drop_remainder=True, **SMALL)
+    kw = dict(batch_size=64, drop_remainder=True, **SMALL)
     want = client_batches(daemon, drop_remainder=True, **SMALL)
-    assert [tf_bytes(x) for x, _ in ds.take(2)] == [w for w, _ in want[:2]]
-    assert [tf_bytes(x) for x, _ in ds.repeat(2)] == [w for w, _ in want] * 2
-    doubled = ds.map(lambda x, y: (x * 2.0, y + 1), num_parallel_calls=2)
+
+    def fresh():
+        return ntf.dataset(daemon.target, "sample", **kw)
+
+    assert [tf_bytes(x) for x, _ in fresh().take(2)] == [w for w, _ in want[:2]]
+    # .repeat() re-iterates: the next epochs, as shuffle(reshuffle_each_iteration).
+    want1 = client_batches(daemon, epoch=1, drop_remainder=True, **SMALL)
+    assert [tf_bytes(x) for x, _ in fresh().repeat(2)] == ([w for w, _ in want] +
+                                                           [w for w, _ in want1])
+    doubled = fresh().map(lambda x, y: (x * 2.0, y + 1), num_parallel_calls=2)
     first = next(iter(doubled))
     ref = np.frombuffer(want[0][0], np.float32).reshape(64, 32, 24, 3)
     assert np.array_equal(first[0].numpy(), ref * 2) and first[0].shape[0] == 64
-    singles = list(ds.unbatch().prefetch(3))
+    singles = list(fresh().unbatch().prefetch(3))
     assert len(singles) == 192 and singles[0][0].shape == (32, 24, 3)
     assert singles[0][0].numpy().tobytes() == ref[0].tobytes()
     assert singles[65][1].numpy() == want[1][1][1]
-    # Two iterators of one dataset, interleaved: each its own stream.
+    # Two iterators of one dataset, interleaved: each its own stream; both
+    # are iteration 0 (neither has read its epoch to the end: 20 batches).
+    ds = ntf.dataset(daemon.target, "sample", batch_size=10, **SMALL)
+    want10 = client_batches(daemon, batch_size=10, **SMALL)
     a, b = iter(ds), iter(ds)
     seq = [tf_bytes(next(a)[0]), tf_bytes(next(b)[0]), tf_bytes(next(a)[0])]
-    assert seq == [want[0][0], want[0][0], want[1][0]]
+    assert seq == [want10[0][0], want10[0][0], want10[1][0]]
     # Inside a tf.function (graph mode).
     @tf.function
     def total(d):
@@ -137,7 +151,88 @@ def test_under_tf_data_transformations(daemon):
         for _, y in d:
             s += tf.shape(y, out_type=tf.int64)[0]
         return s
-    assert int(total(ds)) == 192
+    assert int(total(fresh())) == 192
+
+
+def epoch_ids(daemon, epoch, batch_size, **kw):
+    """[labels] and [sample ids] of one epoch through a grpcio Client."""
+    with nearprep.Client(daemon.target, native=False) as c:
+        batches = list(c.batches("sample", batch_size=batch_size, epoch=epoch, **kw))
+    return [b.labels.tolist() for b in batches], [b.sample_ids.tolist() for b in batches]
+
+
+def test_each_iteration_continues_with_the_next_epochs(daemon):
+    # Issue 35: re-iterating (Keras fit re-iterates once per Keras epoch)
+    # must give the next epoch, not epoch start_epoch again.
+    kw = dict(SMALL, height=16, width=16, dtype="uint8")
+    ds = ntf.dataset(daemon.target, "sample", batch_size=64, start_epoch=3, **kw)
+    got = [[tf_bytes(x) for x, _ in ds] for _ in range(3)]
+    labels = [[y.numpy().tolist() for _, y in ds] for _ in range(2)]
+    for i, epoch in enumerate((3, 4, 5)):
+        assert got[i] == [b for b, _ in client_batches(daemon, epoch=epoch, **kw)]
+    for i, epoch in enumerate((6, 7)):
+        assert labels[i] == epoch_ids(daemon, epoch, 64, **kw)[0]
+    assert len({tuple(g) for g in got}) == 3, "three different epochs"
+    assert ds._nearprep_iterations.next == 5
+    # epochs=2: each iteration two epochs further.
+    ds2 = ntf.dataset(daemon.target, "sample", batch_size=100, epochs=2, **kw)
+    assert len(list(ds2)) == 4
+    second = [y.numpy().tolist() for _, y in ds2]
+    assert second == (epoch_ids(daemon, 2, 100, **kw)[0] + epoch_ids(daemon, 3, 100, **kw)[0])
+
+
+@pytest.mark.parametrize("drop,shard,epochs,want", [
+    (False, None, 1, 4), (True, None, 1, 3), (False, None, 3, 12),
+    (False, (1, 3), 1, 2), (True, (1, 3), 2, 2), (False, (2, 7), 1, 1)])
+def test_cardinality_known_under_fail_stream(daemon, drop, shard, epochs, want):
+    # 200 samples: 3 x 64 + 8; shard 1 of 3 holds 66 (2 batches, or 1 full);
+    # shard 2 of 7 holds 28.
+    kw = dict(SMALL, height=8, width=8, dtype="uint8", drop_remainder=drop,
+              error_policy="fail_stream")
+    if shard:
+        kw.update(shard_index=shard[0], num_shards=shard[1])
+    ds = ntf.dataset(daemon.target, "sample", batch_size=64, epochs=epochs, **kw)
+    assert int(ds.cardinality()) == want
+    assert len(ds) == want
+    assert sum(1 for _ in ds) == want
+    # Each iteration: the same length (iteration 1 here).
+    assert sum(1 for _ in ds.map(lambda x, y: y)) == want
+
+
+def test_cardinality_unknown_where_samples_can_be_skipped(daemon):
+    kw = dict(SMALL, height=8, width=8, dtype="uint8")
+    unknown = int(tf.data.UNKNOWN_CARDINALITY)
+    # error_policy "skip" (the default): a bad file shortens the epoch.
+    assert int(ntf.dataset(daemon.target, "sample", **kw).cardinality()) == unknown
+    # Not validated: the dataset's size is not read.
+    assert int(ntf.dataset(daemon.target, "sample", validate=False, error_policy="fail_stream",
+                           **kw).cardinality()) == unknown
+    assert int(ntf.dataset(daemon.target, "sample", epochs=None, error_policy="fail_stream",
+                           **kw).cardinality()) == unknown
+    assert int(ntf.dataset(daemon.target, "sample", epochs=0, **kw).cardinality()) == 0
+
+
+def test_native_receive_path_by_default(daemon, monkeypatch):
+    import warnings
+    kw = dict(SMALL, batch_size=64)
+    if not nearprep.native_available():
+        with pytest.warns(RuntimeWarning, match="grpcio"):
+            ds = ntf.dataset(daemon.target, "sample", **kw)
+        assert ds._nearprep_client.transport == "grpcio"
+        pytest.skip(f"nearprep._native not available: {nearprep.native_missing_reason()}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        ds = ntf.dataset(daemon.target, "sample", **kw)
+        assert ds._nearprep_client.transport == "native"
+        assert [tf_bytes(x) for x, _ in ds] == [b for b, _ in client_batches(daemon, **SMALL)]
+        # grpcio on request: silently.
+        ds = ntf.dataset(daemon.target, "sample", client_options=dict(native=False), **kw)
+        assert ds._nearprep_client.transport == "grpcio"
+    # grpcio when told by the environment: said, never silent.
+    monkeypatch.setenv("NEARPREP_NATIVE", "0")
+    with pytest.warns(RuntimeWarning, match="NEARPREP_NATIVE"):
+        ds = ntf.dataset(daemon.target, "sample", **kw)
+    assert ds._nearprep_client.transport == "grpcio"
 
 
 # --- checkpoints ---------------------------------------------------------------
@@ -217,6 +312,52 @@ def test_checkpoint_position_token_with_skipped_samples(bad_files_daemon, tmp_pa
                              timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         assert json.loads(out.stdout.strip().splitlines()[-1]) == straight[k:]
+
+
+def test_checkpoint_is_bound_to_its_stream(daemon, tmp_path):
+    # The scan state is Batch.resume_token (bound to dataset, seed, epoch,
+    # shuffle, batch size, shard): restored into a dataset of another seed
+    # the daemon refuses it, naming the field, instead of continuing at a
+    # raw position of another stream (one sample lost or repeated).
+    # No prefetch of ours (20 batches, 1 read): the restored iterator opens
+    # a stream with a saved token.
+    kw = dict(SMALL, batch_size=10, height=8, width=8, dtype="uint8", prefetch=0)
+    it = iter(ntf.dataset(daemon.target, "sample", **kw))
+    next(it)
+    path = tf.train.Checkpoint(ds=it).save(str(tmp_path / "ckpt"))
+    other = iter(ntf.dataset(daemon.target, "sample", validate=False, **dict(kw, seed=8)))
+    tf.train.Checkpoint(ds=other).restore(path).assert_consumed()
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        for _ in other:   # (tf.data may have read a batch ahead before the save)
+            pass
+    assert "seed" in e.value.message and "resume_token" in e.value.message
+    # The same parameters: accepted, the rest of the epoch.
+    same = iter(ntf.dataset(daemon.target, "sample", validate=False, **kw))
+    tf.train.Checkpoint(ds=same).restore(path).assert_consumed()
+    want = client_batches(daemon, batch_size=10, **dict(SMALL, height=8, width=8,
+                                                        dtype="uint8"))
+    assert [tf_bytes(x) for x, _ in same] == [b for b, _ in want[1:]]
+
+
+def test_restored_iterator_moves_the_iteration_count(daemon, tmp_path):
+    # Iteration 1 (epochs 2 and 3 with epochs=2) saved mid-way, restored
+    # into a new dataset object: the next iterator of that dataset is
+    # iteration 2 (epochs 4, 5), not 0.
+    kw = dict(SMALL, batch_size=20, epochs=2, height=8, width=8, dtype="uint8")
+    ds = ntf.dataset(daemon.target, "sample", **kw)
+    assert len(list(ds)) == 20
+    it = iter(ds)
+    next(it), next(it)
+    path = tf.train.Checkpoint(ds=it).save(str(tmp_path / "ckpt"))
+    ds2 = ntf.dataset(daemon.target, "sample", validate=False, **kw)
+    it2 = iter(ds2)
+    tf.train.Checkpoint(ds=it2).restore(path).assert_consumed()
+    rest = [y.numpy().tolist() for _, y in it2]
+    labels = [y.numpy().tolist() for _, y in ds2]
+    small = dict(SMALL, height=8, width=8, dtype="uint8")
+    assert rest == (epoch_ids(daemon, 2, 20, **small)[0][2:] +
+                    epoch_ids(daemon, 3, 20, **small)[0])
+    assert labels == epoch_ids(daemon, 4, 20, **small)[0] + epoch_ids(daemon, 5, 20, **small)[0]
 
 
 # --- tf.distribute -------------------------------------------------------------
@@ -408,7 +549,14 @@ def test_fleet_client_as_a_tf_data_source(tmp_path):
         assert ds.element_spec[0].shape.as_list() == [None, 20, 20, 3]
         got = [(x.numpy().tobytes(), y.numpy().tolist()) for x, y in ds]
         assert got == want and len(got) >= 14
+        # The next iteration: the next epochs.
+        with FleetClient([d.target], "ds", **kw) as fc:
+            want23 = [(fb.images.tobytes(), fb.labels.tolist()) for e in (2, 3)
+                      for fb in fc.epoch(e)]
+        assert [(x.numpy().tobytes(), y.numpy().tolist()) for x, y in ds] == want23
         # Checkpointable position here too.
+        ds = ntf.fleet_dataset(lambda: FleetClient([d.target], "ds", **kw), epochs=2,
+                               height=20, width=20, dtype="uint8")
         it = iter(ds)
         next(it), next(it)
         path = tf.train.Checkpoint(ds=it).save(str(tmp_path / "fleet_ckpt"))
