@@ -355,16 +355,27 @@ absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
   return d;
 }
 
-absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
-                             DaemonConfig* c) {
-  YAML::Node root;
+namespace {
+
+// Parses `text` (from `source`, for the messages) into *root.
+absl::Status LoadYaml(const std::string& text, const std::string& source,
+                      YAML::Node* root) {
   try {
-    root = YAML::Load(yaml);
+    *root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return Bad(
         absl::StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1),
         "not valid YAML: " + e.msg);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
+                             DaemonConfig* c) {
+  YAML::Node root;
+  NP_RETURN_IF_ERROR(LoadYaml(yaml, source, &root));
   if (root.IsNull()) return absl::OkStatus();  // Empty file.
   try {
     NP_RETURN_IF_ERROR(CheckNoDuplicateKeys(root, source, ""));
@@ -781,13 +792,7 @@ absl::Status ReloadAuthorization(const std::string& config_file,
   // an empty file, one cut short before its `authorization:` section or
   // one that is not a mapping keeps the policy in force (fail closed).
   YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return Bad(
-        absl::StrCat(config_file, ":", e.mark.line + 1, ":", e.mark.column + 1),
-        "not valid YAML: " + e.msg);
-  }
+  NP_RETURN_IF_ERROR(LoadYaml(text, config_file, &root));
   if (!root.IsMap()) {
     return Bad(config_file,
                root.IsNull() ? "is empty" : "is not a YAML mapping");

@@ -192,16 +192,22 @@ TEST(TokensTest, BadFilesNameTheLine) {
   EXPECT_THAT(err("a " + h + " extra\n"), HasSubstr("NAME SHA256-HEX"));
 }
 
-TEST(PolicyTest, BearerTokenIdentityAndErrors) {
+// A policy whose one rule gives everything to the bearer token named ci
+// (token "good-token").
+std::shared_ptr<const Policy> TokenCiPolicy() {
   std::vector<TokenEntry> tokens =
       *ParseTokenFile("ci " + DigestHex(Sha256("good-token")) + "\n", "t");
-  auto p = Make(R"(
+  return Make(R"(
 authorization:
   rules:
     - identities: ["token:ci"]
       datasets: ["*"]
 )",
-                tokens);
+              tokens);
+}
+
+TEST(PolicyTest, BearerTokenIdentityAndErrors) {
+  auto p = TokenCiPolicy();
   Credentials c;
   c.has_authorization = true;
   c.authorization = "Bearer good-token";
@@ -234,15 +240,7 @@ authorization:
 // SAN DNS) got the token's rules; item 13: with two authorization headers
 // the first decided. Both are refused now.
 TEST(PolicyTest, CertificateNamesNeverEnterTheTokenNamespace) {
-  std::vector<TokenEntry> tokens =
-      *ParseTokenFile("ci " + DigestHex(Sha256("good-token")) + "\n", "t");
-  auto p = Make(R"(
-authorization:
-  rules:
-    - identities: ["token:ci"]
-      datasets: ["*"]
-)",
-                tokens);
+  auto p = TokenCiPolicy();
   for (int field = 0; field < 3; ++field) {
     Credentials c;
     const std::string name = field == 2 ? "TOKEN:ci" : "token:ci";
