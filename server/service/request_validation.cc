@@ -196,7 +196,12 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
         {"transform.flip_probability", t.flip_probability()},
         {"transform.brightness_max_delta", t.brightness_max_delta()},
         {"transform.saturation_lower", t.saturation_lower()},
-        {"transform.saturation_upper", t.saturation_upper()}}) {
+        {"transform.saturation_upper", t.saturation_upper()},
+        {"transform.contrast_lower", t.contrast_lower()},
+        {"transform.contrast_upper", t.contrast_upper()},
+        {"transform.hue_max_delta", t.hue_max_delta()},
+        {"transform.gamma", t.gamma()},
+        {"transform.gain", t.gain()}}) {
     if (auto st = CheckFinite(name, v); !st.ok()) return st;
   }
 
@@ -267,6 +272,34 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     s.saturation_lower = t.saturation_lower();
     s.saturation_upper = t.saturation_upper();
   }
+  // random_contrast: TensorFlow requires 0 <= lower < upper.
+  if (t.contrast_lower() == 0.0f && t.contrast_upper() == 0.0f) {
+    s.contrast_enabled = false;
+  } else {
+    if (t.contrast_lower() < 0.0f) {
+      return Invalid("transform.contrast_lower",
+                     "must be >= 0 (both contrast fields 0 disables "
+                     "random_contrast), got " + F(t.contrast_lower()));
+    }
+    if (!(t.contrast_upper() > t.contrast_lower())) {
+      return Invalid("transform.contrast_upper",
+                     "must be > contrast_lower = " + F(t.contrast_lower()) +
+                         " (TensorFlow's random_contrast), got " +
+                         F(t.contrast_upper()));
+    }
+    s.contrast_enabled = true;
+    s.contrast_lower = t.contrast_lower();
+    s.contrast_upper = t.contrast_upper();
+  }
+  // hue_max_delta and gamma: their (nearprep.v1.range) is checked above.
+  s.hue_max_delta = t.hue_max_delta();
+  s.gamma = t.gamma();
+  if (t.gamma() == 0.0f && t.gain() != 0.0f) {
+    return Invalid("transform.gain",
+                   "must be 0 while transform.gamma is 0 (gamma 0 disables "
+                   "adjust_gamma), got " + F(t.gain()));
+  }
+  s.gain = t.gain() == 0.0f ? 1.0f : t.gain();
   if (s.fidelity == Fidelity::kTorchvision) {
     // torchvision's recipe has no colour augmentation; refusing it here
     // keeps the mode's promise (every byte torchvision's) checkable.
@@ -282,6 +315,23 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
                      "FIDELITY_TORCHVISION, got [" +
                          F(s.saturation_lower) + ", " +
                          F(s.saturation_upper) + "]");
+    }
+    if (s.contrast_enabled) {
+      return Invalid("transform.contrast_lower",
+                     "contrast must be disabled (both 0) with "
+                     "FIDELITY_TORCHVISION, got [" +
+                         F(s.contrast_lower) + ", " + F(s.contrast_upper) +
+                         "]");
+    }
+    if (s.hue_max_delta != 0.0f) {
+      return Invalid("transform.hue_max_delta",
+                     "must be 0 with FIDELITY_TORCHVISION, got " +
+                         F(s.hue_max_delta));
+    }
+    if (s.gamma != 0.0f) {
+      return Invalid("transform.gamma",
+                     "must be 0 with FIDELITY_TORCHVISION, got " +
+                         F(s.gamma));
     }
   }
 

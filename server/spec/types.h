@@ -48,6 +48,13 @@ struct TransformSpec {
   float brightness_max_delta = 0.0f;  // 0 disables.
   bool saturation_enabled = false;
   float saturation_lower = 0.0f, saturation_upper = 0.0f;
+  // random_contrast: factor in [contrast_lower, contrast_upper).
+  bool contrast_enabled = false;
+  float contrast_lower = 0.0f, contrast_upper = 0.0f;
+  float hue_max_delta = 0.0f;  // random_hue; 0 disables.
+  // adjust_gamma: gain * x ** gamma; gamma 0 disables (gain is then 1).
+  float gamma = 0.0f;
+  float gain = 1.0f;
   bool clip = true;
   bool normalize = false;  // (x - mean[c]) / std[c] after clip.
   float mean[3] = {0, 0, 0};
@@ -76,6 +83,8 @@ struct SampleParams {
   bool flip = false;
   float brightness_delta = 0.0f;
   float saturation_factor = 1.0f;
+  float contrast_factor = 1.0f;
+  float hue_delta = 0.0f;
   CropBox crop;  // Whole image when crop == kNone.
   int source_height = 0, source_width = 0;
 };
