@@ -205,6 +205,13 @@ inline void QuickWordSum(float xh, float xl, float yh, float yl, float* hi,
   QuickTwoSum(rh, s, hi, lo);
 }
 
+// floor(v) for |v| < 2^23, else std::floor.
+inline float FloorSmall(float v) {
+  if (!(std::fabs(v) < 8388608.0f)) return std::floor(v);
+  const float t = static_cast<float>(static_cast<int32_t>(v));
+  return t > v ? t - 1.0f : t;
+}
+
 // v * 2**n with 2**n made from its exponent bits, the biased exponent
 // clamped to [0, 255] (Eigen's pldexp_fast).
 inline float LdexpBits(float v, float n) {
@@ -252,7 +259,7 @@ void Log2Word(float z, float* hi, float* lo) {
 // exp(x) for |x| < 87 (Eigen's pexp_float: Cephes' reduction by ln 2 in two
 // parts, a degree-6 polynomial, the power of two from its bits).
 float ExpFloat(float x) {
-  const float m = std::floor(MulAdd(x, 1.44269504088896341f, 0.5f));
+  const float m = FloorSmall(MulAdd(x, 1.44269504088896341f, 0.5f));
   float r = MulAdd(m, -0.693359375f, x);
   r = MulAdd(m, 2.12194440e-4f, r);
   const float r2 = r * r;
@@ -276,14 +283,33 @@ float Exp2Small(float r) {
   return ExpFloat(hi) * (1.0f + lo);
 }
 
-// Round half away from zero (Eigen's pround).
-inline float RoundAway(float v) { return std::round(v); }
+// Round half away from zero (Eigen's pround) for |v| < 2^23 (every value
+// pow's split sees: |y * log2(x)| is far below), else std::round. Inline
+// integer conversions: these run once or twice per pixel value.
+inline float RoundAway(float v) {
+  if (!(std::fabs(v) < 8388608.0f)) return std::round(v);
+  const float t = static_cast<float>(static_cast<int32_t>(v));  // truncation
+  const float d = v - t;  // exact
+  if (d >= 0.5f) return t + 1.0f;
+  if (d <= -0.5f) return t - 1.0f;
+  return t;
+}
 
 // pow(x, y) for x > 0 finite: 2 ** (y * log2(x)) with the product in double
 // words, split into an integer and a fraction in [-1/2, 1/2].
 float PowPositive(float x, float y) {
+  // frexp: m in [0.5, 1), x = m * 2^e; from the bits for normal x.
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
   int e;
-  float m = std::frexp(x, &e);
+  float m;
+  if ((bits & 0x7f800000u) != 0) {
+    e = static_cast<int>((bits >> 23) & 0xffu) - 126;
+    bits = (bits & 0x807fffffu) | 0x3f000000u;
+    std::memcpy(&m, &bits, 4);
+  } else {
+    m = std::frexp(x, &e);
+  }
   float ex = static_cast<float>(e);
   if (m < static_cast<float>(0.70710678118654752440)) {
     m = 2.0f * m;
