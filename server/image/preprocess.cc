@@ -25,6 +25,14 @@
 // lines first and evicting the decoder's working set would only cost). FAST
 // replaces the HSV round trip of saturation by its closed form
 // (SaturateFastPixel), equal up to float rounding.
+//
+// Requests with contrast, hue or gamma (issue 36) take the staged path
+// instead: the same horizontal taps (AVX2 where available) and vertical
+// lerp, the rows stored flipped into the whole float image, then TensorFlow's
+// ops one after the other with tf_ops.h's scalar functions (contrast needs
+// the whole image's mean before any pixel can be finished), then clip,
+// normalize and PackOutput. FAST uses the same path (its saturation the
+// closed form).
 #include "server/image/preprocess.h"
 
 #include <algorithm>
