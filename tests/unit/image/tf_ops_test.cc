@@ -332,6 +332,33 @@ TEST(AdjustGammaTest, ScalarTailUsesPowf) {
   }
 }
 
+// The 4-lane path AdjustGamma takes equals TfPowFloat value for value,
+// special values (0, 1, subnormal, negative, inf, NaN) included.
+TEST(AdjustGammaTest, VectorLanesEqualTfPowFloat) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.3f);
+  for (float g : {0.3f, 0.5f, 0.8f, 1.7f, 2.2f, 7.5f}) {
+    std::vector<float> x(20000);
+    for (float& v : x) v = u(rng);
+    const float specials[] = {0.0f, 1.0f, 1e-40f, -0.5f,
+                              std::numeric_limits<float>::infinity(),
+                              std::nanf(""), -0.0f, 1e-38f, -2.0f};
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); ++k) {
+      x[k * 13 + 1] = specials[k];
+    }
+    std::vector<float> got = x;
+    AdjustGamma(got.data(), got.size(), g, 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = TfPowFloat(x[i], g);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[i])) << x[i];
+      } else {
+        ASSERT_EQ(Bits(got[i]), Bits(want)) << x[i] << " ** " << g;
+      }
+    }
+  }
+}
+
 // Eigen's pow is within a few units in the last place of the correctly
 // rounded result (the double pow rounded to float, for these inputs).
 TEST(TfPowFloatTest, WithinOneUlpOfCorrectlyRounded) {
