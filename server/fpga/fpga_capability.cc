@@ -100,6 +100,10 @@ constexpr FpgaSpecField kRows[] = {
                  return c.spec.gamma != 0.0f ? "the kernel has no gamma stage" : "";
                }),
     NEARPREP_T(gain, kHost, kAll),
+    NEARPREP_T(color_ops, kKernel,
+               [](const WorkContext& c) -> std::string {
+                 return c.spec.color_ops.empty() ? "" : "the kernel's op order is fixed";
+               }),
     // cfg kCfgFlags, kCfgMean*, kCfgStd*.
     NEARPREP_T(clip, kKernel, kAll),
     NEARPREP_T(normalize, kKernel, kAll),

@@ -40,6 +40,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -366,7 +367,7 @@ void HorizontalRow(const uint8_t* row, const Scratch& sc, int out_w,
 // such requests take the staged path below.
 bool NeedsStagedPath(const TransformSpec& spec) {
   return spec.contrast_enabled || spec.hue_max_delta > 0.0f ||
-         spec.gamma != 0.0f;
+         spec.gamma != 0.0f || !spec.color_ops.empty();
 }
 
 // The staged path's second half: `img` holds the resized, flipped float
@@ -377,21 +378,45 @@ void StagedColorOps(float* img, int h, int w, const TransformSpec& spec,
                     uint8_t* out) {
   const size_t pixels = static_cast<size_t>(h) * w;
   const size_t n = pixels * 3;
-  if (spec.gamma != 0.0f) AdjustGamma(img, n, spec.gamma, spec.gain);
-  if (params.brightness_delta != 0.0f) {
-    AdjustBrightness(img, n, params.brightness_delta);
-  }
-  if (spec.contrast_enabled) AdjustContrast(img, h, w, params.contrast_factor);
-  if (spec.saturation_enabled) {
-    if (spec.fidelity == Fidelity::kFast) {
-      for (size_t i = 0; i < pixels; ++i) {
-        internal::SaturateFastPixel(img + 3 * i, params.saturation_factor);
-      }
-    } else {
-      AdjustSaturation(img, pixels, params.saturation_factor);
+  static const ColorOp kDefaultOrder[] = {ColorOp::kGamma, ColorOp::kBrightness,
+                                          ColorOp::kContrast, ColorOp::kSaturation,
+                                          ColorOp::kHue};
+  const std::vector<ColorOp> order =
+      spec.color_ops.empty()
+          ? std::vector<ColorOp>(std::begin(kDefaultOrder), std::end(kDefaultOrder))
+          : spec.color_ops;
+  for (ColorOp op : order) {
+    switch (op) {
+      case ColorOp::kGamma:
+        if (spec.gamma != 0.0f) AdjustGamma(img, n, spec.gamma, spec.gain);
+        break;
+      case ColorOp::kBrightness:
+        if (params.brightness_delta != 0.0f) {
+          AdjustBrightness(img, n, params.brightness_delta);
+        }
+        break;
+      case ColorOp::kContrast:
+        if (spec.contrast_enabled) {
+          AdjustContrast(img, h, w, params.contrast_factor);
+        }
+        break;
+      case ColorOp::kSaturation:
+        if (!spec.saturation_enabled) break;
+        if (spec.fidelity == Fidelity::kFast) {
+          for (size_t i = 0; i < pixels; ++i) {
+            internal::SaturateFastPixel(img + 3 * i, params.saturation_factor);
+          }
+        } else {
+          AdjustSaturation(img, pixels, params.saturation_factor);
+        }
+        break;
+      case ColorOp::kHue:
+        if (spec.hue_max_delta > 0.0f) AdjustHue(img, pixels, params.hue_delta);
+        break;
+      case ColorOp::kUnspecified:
+        break;
     }
   }
-  if (spec.hue_max_delta > 0.0f) AdjustHue(img, pixels, params.hue_delta);
   if (spec.clip) ClipByValue(img, n, 0.0f, 1.0f);
   if (spec.normalize) Normalize(img, pixels, spec.mean, spec.std);
   PackOutput(img, h, w, output.dtype, output.layout, out);

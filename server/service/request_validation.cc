@@ -60,6 +60,13 @@ NEARPREP_SAME_VALUE(v1::COMPRESSION_DELTA_ZSTD, TensorCompression::kDeltaZstd);
 NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD,
                     TensorCompression::kGradientZstd);
 NEARPREP_LAST_VALUE(v1::Compression, TensorCompression::kGradientZstd);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_UNSPECIFIED, ColorOp::kUnspecified);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_GAMMA, ColorOp::kGamma);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_BRIGHTNESS, ColorOp::kBrightness);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_CONTRAST, ColorOp::kContrast);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_SATURATION, ColorOp::kSaturation);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_HUE, ColorOp::kHue);
+NEARPREP_LAST_VALUE(v1::ColorOp, ColorOp::kHue);
 // ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
 static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
               "v1::ShuffleMode gained a value: StreamRequest::block_shuffle "
@@ -300,6 +307,45 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
                    "adjust_gamma), got " + F(t.gain()));
   }
   s.gain = t.gain() == 0.0f ? 1.0f : t.gain();
+  // color_ops: every enabled op once, no other.
+  if (t.color_ops_size() > 0) {
+    const bool enabled[6] = {false,
+                             s.gamma != 0.0f,
+                             s.brightness_max_delta != 0.0f,
+                             s.contrast_enabled,
+                             s.saturation_enabled,
+                             s.hue_max_delta != 0.0f};
+    static const char* const kNames[6] = {"unspecified", "gamma", "brightness",
+                                          "contrast", "saturation", "hue"};
+    bool seen[6] = {};
+    for (int i = 0; i < t.color_ops_size(); ++i) {
+      const int op = t.color_ops(i);
+      const std::string field = absl::StrCat("transform.color_ops[", i, "]");
+      if (op <= 0 || op > 5) {
+        return Invalid(field, absl::StrCat("must name a colour op (gamma, "
+                                           "brightness, contrast, saturation, "
+                                           "hue), got ", op));
+      }
+      if (seen[op]) {
+        return Invalid(field, absl::StrCat(kNames[op], " is listed twice"));
+      }
+      if (!enabled[op]) {
+        return Invalid(field, absl::StrCat(kNames[op],
+                                           " is listed but not enabled by "
+                                           "its transform field(s)"));
+      }
+      seen[op] = true;
+      s.color_ops.push_back(static_cast<ColorOp>(op));
+    }
+    for (int op = 1; op <= 5; ++op) {
+      if (enabled[op] && !seen[op]) {
+        return Invalid("transform.color_ops",
+                       absl::StrCat(kNames[op], " is enabled but not listed "
+                                    "(list every enabled op, or none for the "
+                                    "default order)"));
+      }
+    }
+  }
   if (s.fidelity == Fidelity::kTorchvision) {
     // torchvision's recipe has no colour augmentation; refusing it here
     // keeps the mode's promise (every byte torchvision's) checkable.

@@ -441,24 +441,27 @@ def to_layout(image, layout):
 def preprocess(image_u8, height, width, *, crop=None, flip=False,
                brightness_delta=None, saturation_factor=None, clip_output=True,
                mean=None, std=None, dtype="float32", layout="NHWC",
-               gamma=None, gain=1.0, contrast_factor=None, hue_delta=None):
+               gamma=None, gain=1.0, contrast_factor=None, hue_delta=None,
+               color_ops=None):
     """One decoded uint8 HxWx3 image through the pipeline. None disables
     an op (note: saturation with factor 1.0 is not the identity: the HSV
     round trip rounds; hue's round trip likewise). The colour ops run in
-    nearprep's order: gamma, brightness, contrast, saturation, hue."""
+    `color_ops` order (names), by default nearprep's: gamma, brightness,
+    contrast, saturation, hue."""
     x = resize_bilinear(to_float(image_u8), height, width, crop)
     if flip:
         x = flip_left_right(x)
-    if gamma is not None:
-        x = adjust_gamma(x, gamma, gain)
-    if brightness_delta is not None:
-        x = adjust_brightness(x, brightness_delta)
-    if contrast_factor is not None:
-        x = adjust_contrast(x, contrast_factor)
-    if saturation_factor is not None:
-        x = adjust_saturation(x, saturation_factor)
-    if hue_delta is not None:
-        x = adjust_hue(x, hue_delta)
+    ops = {
+        "gamma": (gamma, lambda v: adjust_gamma(v, gamma, gain)),
+        "brightness": (brightness_delta, lambda v: adjust_brightness(v, brightness_delta)),
+        "contrast": (contrast_factor, lambda v: adjust_contrast(v, contrast_factor)),
+        "saturation": (saturation_factor, lambda v: adjust_saturation(v, saturation_factor)),
+        "hue": (hue_delta, lambda v: adjust_hue(v, hue_delta)),
+    }
+    for name in color_ops or DEFAULT_COLOR_OPS:
+        value, op = ops[name]
+        if value is not None:
+            x = op(x)
     if clip_output:
         x = clip(x)
     if mean is not None:
@@ -467,6 +470,8 @@ def preprocess(image_u8, height, width, *, crop=None, flip=False,
 
 
 _DTYPE_NAMES = {0: "float32", 1: "float16", 2: "bfloat16", 3: "uint8"}
+DEFAULT_COLOR_OPS = ("gamma", "brightness", "contrast", "saturation", "hue")
+_COLOR_OP_NAMES = {1: "gamma", 2: "brightness", 3: "contrast", 4: "saturation", 5: "hue"}
 
 
 def expected_sample(image_u8, request, params):
@@ -495,6 +500,7 @@ def expected_sample(image_u8, request, params):
         gain=getattr(t, "gain", 0) or 1.0,
         contrast_factor=params.contrast_factor if con_on else None,
         hue_delta=params.hue_delta if getattr(t, "hue_max_delta", 0) > 0 else None,
+        color_ops=[_COLOR_OP_NAMES[v] for v in getattr(t, "color_ops", [])] or None,
         brightness_delta=params.brightness_delta if t.brightness_max_delta > 0 else None,
         saturation_factor=params.saturation_factor if sat_on else None,
         clip_output=not t.disable_clip,

@@ -74,6 +74,12 @@ COLOUR_MODES = [
                                   crop="center", dtype="bfloat16")),
     ("gamma_only_noclip_160x192", dict(gamma=2.2, clip=False, height=160,
                                        width=192, flip_probability=0.5)),
+    # The request's own order (color_ops), as a TF user chains the ops.
+    ("order_gamma_hue_sat_contrast_brightness",
+     dict(AUG, **COLOUR, gamma=0.9, crop="random_resized",
+          color_ops=["gamma", "hue", "saturation", "contrast", "brightness"])),
+    ("order_brightness_saturation_reversed_f16",
+     dict(AUG, dtype="float16", color_ops=["saturation", "brightness"])),
 ]
 
 
@@ -112,20 +118,23 @@ def tf_pipeline(image_u8, kw, p, brightness_delta=None, contrast_factor=None,
     x = tf.image.resize(x, [height, width], method="bilinear", antialias=False)
     if p.flipped:
         x = tf.image.flip_left_right(x)
-    if kw.get("gamma"):
-        g = np.float32(kw["gamma"] if gamma is None else gamma)
-        x = tf.image.adjust_gamma(x, gamma=g, gain=np.float32(kw.get("gain") or 1.0))
-    if kw.get("brightness_max_delta"):
-        delta = p.brightness_delta if brightness_delta is None else brightness_delta
-        x = tf.image.adjust_brightness(x, np.float32(delta))
-    if kw.get("contrast_lower") or kw.get("contrast_upper"):
-        f = p.contrast_factor if contrast_factor is None else contrast_factor
-        x = tf.image.adjust_contrast(x, np.float32(f))
-    if kw.get("saturation"):
-        x = tf.image.adjust_saturation(x, np.float32(p.saturation_factor))
-    if kw.get("hue_max_delta"):
-        d = p.hue_delta if hue_delta is None else hue_delta
-        x = tf.image.adjust_hue(x, np.float32(d))
+    # The colour ops in the request's color_ops order (default: gamma,
+    # brightness, contrast, saturation, hue), each only when enabled.
+    for op in kw.get("color_ops") or ("gamma", "brightness", "contrast", "saturation", "hue"):
+        if op == "gamma" and kw.get("gamma"):
+            g = np.float32(kw["gamma"] if gamma is None else gamma)
+            x = tf.image.adjust_gamma(x, gamma=g, gain=np.float32(kw.get("gain") or 1.0))
+        if op == "brightness" and kw.get("brightness_max_delta"):
+            delta = p.brightness_delta if brightness_delta is None else brightness_delta
+            x = tf.image.adjust_brightness(x, np.float32(delta))
+        if op == "contrast" and (kw.get("contrast_lower") or kw.get("contrast_upper")):
+            f = p.contrast_factor if contrast_factor is None else contrast_factor
+            x = tf.image.adjust_contrast(x, np.float32(f))
+        if op == "saturation" and kw.get("saturation"):
+            x = tf.image.adjust_saturation(x, np.float32(p.saturation_factor))
+        if op == "hue" and kw.get("hue_max_delta"):
+            d = p.hue_delta if hue_delta is None else hue_delta
+            x = tf.image.adjust_hue(x, np.float32(d))
     if kw.get("clip", True):
         x = tf.clip_by_value(x, 0.0, 1.0)
     if kw.get("mean") is not None:

@@ -162,6 +162,14 @@ TEST_F(RequestValidationTest, CopiesContrastHueAndGamma) {
   v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->context.spec.gain, 0.8f);
+  EXPECT_TRUE(v->context.spec.color_ops.empty());
+  for (auto op : {v1::COLOR_OP_HUE, v1::COLOR_OP_CONTRAST, v1::COLOR_OP_GAMMA}) {
+    t->add_color_ops(op);
+  }
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->context.spec.color_ops,
+            (std::vector<ColorOp>{ColorOp::kHue, ColorOp::kContrast, ColorOp::kGamma}));
 }
 
 TEST_F(RequestValidationTest, TorchvisionResizeCenterResolvesShorterSide) {
@@ -284,6 +292,22 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
        [](auto* r) { r->mutable_transform()->set_gamma(-1.0f); }},
       {"transform.gain",
        [](auto* r) { r->mutable_transform()->set_gain(2.0f); }},  // gamma 0
+      {"transform.color_ops[1]",  // listed twice
+       [](auto* r) {
+         r->mutable_transform()->set_brightness_max_delta(0.1f);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_BRIGHTNESS);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_BRIGHTNESS);
+       }},
+      {"transform.color_ops[0]",  // hue is not enabled
+       [](auto* r) { r->mutable_transform()->add_color_ops(v1::COLOR_OP_HUE); }},
+      {"transform.color_ops[0]",
+       [](auto* r) { r->mutable_transform()->add_color_ops(v1::COLOR_OP_UNSPECIFIED); }},
+      {"transform.color_ops",  // gamma enabled, not listed
+       [](auto* r) {
+         r->mutable_transform()->set_gamma(0.5f);
+         r->mutable_transform()->set_hue_max_delta(0.1f);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_HUE);
+       }},
       {"transform.center_fraction",
        [](auto* r) { r->mutable_transform()->set_center_fraction(1.5f); }},
       {"transform.center_fraction",
