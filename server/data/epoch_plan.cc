@@ -147,6 +147,16 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
     const float range = spec.saturation_upper - spec.saturation_lower;
     p.saturation_factor = UniformFloat(w[2]) * range + spec.saturation_lower;
   }
+  if (spec.contrast_enabled) {
+    const float range = spec.contrast_upper - spec.contrast_lower;
+    p.contrast_factor = UniformFloat(w[3]) * range + spec.contrast_lower;
+  }
+  if (spec.hue_max_delta > 0.0f) {
+    const auto c = SampleParamWords(seed, epoch, sample_id, kColorBlock);
+    const float m = spec.hue_max_delta;
+    const float range = m + m;
+    p.hue_delta = UniformFloat(c[0]) * range - m;
+  }
   switch (spec.crop) {
     case CropMode::kNone:
       p.crop = CropBox{0, 0, height > 0 ? height : 0, width > 0 ? width : 0};

@@ -45,14 +45,16 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
 
 // Attempts of the random resized crop before its central fallback.
 inline constexpr int kRandomResizedCropAttempts = 10;
+// The parameter block after the crop attempts: word 0 is random_hue's draw.
+inline constexpr uint32_t kColorBlock = 11;
 
 // The 64-bit draw of Fisher-Yates step i: words 0 | 1 << 32 of Philox of
 // counter {i lo32, i hi32, epoch lo32, (epoch bits 32..55) << 8 | 1}.
 uint64_t PermutationDraw(uint64_t seed, uint64_t epoch, uint64_t i);
 // Block `block` of a sample's parameter words: Philox of counter
 // {id lo32, id hi32, epoch lo32, (epoch bits 32..47) << 16 | block << 8 | 2}.
-// Block 0: flip, brightness, saturation, (unused); blocks 1..10: the crop
-// attempts.
+// Block 0: flip, brightness, saturation, contrast; blocks 1..10: the crop
+// attempts; block kColorBlock (11): hue, (unused x3).
 std::array<uint32_t, 4> SampleParamWords(uint64_t seed, uint64_t epoch,
                                          uint64_t sample_id, uint32_t block);
 // Crop boxes of the three modes for an image of height x width (> 0).

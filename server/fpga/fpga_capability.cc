@@ -83,6 +83,27 @@ constexpr FpgaSpecField kRows[] = {
     NEARPREP_T(saturation_enabled, kKernel, kAll),  // desc kFlagSaturation
     NEARPREP_T(saturation_lower, kHost, kAll),
     NEARPREP_T(saturation_upper, kHost, kAll),
+    // The kernel has no contrast, hue or gamma stage: such samples take the
+    // CPU fallback (FpgaBackend), and ServerInfo says so.
+    NEARPREP_T(contrast_enabled, kKernel,
+               [](const WorkContext& c) -> std::string {
+                 return c.spec.contrast_enabled ? "the kernel has no contrast stage" : "";
+               }),
+    NEARPREP_T(contrast_lower, kHost, kAll),
+    NEARPREP_T(contrast_upper, kHost, kAll),
+    NEARPREP_T(hue_max_delta, kKernel,
+               [](const WorkContext& c) -> std::string {
+                 return c.spec.hue_max_delta != 0.0f ? "the kernel has no hue stage" : "";
+               }),
+    NEARPREP_T(gamma, kKernel,
+               [](const WorkContext& c) -> std::string {
+                 return c.spec.gamma != 0.0f ? "the kernel has no gamma stage" : "";
+               }),
+    NEARPREP_T(gain, kHost, kAll),
+    NEARPREP_T(color_ops, kKernel,
+               [](const WorkContext& c) -> std::string {
+                 return c.spec.color_ops.empty() ? "" : "the kernel's op order is fixed";
+               }),
     // cfg kCfgFlags, kCfgMean*, kCfgStd*.
     NEARPREP_T(clip, kKernel, kAll),
     NEARPREP_T(normalize, kKernel, kAll),

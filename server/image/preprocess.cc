@@ -25,6 +25,14 @@
 // lines first and evicting the decoder's working set would only cost). FAST
 // replaces the HSV round trip of saturation by its closed form
 // (SaturateFastPixel), equal up to float rounding.
+//
+// Requests with contrast, hue or gamma (issue 36) take the staged path
+// instead: the same horizontal taps (AVX2 where available) and vertical
+// lerp, the rows stored flipped into the whole float image, then TensorFlow's
+// ops one after the other with tf_ops.h's scalar functions (contrast needs
+// the whole image's mean before any pixel can be finished), then clip,
+// normalize and PackOutput. FAST uses the same path (its saturation the
+// closed form).
 #include "server/image/preprocess.h"
 
 #include <algorithm>
@@ -32,6 +40,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -130,6 +139,7 @@ struct Scratch {
   std::vector<internal::Tap> xs, ys;
   std::vector<int32_t> x_lo, x_hi;  // Byte offsets of the taps.
   std::vector<float> x_lerp;
+  std::vector<float> image;         // Staged path: the whole float image.
 };
 
 Scratch& ThreadScratch() {
@@ -352,6 +362,66 @@ void HorizontalRow(const uint8_t* row, const Scratch& sc, int out_w,
   }
 }
 
+// True when the request has an op that is not row-local or has no row
+// kernel (contrast needs the whole image's mean; hue and gamma are scalar):
+// such requests take the staged path below.
+bool NeedsStagedPath(const TransformSpec& spec) {
+  return spec.contrast_enabled || spec.hue_max_delta > 0.0f ||
+         spec.gamma != 0.0f || !spec.color_ops.empty();
+}
+
+// The staged path's second half: `img` holds the resized, flipped float
+// image (HWC); TensorFlow's ops run on it one after the other, in the
+// documented order, then clip, normalize and the store.
+void StagedColorOps(float* img, int h, int w, const TransformSpec& spec,
+                    const OutputSpec& output, const SampleParams& params,
+                    uint8_t* out) {
+  const size_t pixels = static_cast<size_t>(h) * w;
+  const size_t n = pixels * 3;
+  static const ColorOp kDefaultOrder[] = {ColorOp::kGamma, ColorOp::kBrightness,
+                                          ColorOp::kContrast, ColorOp::kSaturation,
+                                          ColorOp::kHue};
+  const std::vector<ColorOp> order =
+      spec.color_ops.empty()
+          ? std::vector<ColorOp>(std::begin(kDefaultOrder), std::end(kDefaultOrder))
+          : spec.color_ops;
+  for (ColorOp op : order) {
+    switch (op) {
+      case ColorOp::kGamma:
+        if (spec.gamma != 0.0f) AdjustGamma(img, n, spec.gamma, spec.gain);
+        break;
+      case ColorOp::kBrightness:
+        if (params.brightness_delta != 0.0f) {
+          AdjustBrightness(img, n, params.brightness_delta);
+        }
+        break;
+      case ColorOp::kContrast:
+        if (spec.contrast_enabled) {
+          AdjustContrast(img, h, w, params.contrast_factor);
+        }
+        break;
+      case ColorOp::kSaturation:
+        if (!spec.saturation_enabled) break;
+        if (spec.fidelity == Fidelity::kFast) {
+          for (size_t i = 0; i < pixels; ++i) {
+            internal::SaturateFastPixel(img + 3 * i, params.saturation_factor);
+          }
+        } else {
+          AdjustSaturation(img, pixels, params.saturation_factor);
+        }
+        break;
+      case ColorOp::kHue:
+        if (spec.hue_max_delta > 0.0f) AdjustHue(img, pixels, params.hue_delta);
+        break;
+      case ColorOp::kUnspecified:
+        break;
+    }
+  }
+  if (spec.clip) ClipByValue(img, n, 0.0f, 1.0f);
+  if (spec.normalize) Normalize(img, pixels, spec.mean, spec.std);
+  PackOutput(img, h, w, output.dtype, output.layout, out);
+}
+
 // The whole float part from an RGB buffer (stride in_w*3) and a valid crop.
 void FusedTransform(const uint8_t* rgb, int in_w, const CropBox& crop,
                     const TransformSpec& spec, const OutputSpec& output,
@@ -416,6 +486,25 @@ void FusedTransform(const uint8_t* rgb, int in_w, const CropBox& crop,
     ops.std[c] = spec.std[c];
   }
   float* row = sc.row.data();
+  if (NeedsStagedPath(spec)) {
+    // Resize rows as below (same taps, same lerp), stored flipped into the
+    // whole image; then the ops one after the other.
+    const internal::ScratchTrim<std::vector<float>> trim(&sc.image);
+    sc.image.resize(static_cast<size_t>(out_h) * out_w * 3);
+    for (int y = 0; y < out_h; ++y) {
+      const internal::Tap& t = sc.ys[y];
+      const float* lo = get_row(t.lower, -1);
+      const float* hi = get_row(t.upper, t.lower);
+      LerpRows(lo, hi, t.lerp, out_w * 3, row);
+      float* dst = sc.image.data() + static_cast<size_t>(y) * out_w * 3;
+      for (int x = 0; x < out_w; ++x) {
+        const int xo = params.flip ? out_w - 1 - x : x;
+        for (int c = 0; c < 3; ++c) dst[xo * 3 + c] = row[c * out_w + x];
+      }
+    }
+    StagedColorOps(sc.image.data(), out_h, out_w, spec, output, params, out);
+    return;
+  }
   for (int y = 0; y < out_h; ++y) {
     const internal::Tap& t = sc.ys[y];
     const float* lo = get_row(t.lower, -1);

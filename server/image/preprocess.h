@@ -1,6 +1,7 @@
 // One sample, end to end on the CPU: encoded JPEG bytes -> finished tensor
-// slot. decode -> to float -> crop+resize -> flip -> brightness -> saturation
-// -> clip -> normalize -> pack, with TF_COMPAT or FAST fidelity;
+// slot. decode -> to float -> crop+resize -> flip -> gamma -> brightness ->
+// contrast -> saturation -> hue -> clip -> normalize -> pack (each colour op
+// only when requested), with TF_COMPAT or FAST fidelity;
 // FIDELITY_TORCHVISION goes to torchvision_preprocess.h.
 //
 // Thread-safety: reentrant; scratch memory is per call (or thread-local).

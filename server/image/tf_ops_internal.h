@@ -37,6 +37,10 @@ void HsvToRgb(float h, float s, float v, float* r, float* g, float* b);
 // p[0..2] = RGB of one pixel, adjusted in place.
 void SaturatePixel(float* p, float factor);
 
+// TensorFlow's adjust_hue CPU kernel (adjust_hue_op.cc), one pixel in place:
+// p[0..2] = RGB.
+void HuePixel(float* p, float delta);
+
 // FloatToHalf: IEEE binary16, round to nearest even; NaN -> quiet NaN;
 // overflow -> inf. FloatToBFloat16: round to nearest even; NaN -> quiet NaN.
 // FloatToU8: round(clip(x, 0, 1) * 255), halves away from zero; NaN -> 0.

@@ -103,9 +103,12 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
                                        const ParamsFn& draw_params,
                                        SampleParams* params, uint8_t* out,
                                        StageTimes* times) {
-  if (spec.brightness_max_delta != 0.0f || spec.saturation_enabled) {
+  if (spec.brightness_max_delta != 0.0f || spec.saturation_enabled ||
+      spec.contrast_enabled || spec.hue_max_delta != 0.0f ||
+      spec.gamma != 0.0f) {
     return absl::InvalidArgumentError(
-        "FIDELITY_TORCHVISION has no brightness or saturation augmentation");
+        "FIDELITY_TORCHVISION has no brightness, saturation, contrast, hue "
+        "or gamma op");
   }
   const Clock::time_point t0 = Clock::now();
   internal::JpegSession& session = internal::JpegSession::ThreadLocal();

@@ -55,6 +55,8 @@ void BatchToProto(const BatchData& b, bool with_data, v1::Batch* out) {
     q->mutable_crop()->set_width(static_cast<uint32_t>(p.crop.width));
     q->set_source_height(static_cast<uint32_t>(p.source_height));
     q->set_source_width(static_cast<uint32_t>(p.source_width));
+    q->set_contrast_factor(p.contrast_factor);
+    q->set_hue_delta(p.hue_delta);
   }
   for (const SampleErrorInfo& e : b.errors) {
     v1::SampleError* q = out->add_errors();

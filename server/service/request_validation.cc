@@ -61,6 +61,13 @@ NEARPREP_SAME_VALUE(v1::COMPRESSION_DELTA_ZSTD, TensorCompression::kDeltaZstd);
 NEARPREP_SAME_VALUE(v1::COMPRESSION_GRADIENT_ZSTD,
                     TensorCompression::kGradientZstd);
 NEARPREP_LAST_VALUE(v1::Compression, TensorCompression::kGradientZstd);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_UNSPECIFIED, ColorOp::kUnspecified);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_GAMMA, ColorOp::kGamma);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_BRIGHTNESS, ColorOp::kBrightness);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_CONTRAST, ColorOp::kContrast);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_SATURATION, ColorOp::kSaturation);
+NEARPREP_SAME_VALUE(v1::COLOR_OP_HUE, ColorOp::kHue);
+NEARPREP_LAST_VALUE(v1::ColorOp, ColorOp::kHue);
 // ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
 static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
               "v1::ShuffleMode gained a value: StreamRequest::block_shuffle "
@@ -197,7 +204,12 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
         {"transform.flip_probability", t.flip_probability()},
         {"transform.brightness_max_delta", t.brightness_max_delta()},
         {"transform.saturation_lower", t.saturation_lower()},
-        {"transform.saturation_upper", t.saturation_upper()}}) {
+        {"transform.saturation_upper", t.saturation_upper()},
+        {"transform.contrast_lower", t.contrast_lower()},
+        {"transform.contrast_upper", t.contrast_upper()},
+        {"transform.hue_max_delta", t.hue_max_delta()},
+        {"transform.gamma", t.gamma()},
+        {"transform.gain", t.gain()}}) {
     if (auto st = CheckFinite(name, v); !st.ok()) return st;
   }
 
@@ -270,6 +282,73 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     s.saturation_lower = t.saturation_lower();
     s.saturation_upper = t.saturation_upper();
   }
+  // random_contrast: TensorFlow requires 0 <= lower < upper.
+  if (t.contrast_lower() == 0.0f && t.contrast_upper() == 0.0f) {
+    s.contrast_enabled = false;
+  } else {
+    if (t.contrast_lower() < 0.0f) {
+      return Invalid("transform.contrast_lower",
+                     "must be >= 0 (both contrast fields 0 disables "
+                     "random_contrast), got " + F(t.contrast_lower()));
+    }
+    if (!(t.contrast_upper() > t.contrast_lower())) {
+      return Invalid("transform.contrast_upper",
+                     "must be > contrast_lower = " + F(t.contrast_lower()) +
+                         " (TensorFlow's random_contrast), got " +
+                         F(t.contrast_upper()));
+    }
+    s.contrast_enabled = true;
+    s.contrast_lower = t.contrast_lower();
+    s.contrast_upper = t.contrast_upper();
+  }
+  // hue_max_delta and gamma: their (nearprep.v1.range) is checked above.
+  s.hue_max_delta = t.hue_max_delta();
+  s.gamma = t.gamma();
+  if (t.gamma() == 0.0f && t.gain() != 0.0f) {
+    return Invalid("transform.gain",
+                   "must be 0 while transform.gamma is 0 (gamma 0 disables "
+                   "adjust_gamma), got " + F(t.gain()));
+  }
+  s.gain = t.gain() == 0.0f ? 1.0f : t.gain();
+  // color_ops: every enabled op once, no other.
+  if (t.color_ops_size() > 0) {
+    const bool enabled[6] = {false,
+                             s.gamma != 0.0f,
+                             s.brightness_max_delta != 0.0f,
+                             s.contrast_enabled,
+                             s.saturation_enabled,
+                             s.hue_max_delta != 0.0f};
+    static const char* const kNames[6] = {"unspecified", "gamma", "brightness",
+                                          "contrast", "saturation", "hue"};
+    bool seen[6] = {};
+    for (int i = 0; i < t.color_ops_size(); ++i) {
+      const int op = t.color_ops(i);
+      const std::string field = absl::StrCat("transform.color_ops[", i, "]");
+      if (op <= 0 || op > 5) {
+        return Invalid(field, absl::StrCat("must name a colour op (gamma, "
+                                           "brightness, contrast, saturation, "
+                                           "hue), got ", op));
+      }
+      if (seen[op]) {
+        return Invalid(field, absl::StrCat(kNames[op], " is listed twice"));
+      }
+      if (!enabled[op]) {
+        return Invalid(field, absl::StrCat(kNames[op],
+                                           " is listed but not enabled by "
+                                           "its transform field(s)"));
+      }
+      seen[op] = true;
+      s.color_ops.push_back(static_cast<ColorOp>(op));
+    }
+    for (int op = 1; op <= 5; ++op) {
+      if (enabled[op] && !seen[op]) {
+        return Invalid("transform.color_ops",
+                       absl::StrCat(kNames[op], " is enabled but not listed "
+                                    "(list every enabled op, or none for the "
+                                    "default order)"));
+      }
+    }
+  }
   if (s.fidelity == Fidelity::kTorchvision) {
     // torchvision's recipe has no colour augmentation; refusing it here
     // keeps the mode's promise (every byte torchvision's) checkable.
@@ -285,6 +364,23 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
                      "FIDELITY_TORCHVISION, got [" +
                          F(s.saturation_lower) + ", " + F(s.saturation_upper) +
                          "]");
+    }
+    if (s.contrast_enabled) {
+      return Invalid("transform.contrast_lower",
+                     "contrast must be disabled (both 0) with "
+                     "FIDELITY_TORCHVISION, got [" +
+                         F(s.contrast_lower) + ", " + F(s.contrast_upper) +
+                         "]");
+    }
+    if (s.hue_max_delta != 0.0f) {
+      return Invalid("transform.hue_max_delta",
+                     "must be 0 with FIDELITY_TORCHVISION, got " +
+                         F(s.hue_max_delta));
+    }
+    if (s.gamma != 0.0f) {
+      return Invalid("transform.gamma",
+                     "must be 0 with FIDELITY_TORCHVISION, got " +
+                         F(s.gamma));
     }
   }
 

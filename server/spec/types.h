@@ -23,6 +23,15 @@ enum class Fidelity { kTfCompat = 0, kFast = 1, kTorchvision = 2 };
 enum class DType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kUint8 = 3 };
 enum class Layout { kNHWC = 0, kNCHW = 1 };
 enum class ErrorPolicy { kSkip = 0, kFailStream = 1 };
+// Transform.color_ops' values (kUnspecified is never in a valid list).
+enum class ColorOp {
+  kUnspecified = 0,
+  kGamma = 1,
+  kBrightness = 2,
+  kContrast = 3,
+  kSaturation = 4,
+  kHue = 5,
+};
 
 inline size_t DTypeSize(DType d) {
   switch (d) {
@@ -48,6 +57,16 @@ struct TransformSpec {
   float brightness_max_delta = 0.0f;  // 0 disables.
   bool saturation_enabled = false;
   float saturation_lower = 0.0f, saturation_upper = 0.0f;
+  // random_contrast: factor in [contrast_lower, contrast_upper).
+  bool contrast_enabled = false;
+  float contrast_lower = 0.0f, contrast_upper = 0.0f;
+  float hue_max_delta = 0.0f;  // random_hue; 0 disables.
+  // adjust_gamma: gain * x ** gamma; gamma 0 disables (gain is then 1).
+  float gamma = 0.0f;
+  float gain = 1.0f;
+  // The enabled colour ops in the order to run them; empty: gamma,
+  // brightness, contrast, saturation, hue.
+  std::vector<ColorOp> color_ops;
   bool clip = true;
   bool normalize = false;  // (x - mean[c]) / std[c] after clip.
   float mean[3] = {0, 0, 0};
@@ -76,6 +95,8 @@ struct SampleParams {
   bool flip = false;
   float brightness_delta = 0.0f;
   float saturation_factor = 1.0f;
+  float contrast_factor = 1.0f;
+  float hue_delta = 0.0f;
   CropBox crop;  // Whole image when crop == kNone.
   int source_height = 0, source_width = 0;
 };

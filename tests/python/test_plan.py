@@ -225,6 +225,14 @@ _SPECS = [
          width=224),
     dict(crop=plan.CROP_RESIZE_CENTER, fidelity=plan.FIDELITY_FAST,
          resize_shorter=333, height=100, width=300),
+    # random_contrast (block 0's word 3) and random_hue (block 11's word 0).
+    dict(crop=plan.CROP_RANDOM_RESIZED, flip_probability=0.5,
+         brightness_max_delta=0.125, saturation_enabled=True,
+         saturation_lower=0.5, saturation_upper=1.5, contrast_enabled=True,
+         contrast_lower=0.6, contrast_upper=1.4, hue_max_delta=0.08),
+    dict(crop=plan.CROP_NONE, contrast_enabled=True, contrast_lower=0.0,
+         contrast_upper=3.3),
+    dict(crop=plan.CROP_CENTER, hue_max_delta=0.5),
 ]
 
 
@@ -236,7 +244,8 @@ def test_params_match_cpp(spec_kw, seed, epoch):
     # Store float32 values, as the daemon receives them.
     for f in ("center_fraction", "scale_min", "scale_max", "ratio_min",
               "ratio_max", "flip_probability", "brightness_max_delta",
-              "saturation_lower", "saturation_upper"):
+              "saturation_lower", "saturation_upper", "contrast_lower",
+              "contrast_upper", "hue_max_delta"):
         setattr(spec, f, plan._f32(getattr(spec, f)))
     count = 250
     got = _dump(n=0, seed=seed, epoch=epoch, params=count, crop=spec.crop,
@@ -249,6 +258,9 @@ def test_params_match_cpp(spec_kw, seed, epoch):
                 brightness=_bits(spec.brightness_max_delta),
                 sat_lower=_bits(spec.saturation_lower),
                 sat_upper=_bits(spec.saturation_upper),
+                con_lower=_bits(spec.contrast_lower),
+                con_upper=_bits(spec.contrast_upper),
+                hue=_bits(spec.hue_max_delta),
                 sizes=",".join("%dx%d" % s for s in _SIZES))["params"]
     assert len(got) == count
     if not spec.saturation_enabled:
@@ -261,3 +273,5 @@ def test_params_match_cpp(spec_kw, seed, epoch):
         assert g["factor_bits"] == plan.float32_bits(p.saturation_factor), g
         assert g["crop"] == list(p.crop), g
         assert g["source"] == [h, w]
+        assert g["contrast_bits"] == plan.float32_bits(p.contrast_factor), g
+        assert g["hue_bits"] == plan.float32_bits(p.hue_delta), g

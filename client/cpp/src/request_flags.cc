@@ -228,6 +228,10 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
       ->capture_default_str();
   app->add_option("--saturation", saturation, "saturation factor range L U")
       ->expected(2);
+  app->add_option("--color-ops", color_ops,
+                  "order of the colour ops, every enabled one once: " +
+                      EnumHelp(v1::ColorOp_descriptor()) +
+                      " (default: gamma brightness contrast saturation hue)");
   app->add_flag("--no-clip", no_clip, "do not clip to [0, 1]");
   app->add_option("--mean", mean, "per-channel mean (3 values)")->expected(3);
   app->add_option("--std", std, "per-channel std (3 values)")->expected(3);
@@ -330,6 +334,12 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     }
     t->set_saturation_lower(saturation[0]);
     t->set_saturation_upper(saturation[1]);
+  }
+  for (const std::string& name : color_ops) {
+    absl::StatusOr<int> op =
+        ParseEnumValue(v1::ColorOp_descriptor(), "--color-ops", name);
+    if (!op.ok()) return op.status();
+    t->add_color_ops(static_cast<v1::ColorOp>(*op));
   }
   t->set_disable_clip(no_clip);
   if (mean.size() != std.size() || (!mean.empty() && mean.size() != 3)) {

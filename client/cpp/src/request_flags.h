@@ -98,6 +98,9 @@ struct RequestFlags {
   float flip = 0.0f;
   float brightness = 0.0f;
   std::vector<float> saturation;  // 2 values or empty.
+  // transform.color_ops by name (gamma, brightness, contrast, saturation,
+  // hue); empty: the default order.
+  std::vector<std::string> color_ops;
   bool no_clip = false;
   std::vector<float> mean;
   std::vector<float> std;

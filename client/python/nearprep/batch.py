@@ -63,6 +63,9 @@ class SampleParams:
     crop: CropBox
     source_height: int
     source_width: int
+    # random_contrast's factor (1.0 when disabled), random_hue's delta (0.0).
+    contrast_factor: float = 1.0
+    hue_delta: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +153,10 @@ class Batch:
                     saturation_factor=p.saturation_factor,
                     crop=CropBox(p.crop.y, p.crop.x, p.crop.height, p.crop.width),
                     source_height=p.source_height,
-                    source_width=p.source_width)
+                    source_width=p.source_width,
+                    # Stubs generated before these fields: the defaults.
+                    contrast_factor=getattr(p, "contrast_factor", 1.0),
+                    hue_delta=getattr(p, "hue_delta", 0.0))
                 for p in self._header.params]
         return self._params
 

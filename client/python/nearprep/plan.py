@@ -26,6 +26,7 @@ __all__ = [
     "CROP_NONE", "CROP_CENTER", "CROP_RANDOM_RESIZED", "CROP_RESIZE_CENTER",
     "FIDELITY_TF_COMPAT", "FIDELITY_FAST", "FIDELITY_TORCHVISION",
     "K_TAG_PERMUTATION", "K_TAG_SAMPLE_PARAMS", "RANDOM_RESIZED_CROP_ATTEMPTS",
+    "COLOR_BLOCK",
     "TransformSpec", "SampleParams",
     "philox4x32", "uniform_float", "plan_log", "plan_exp", "plan_round",
     "plan_round_half_even", "torchvision_resize_center",
@@ -59,6 +60,8 @@ except ImportError:
 K_TAG_PERMUTATION = 1
 K_TAG_SAMPLE_PARAMS = 2
 RANDOM_RESIZED_CROP_ATTEMPTS = 10
+# The parameter block after the crop attempts: word 0 is random_hue's draw.
+COLOR_BLOCK = 11
 
 CROP_NONE = 0
 CROP_CENTER = 1
@@ -275,6 +278,10 @@ class TransformSpec:
     saturation_enabled: bool = False
     saturation_lower: float = 0.0
     saturation_upper: float = 0.0
+    contrast_enabled: bool = False
+    contrast_lower: float = 0.0
+    contrast_upper: float = 0.0
+    hue_max_delta: float = 0.0
     fidelity: int = FIDELITY_TF_COMPAT
     resize_shorter: int = 256  # CROP_RESIZE_CENTER: the shorter side's size
     height: int = 224  # output size (CROP_RESIZE_CENTER reads it)
@@ -286,6 +293,8 @@ class SampleParams:
     flip: bool = False
     brightness_delta: float = 0.0
     saturation_factor: float = 1.0
+    contrast_factor: float = 1.0
+    hue_delta: float = 0.0
     crop: Tuple[int, int, int, int] = (0, 0, 0, 0)  # y, x, height, width
     source_height: int = 0
     source_width: int = 0
@@ -411,6 +420,15 @@ def draw_sample_params(spec: TransformSpec, seed: int, epoch: int,
         lower = _f32(spec.saturation_lower)
         rng = _f32(_f32(spec.saturation_upper) - lower)
         p.saturation_factor = _f32(_f32(uniform_float(w[2]) * rng) + lower)
+    if spec.contrast_enabled:
+        lower = _f32(spec.contrast_lower)
+        rng = _f32(_f32(spec.contrast_upper) - lower)
+        p.contrast_factor = _f32(_f32(uniform_float(w[3]) * rng) + lower)
+    m = _f32(spec.hue_max_delta)
+    if m > 0.0:
+        c = sample_param_words(seed, epoch, sample_id, COLOR_BLOCK)
+        rng = _f32(m + m)
+        p.hue_delta = _f32(_f32(uniform_float(c[0]) * rng) - m)
     if spec.crop == CROP_CENTER:
         p.crop = center_crop_box(height, width, spec.center_fraction)
     elif spec.crop == CROP_RANDOM_RESIZED:

@@ -191,6 +191,9 @@ def _value(path, f, value):
     if is_repeated(f):
         if f.cpp_type in (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE):
             return _floats(path, value)
+        if f.cpp_type == _FD.CPPTYPE_ENUM:  # a list of names (color_ops)
+            items = [value] if isinstance(value, (str, int)) else list(value)
+            return [_enum(f"{path}[{i}]", v, f.enum_type) for i, v in enumerate(items)]
         raise TypeError(f"{path}: no keyword conversion for this repeated field")
     t = f.cpp_type
     if t == _FD.CPPTYPE_ENUM:

@@ -10,8 +10,11 @@ per-sample draws (Batch.params, include_params=True):
     x = tf.image.crop_to_bounding_box(x, *box)      # the box the batch reports
     x = tf.image.resize(x, [h, w])                  # bilinear, no antialias
     x = tf.image.flip_left_right(x)                 # if flipped
+    x = tf.image.adjust_gamma(x, gamma, gain)       # issue 36, if requested
     x = tf.image.adjust_brightness(x, delta)
+    x = tf.image.adjust_contrast(x, contrast)       # issue 36, if requested
     x = tf.image.adjust_saturation(x, factor)
+    x = tf.image.adjust_hue(x, hue)                 # issue 36, if requested
     x = tf.clip_by_value(x, 0.0, 1.0)
     x = (x - mean) / std; cast to float16 / bfloat16, or uint8 as
     floor(x * 255 + 0.5); NCHW by tf.transpose
@@ -56,6 +59,30 @@ MODES = [
 ]
 
 
+# Issue 36: random_contrast, random_hue and adjust_gamma on top of AUG, in
+# nearprep's order (gamma, brightness, contrast, saturation, hue), and each
+# op alone.
+COLOUR = dict(contrast_lower=0.6, contrast_upper=1.4, hue_max_delta=0.1)
+COLOUR_MODES = [
+    ("colour_f32_nhwc", dict(AUG, **COLOUR, dtype="float32", layout="NHWC")),
+    ("colour_gamma_rrc_u8_nchw", dict(AUG, **COLOUR, gamma=0.8, gain=1.1,
+                                      crop="random_resized", dtype="uint8",
+                                      layout="NCHW")),
+    ("contrast_only_noclip", dict(flip_probability=0.5, contrast_lower=0.2,
+                                  contrast_upper=1.8, clip=False)),
+    ("hue_only_center_bf16", dict(flip_probability=0.5, hue_max_delta=0.5,
+                                  crop="center", dtype="bfloat16")),
+    ("gamma_only_noclip_160x192", dict(gamma=2.2, clip=False, height=160,
+                                       width=192, flip_probability=0.5)),
+    # The request's own order (color_ops), as a TF user chains the ops.
+    ("order_gamma_hue_sat_contrast_brightness",
+     dict(AUG, **COLOUR, gamma=0.9, crop="random_resized",
+          color_ops=["gamma", "hue", "saturation", "contrast", "brightness"])),
+    ("order_brightness_saturation_reversed_f16",
+     dict(AUG, dtype="float16", color_ops=["saturation", "brightness"])),
+]
+
+
 # --- The oracle ---------------------------------------------------------------
 
 class Decoded:
@@ -76,10 +103,12 @@ class Decoded:
         return self._cache[rel]
 
 
-def tf_pipeline(image_u8, kw, p, brightness_delta=None):
+def tf_pipeline(image_u8, kw, p, brightness_delta=None, contrast_factor=None,
+                hue_delta=None, gamma=None):
     """TensorFlow's ops on one decoded image with the batch's reported draws
     `p` (SampleParams); returns numpy in nearprep's wire dtype (bfloat16 as
-    its uint16 bits) and layout. brightness_delta overrides p's (tests)."""
+    its uint16 bits) and layout. brightness_delta, contrast_factor,
+    hue_delta and gamma override p's and kw's (tests)."""
     height, width = kw.get("height", 224), kw.get("width", 224)
     x = tf.image.convert_image_dtype(image_u8, tf.float32)
     assert (p.source_height, p.source_width) == tuple(image_u8.shape[:2])
@@ -89,11 +118,23 @@ def tf_pipeline(image_u8, kw, p, brightness_delta=None):
     x = tf.image.resize(x, [height, width], method="bilinear", antialias=False)
     if p.flipped:
         x = tf.image.flip_left_right(x)
-    if kw.get("brightness_max_delta"):
-        delta = p.brightness_delta if brightness_delta is None else brightness_delta
-        x = tf.image.adjust_brightness(x, np.float32(delta))
-    if kw.get("saturation"):
-        x = tf.image.adjust_saturation(x, np.float32(p.saturation_factor))
+    # The colour ops in the request's color_ops order (default: gamma,
+    # brightness, contrast, saturation, hue), each only when enabled.
+    for op in kw.get("color_ops") or ("gamma", "brightness", "contrast", "saturation", "hue"):
+        if op == "gamma" and kw.get("gamma"):
+            g = np.float32(kw["gamma"] if gamma is None else gamma)
+            x = tf.image.adjust_gamma(x, gamma=g, gain=np.float32(kw.get("gain") or 1.0))
+        if op == "brightness" and kw.get("brightness_max_delta"):
+            delta = p.brightness_delta if brightness_delta is None else brightness_delta
+            x = tf.image.adjust_brightness(x, np.float32(delta))
+        if op == "contrast" and (kw.get("contrast_lower") or kw.get("contrast_upper")):
+            f = p.contrast_factor if contrast_factor is None else contrast_factor
+            x = tf.image.adjust_contrast(x, np.float32(f))
+        if op == "saturation" and kw.get("saturation"):
+            x = tf.image.adjust_saturation(x, np.float32(p.saturation_factor))
+        if op == "hue" and kw.get("hue_max_delta"):
+            d = p.hue_delta if hue_delta is None else hue_delta
+            x = tf.image.adjust_hue(x, np.float32(d))
     if kw.get("clip", True):
         x = tf.clip_by_value(x, 0.0, 1.0)
     if kw.get("mean") is not None:
@@ -338,3 +379,68 @@ def test_fpga_image_that_tripped_the_deadlock_detector(daemon_factory, fpga_data
     c = nearprep.Client(d.target, reconnect_deadline=2.0)
     got = [b for b in c.batches("one", batch_size=1)]
     assert len(got) == 1 and len(got[0]) == 1
+
+
+# --- Issue 36: contrast, hue, gamma --------------------------------------------
+
+@pytest.mark.parametrize("name,kw", COLOUR_MODES, ids=[m[0] for m in COLOUR_MODES])
+def test_colour_ops_200_images_equal_tensorflow(tf_daemon, sample, name, kw):
+    files, decode = sample
+    got, errors = stream(tf_daemon.target, "sample", kw)
+    assert compare_exact(decode, files, got, errors, kw) == 200
+    params = [p for _, _, p in got]
+    if kw.get("contrast_upper"):
+        factors = {p.contrast_factor for p in params}
+        assert len(factors) > 150
+        assert kw["contrast_lower"] <= min(factors) and max(factors) < kw["contrast_upper"]
+    else:
+        assert {p.contrast_factor for p in params} == {1.0}
+    if kw.get("hue_max_delta"):
+        m = kw["hue_max_delta"]
+        assert min(p.hue_delta for p in params) < 0 < max(p.hue_delta for p in params)
+        assert all(-m <= p.hue_delta < m for p in params)
+    else:
+        assert {p.hue_delta for p in params} == {0.0}
+
+
+@pytest.mark.parametrize("name,kw", COLOUR_MODES, ids=[m[0] for m in COLOUR_MODES])
+def test_colour_ops_edge_cases_equal_tensorflow(tf_daemon, edge, name, kw):
+    _, files, decode = edge
+    for epoch in range(2):
+        got, errors = stream(tf_daemon.target, "edge", kw, batch_size=8, epoch=epoch)
+        compare_exact(decode, files, got, errors, kw)
+
+
+def test_colour_ops_odd_sizes_equal_tensorflow(tf_daemon, edge):
+    # Odd pixel counts (the contrast fold's carried middle pixel) and
+    # 1-pixel outputs, upscaled and downscaled.
+    _, files, decode = edge
+    for size in ((333, 17), (3, 5), (1, 1)):
+        kw = dict(COLOUR, height=size[0], width=size[1], crop="random_resized",
+                  scale=(0.9, 1.0), ratio=(0.2, 5.0), flip_probability=0.5, gamma=1.3)
+        got, errors = stream(tf_daemon.target, "edge", kw, batch_size=16)
+        compare_exact(decode, files, got, errors, kw)
+
+
+def test_one_ulp_of_each_colour_parameter_is_caught(tf_daemon, sample):
+    # The comparison is sharp: the oracle with the contrast factor, the hue
+    # delta or gamma moved by one float32 ulp disagrees with the daemon.
+    files, decode = sample
+    kw = COLOUR_MODES[0][1]
+    kw = dict(kw, gamma=0.8)
+    got, _ = stream(tf_daemon.target, "sample", kw, max_batches=1)
+    assert len(got) == 25
+    caught = {"contrast": 0, "hue": 0, "gamma": 0}
+    for sid, image, p in got:
+        x = decode(files[sid])
+        assert tf_pipeline(x, kw, p).tobytes() == image.tobytes()
+        up = lambda v: np.nextafter(np.float32(v), np.float32(np.inf), dtype=np.float32)
+        caught["contrast"] += tf_pipeline(
+            x, kw, p, contrast_factor=up(p.contrast_factor)).tobytes() != image.tobytes()
+        caught["hue"] += tf_pipeline(
+            x, kw, p, hue_delta=up(p.hue_delta)).tobytes() != image.tobytes()
+        caught["gamma"] += tf_pipeline(x, kw, p, gamma=up(0.8)).tobytes() != image.tobytes()
+    # A one-ulp change of the hue delta can vanish in delta * 6 (rounded to
+    # float32) on a few images (3 of these 25); the others are caught on all.
+    assert caught["contrast"] == 25 and caught["gamma"] == 25, caught
+    assert caught["hue"] >= 20, caught

@@ -268,6 +268,43 @@ TEST(SampleParamsTest, UsesTheDocumentedWordsAndFloatFormulas) {
   }
 }
 
+// Issue 36: contrast in block 0's word 3, hue in block 11's word 0; turning
+// them on changes none of the older draws, and they change nothing else.
+TEST(SampleParamsTest, ContrastAndHueUseTheirDocumentedWords) {
+  const TransformSpec base = AllOn();
+  TransformSpec spec = base;
+  spec.contrast_enabled = true;
+  spec.contrast_lower = 0.6f;
+  spec.contrast_upper = 1.4f;
+  spec.hue_max_delta = 0.08f;
+  const uint64_t seed = 99, epoch = 3;
+  int hue_differs = 0;
+  for (uint64_t id = 0; id < 200; ++id) {
+    const auto w = Philox4x32({static_cast<uint32_t>(id), 0,
+                               static_cast<uint32_t>(epoch), kTagSampleParams},
+                              {static_cast<uint32_t>(seed), 0});
+    const auto c = Philox4x32({static_cast<uint32_t>(id), 0,
+                               static_cast<uint32_t>(epoch),
+                               (kColorBlock << 8) | kTagSampleParams},
+                              {static_cast<uint32_t>(seed), 0});
+    const auto p = DrawSampleParams(spec, seed, epoch, id, 100, 100);
+    const float range = spec.contrast_upper - spec.contrast_lower;
+    EXPECT_EQ(p.contrast_factor, UniformFloat(w[3]) * range + 0.6f);
+    const float m = spec.hue_max_delta;
+    EXPECT_EQ(p.hue_delta, UniformFloat(c[0]) * (m + m) - m);
+    ASSERT_GE(p.contrast_factor, 0.6f);
+    ASSERT_LT(p.contrast_factor, 1.4f);
+    ASSERT_GE(p.hue_delta, -0.08f);
+    ASSERT_LT(p.hue_delta, 0.08f);
+    hue_differs += p.hue_delta != UniformFloat(w[3]) * (m + m) - m;
+    const auto old = DrawSampleParams(base, seed, epoch, id, 100, 100);
+    EXPECT_TRUE(SameParams(p, old));
+    EXPECT_EQ(old.contrast_factor, 1.0f);
+    EXPECT_EQ(old.hue_delta, 0.0f);
+  }
+  EXPECT_GT(hue_differs, 190);  // not the contrast word
+}
+
 TEST(SampleParamsTest, DistributionsLookRight) {
   TransformSpec spec = AllOn();
   spec.flip_probability = 0.3f;

@@ -9,6 +9,7 @@
 //   out_height out_width (the output size, for crop 3) scale_min
 //   scale_max ratio_min ratio_max flip brightness sat_lower sat_upper
 //   (saturation is enabled when sat_lower or sat_upper is non-zero)
+//   con_lower con_upper hue (contrast likewise)
 //   params=K      parameters of sample ids 0..K-1
 //   block_samples=B open_blocks=K window=W   with B > 0: the block shuffle
 //                 (server/data/block_shuffle.h) instead of the global one
@@ -130,6 +131,12 @@ int main(int argc, char** argv) {
       spec.saturation_lower = ParseFloat(v);
     else if (k == "sat_upper")
       spec.saturation_upper = ParseFloat(v);
+    else if (k == "con_lower")
+      spec.contrast_lower = ParseFloat(v);
+    else if (k == "con_upper")
+      spec.contrast_upper = ParseFloat(v);
+    else if (k == "hue")
+      spec.hue_max_delta = ParseFloat(v);
     else if (k == "block_samples")
       block.block_samples = u;
     else if (k == "open_blocks")
@@ -162,6 +169,8 @@ int main(int argc, char** argv) {
   }
   spec.saturation_enabled =
       spec.saturation_lower != 0.0f || spec.saturation_upper != 0.0f;
+  spec.contrast_enabled =
+      spec.contrast_lower != 0.0f || spec.contrast_upper != 0.0f;
 
   const auto order =
       block.block_samples > 0 && shuffle
@@ -193,12 +202,14 @@ int main(int argc, char** argv) {
     std::printf("%s\n{\"id\": %" PRIu64
                 ", \"flip\": %s, \"delta_bits\": %u, "
                 "\"factor_bits\": %u, \"delta\": %.9g, \"factor\": %.9g, "
-                "\"crop\": [%d, %d, %d, %d], \"source\": [%d, %d]}",
+                "\"crop\": [%d, %d, %d, %d], \"source\": [%d, %d], "
+                "\"contrast_bits\": %u, \"hue_bits\": %u}",
                 id ? "," : "", id, p.flip ? "true" : "false",
                 Bits(p.brightness_delta), Bits(p.saturation_factor),
                 static_cast<double>(p.brightness_delta),
                 static_cast<double>(p.saturation_factor), p.crop.y, p.crop.x,
-                p.crop.height, p.crop.width, p.source_height, p.source_width);
+                p.crop.height, p.crop.width, p.source_height, p.source_width,
+                Bits(p.contrast_factor), Bits(p.hue_delta));
   }
   std::printf("]}\n");
   return 0;

@@ -37,6 +37,12 @@ TEST(FpgaCapabilityTest, WhatTheKernelDoesNotComputeIsRefusedNamingTheField) {
       {"transform.width", [](WorkContext* c) { c->spec.width = 5000; }},
       {"output.dtype", [](WorkContext* c) { c->output.dtype = static_cast<DType>(9); }},
       {"output.layout", [](WorkContext* c) { c->output.layout = static_cast<Layout>(2); }},
+      // No contrast, hue or gamma stage in the kernel (issue 36): CPU fallback.
+      {"transform.contrast_enabled", [](WorkContext* c) { c->spec.contrast_enabled = true; }},
+      {"transform.hue_max_delta", [](WorkContext* c) { c->spec.hue_max_delta = 0.1f; }},
+      {"transform.gamma", [](WorkContext* c) { c->spec.gamma = 0.8f; }},
+      {"transform.color_ops",
+       [](WorkContext* c) { c->spec.color_ops = {ColorOp::kBrightness}; }},
   };
   for (const Case& k : cases) {
     WorkContext ctx;
@@ -65,13 +71,16 @@ TEST(FpgaCapabilityTest, TheTableHasOneRowPerSpecField) {
   }
   auto& [height, width, crop, center_fraction, resize_shorter, scale_min, scale_max, ratio_min,
          ratio_max, flip_probability, brightness_max_delta, saturation_enabled,
-         saturation_lower, saturation_upper, clip, normalize, mean, std_dev, fidelity] = ctx.spec;
+         saturation_lower, saturation_upper, contrast_enabled, contrast_lower, contrast_upper,
+         hue_max_delta, gamma, gain, color_ops, clip, normalize, mean, std_dev,
+         fidelity] = ctx.spec;
   auto& [dtype, layout] = ctx.output;
   auto& [max_decoded_values] = ctx.limits;
   const void* fields[] = {&height, &width, &crop, &center_fraction, &resize_shorter,
                           &scale_min, &scale_max, &ratio_min, &ratio_max, &flip_probability,
                           &brightness_max_delta, &saturation_enabled, &saturation_lower,
-                          &saturation_upper, &clip, &normalize, &mean, &std_dev, &fidelity,
+                          &saturation_upper, &contrast_enabled, &contrast_lower,
+                          &contrast_upper, &hue_max_delta, &gamma, &gain, &color_ops, &clip, &normalize, &mean, &std_dev, &fidelity,
                           &dtype, &layout, &max_decoded_values};
   EXPECT_EQ(NumFpgaSpecFields(), sizeof(fields) / sizeof(fields[0]));
   for (const void* f : fields) EXPECT_EQ(rows.count(f), 1u);

@@ -62,6 +62,9 @@ ParamsFn RandomParams(const TransformSpec& spec, uint32_t seed) {
         spec.saturation_lower;
     p.crop = spec.crop == CropMode::kRandomResized ? RandomResizedCrop(h, w, &rng)
                                                   : CropBox{0, 0, h, w};
+    p.contrast_factor = u(rng) * (spec.contrast_upper - spec.contrast_lower) +
+                        spec.contrast_lower;
+    p.hue_delta = u(rng) * 2 * spec.hue_max_delta - spec.hue_max_delta;
     return p;
   };
 }
@@ -76,9 +79,16 @@ std::vector<uint8_t> OpByOp(const uint8_t* rgb, int h, int w,
   std::vector<float> img(size_t(oh) * ow * 3);
   ResizeBilinear(f.data(), h, w, p.crop, img.data(), oh, ow);
   if (p.flip) FlipLeftRight(img.data(), oh, ow);
+  if (spec.gamma != 0.0f) {
+    AdjustGamma(img.data(), img.size(), spec.gamma, spec.gain);
+  }
   AdjustBrightness(img.data(), img.size(), p.brightness_delta);
+  if (spec.contrast_enabled) AdjustContrast(img.data(), oh, ow, p.contrast_factor);
   if (spec.saturation_enabled) {
     AdjustSaturation(img.data(), size_t(oh) * ow, p.saturation_factor);
+  }
+  if (spec.hue_max_delta > 0.0f) {
+    AdjustHue(img.data(), size_t(oh) * ow, p.hue_delta);
   }
   if (spec.clip) ClipByValue(img.data(), img.size(), 0.0f, 1.0f);
   if (spec.normalize) Normalize(img.data(), size_t(oh) * ow, spec.mean, spec.std);
@@ -128,6 +138,29 @@ std::vector<Config> Configs() {
     k.spec.clip = false;
     k.spec.height = 600;
     k.spec.width = 601;
+    c.push_back(k);
+  }
+  {
+    // Issue 36's ops take the staged path (whole image, then the ops).
+    Config k{"rrc f32 NCHW gamma contrast hue 223x97", aug,
+             {DType::kFloat32, Layout::kNCHW}};
+    k.spec.crop = CropMode::kRandomResized;
+    k.spec.height = 223;
+    k.spec.width = 97;
+    k.spec.contrast_enabled = true;
+    k.spec.contrast_lower = 0.3f;
+    k.spec.contrast_upper = 1.8f;
+    k.spec.hue_max_delta = 0.5f;
+    k.spec.gamma = 0.7f;
+    k.spec.gain = 1.1f;
+    c.push_back(k);
+  }
+  {
+    Config k{"whole u8 NHWC contrast only", aug, {DType::kUint8, Layout::kNHWC}};
+    k.spec.saturation_enabled = false;
+    k.spec.contrast_enabled = true;
+    k.spec.contrast_lower = 0.5f;
+    k.spec.contrast_upper = 1.5f;
     c.push_back(k);
   }
   return c;

@@ -213,6 +213,174 @@ TEST(AdjustSaturationTest, HueConstantsAreAddedInDouble) {
   EXPECT_GT(checked, 0);
 }
 
+TEST(AdjustContrastTest, ScalesAroundTheChannelMean) {
+  // 2 pixels: means 0.5, 0.25, 0 (sums 1, 0.5, 0 times float(1/2)).
+  std::vector<float> img = {0.25f, 0.0f, 0.0f, 0.75f, 0.5f, 0.0f};
+  AdjustContrast(img.data(), 1, 2, 2.0f);
+  const std::vector<float> want = {0.0f, -0.25f, 0.0f, 1.0f, 0.75f, 0.0f};
+  EXPECT_EQ(img, want);
+}
+
+// The mean is the kernel's halving fold, not a running sum: on values where
+// the two orders round differently, the fold's mean is the one used.
+TEST(AdjustContrastTest, MeanIsTheHalvingFold) {
+  const int n = 7;  // Odd counts carry the middle pixel over.
+  std::vector<float> img(n * 3);
+  const float v[n] = {1.0f, 4e-8f, 4e-8f, 4e-8f, 4e-8f, 4e-8f, 4e-8f};
+  for (int i = 0; i < n; ++i) img[i * 3] = img[i * 3 + 1] = img[i * 3 + 2] = v[i];
+  // Fold: n=7 -> right 3, left 4: s = {v4+v0, v5+v1, v6+v2, v3};
+  // n=4 -> {s0+s2, s1+s3}; n=2 -> {s0+s1}.
+  float s[4] = {v[4] + v[0], v[5] + v[1], v[6] + v[2], v[3]};
+  s[0] = s[0] + s[2];
+  s[1] = s[1] + s[3];
+  s[0] = s[0] + s[1];
+  const float mean = s[0] * (1.0f / 7.0f);
+  float running = 0;
+  for (float x : v) running = running + x;
+  ASSERT_NE(running * (1.0f / 7.0f), mean) << "values do not tell the orders apart";
+  std::vector<float> out = img;
+  AdjustContrast(out.data(), 1, n, 0.0f);  // factor 0: every value is the mean
+  for (float x : out) EXPECT_EQ(x, mean);
+}
+
+TEST(AdjustContrastTest, OnePixelAndFactorOne) {
+  std::vector<float> one = {0.1f, 0.2f, 0.3f};
+  AdjustContrast(one.data(), 1, 1, 5.0f);
+  EXPECT_EQ(one, (std::vector<float>{0.1f, 0.2f, 0.3f}));
+}
+
+TEST(AdjustHueTest, RotatesPrimaries) {
+  // delta 1/3 of the wheel: red -> green -> blue -> red.
+  std::vector<float> img = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  AdjustHue(img.data(), 3, 1.0f / 3.0f);
+  EXPECT_EQ(img, (std::vector<float>{0, 1, 0, 0, 0, 1, 1, 0, 0}));
+  // Grey stays grey; negative deltas wrap.
+  std::vector<float> grey = {0.4f, 0.4f, 0.4f};
+  AdjustHue(grey.data(), 1, -0.45f);
+  EXPECT_EQ(grey, (std::vector<float>{0.4f, 0.4f, 0.4f}));
+}
+
+TEST(AdjustHueTest, HandComputedPixel) {
+  // (1, 0.5, 0): sextant 0, ratio 0.5, hue 0.5; + 0.25 * 6 = 2.0: sextant 2
+  // with ratio 0: (min, max, min + 0 * range) = (0, 1, 0).
+  std::vector<float> p = {1.0f, 0.5f, 0.0f};
+  AdjustHue(p.data(), 1, 0.25f);
+  EXPECT_EQ(p, (std::vector<float>{0.0f, 1.0f, 0.0f}));
+  // hue 0.5 - 0.1 * 6 = -0.1 -> 5.9: sextant 5 (odd), ratio 1 - 0.9.
+  std::vector<float> q = {1.0f, 0.5f, 0.0f};
+  AdjustHue(q.data(), 1, -0.1f);
+  float h = 0.5f + (-0.1f) * 6.0f;
+  h = h + 6.0f;
+  const float t = 1 - (h - 5.0f);
+  EXPECT_EQ(q, (std::vector<float>{1.0f, 0.0f, 0.0f + t * 1.0f}));
+}
+
+TEST(TfPowFloatTest, ExactCasesAndSpecialValues) {
+  EXPECT_EQ(TfPowFloat(0.25f, 0.5f), 0.5f);
+  EXPECT_EQ(TfPowFloat(0.5f, 2.0f), 0.25f);
+  EXPECT_EQ(TfPowFloat(1.0f, 7.3f), 1.0f);
+  EXPECT_EQ(TfPowFloat(0.3f, 1.0f), 0.3f);
+  EXPECT_EQ(TfPowFloat(0.0f, 2.2f), 0.0f);
+  EXPECT_EQ(TfPowFloat(0.7f, 0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(TfPowFloat(-0.5f, 0.5f)));
+  EXPECT_EQ(TfPowFloat(-0.5f, 2.0f), 0.25f);
+  EXPECT_EQ(TfPowFloat(-0.5f, 3.0f), -0.125f);
+  EXPECT_EQ(TfPowFloat(std::numeric_limits<float>::infinity(), 0.5f),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(TfPowFloat(std::nanf(""), 0.5f)));
+}
+
+// Known answers: tf.pow(x, gamma) of TensorFlow 2.21 (x86 wheel) on an
+// 8-element float32 tensor (its packet path), recorded as bit patterns.
+// Several of them are not the correctly rounded power.
+TEST(TfPowFloatTest, EqualsTensorFlowKnownAnswers) {
+  const uint32_t x[8] = {0x3b808081, 0x3dcccccd, 0x3e800000, 0x3eaaaaab,
+                         0x3f000000, 0x3f3b26a8, 0x3f666666, 0x3f99999a};
+  const uint32_t pow08[8] = {0x3c429ec2, 0x3e224b06, 0x3ea8e5a3, 0x3ed49ad1,
+                             0x3f13088c, 0x3f474066, 0x3f6b4e78, 0x3f941998};
+  const uint32_t pow22[8] = {0x36aa5b8a, 0x3bcec089, 0x3d4202ff, 0x3db6ab16,
+                             0x3e5edc67, 0x3f008265, 0x3f4b0944, 0x3fbf2a49};
+  int not_correctly_rounded = 0;
+  for (int i = 0; i < 8; ++i) {
+    float xf;
+    std::memcpy(&xf, &x[i], 4);
+    EXPECT_EQ(Bits(TfPowFloat(xf, 0.8f)), pow08[i]) << xf;
+    EXPECT_EQ(Bits(TfPowFloat(xf, 2.2f)), pow22[i]) << xf;
+    not_correctly_rounded +=
+        Bits(static_cast<float>(std::pow(double(xf), double(0.8f)))) != pow08[i];
+    not_correctly_rounded +=
+        Bits(static_cast<float>(std::pow(double(xf), double(2.2f)))) != pow22[i];
+  }
+  EXPECT_EQ(not_correctly_rounded, 4);
+}
+
+// adjust_gamma: the packet path for all but the last n % 8 values, the C
+// library's powf for those (TensorFlow's scalar tail).
+TEST(AdjustGammaTest, ScalarTailUsesPowf) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (size_t n : {size_t{8}, size_t{13}, size_t{3}, size_t{45}}) {
+    std::vector<float> img(n);
+    for (float& v : img) v = u(rng);
+    std::vector<float> out = img;
+    AdjustGamma(out.data(), n, 0.8f, 1.5f);
+    for (size_t i = 0; i < n; ++i) {
+      const float p = i < n - n % 8 ? TfPowFloat(img[i], 0.8f)
+                                    : std::pow(img[i], 0.8f);
+      EXPECT_EQ(Bits(out[i]), Bits(1.5f * p)) << n << " " << i;
+    }
+  }
+}
+
+// The 4-lane path AdjustGamma takes equals TfPowFloat value for value,
+// special values (0, 1, subnormal, negative, inf, NaN) included.
+TEST(AdjustGammaTest, VectorLanesEqualTfPowFloat) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.3f);
+  for (float g : {0.3f, 0.5f, 0.8f, 1.7f, 2.2f, 7.5f}) {
+    std::vector<float> x(20000);
+    for (float& v : x) v = u(rng);
+    const float specials[] = {0.0f, 1.0f, 1e-40f, -0.5f,
+                              std::numeric_limits<float>::infinity(),
+                              std::nanf(""), -0.0f, 1e-38f, -2.0f};
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); ++k) {
+      x[k * 13 + 1] = specials[k];
+    }
+    std::vector<float> got = x;
+    AdjustGamma(got.data(), got.size(), g, 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = TfPowFloat(x[i], g);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[i])) << x[i];
+      } else {
+        ASSERT_EQ(Bits(got[i]), Bits(want)) << x[i] << " ** " << g;
+      }
+    }
+  }
+}
+
+// Eigen's pow is within a few units in the last place of the correctly
+// rounded result (the double pow rounded to float, for these inputs).
+TEST(TfPowFloatTest, WithinOneUlpOfCorrectlyRounded) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0.0f, 2.0f);
+  int off = 0;
+  for (float y : {0.3f, 0.8f, 1.2f, 2.2f, 3.0f, 7.5f}) {
+    for (int i = 0; i < 20000; ++i) {
+      const float x = u(rng);
+      const float got = TfPowFloat(x, y);
+      const float want = static_cast<float>(std::pow(double(x), double(y)));
+      int32_t a, b;
+      std::memcpy(&a, &got, 4);
+      std::memcpy(&b, &want, 4);
+      ASSERT_LE(std::abs(a - b), 3) << x << " ** " << y;
+      off += a != b;
+    }
+  }
+  // Not the correctly rounded pow: about a quarter of the values differ.
+  EXPECT_GT(off, 6 * 20000 / 10);
+}
+
 TEST(ClipByValueTest, ClampsBothSides) {
   std::vector<float> v = {-0.5f, 0.3f, 1.7f, 1.0f, 0.0f};
   ClipByValue(v.data(), v.size(), 0.0f, 1.0f);

@@ -141,6 +141,39 @@ TEST_F(RequestValidationTest, CopiesAugmentationFields) {
   EXPECT_FLOAT_EQ(v->context.spec.mean[2], 0.406f);
   EXPECT_FLOAT_EQ(v->context.spec.std[1], 0.224f);
   EXPECT_EQ(v->context.spec.fidelity, Fidelity::kFast);
+  EXPECT_FALSE(v->context.spec.contrast_enabled);
+  EXPECT_EQ(v->context.spec.hue_max_delta, 0.0f);
+  EXPECT_EQ(v->context.spec.gamma, 0.0f);
+  EXPECT_EQ(v->context.spec.gain, 1.0f);
+}
+
+TEST_F(RequestValidationTest, CopiesContrastHueAndGamma) {
+  v1::StreamBatchesRequest r = Good();
+  v1::Transform* t = r.mutable_transform();
+  t->set_contrast_lower(0.0f);  // lower 0 is allowed while upper > 0
+  t->set_contrast_upper(1.5f);
+  t->set_hue_max_delta(0.5f);
+  t->set_gamma(2.2f);
+  absl::StatusOr<StreamRequest> v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->context.spec.contrast_enabled);
+  EXPECT_EQ(v->context.spec.contrast_lower, 0.0f);
+  EXPECT_EQ(v->context.spec.contrast_upper, 1.5f);
+  EXPECT_EQ(v->context.spec.hue_max_delta, 0.5f);
+  EXPECT_EQ(v->context.spec.gamma, 2.2f);
+  EXPECT_EQ(v->context.spec.gain, 1.0f);  // 0 means 1
+  t->set_gain(0.8f);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->context.spec.gain, 0.8f);
+  EXPECT_TRUE(v->context.spec.color_ops.empty());
+  for (auto op : {v1::COLOR_OP_HUE, v1::COLOR_OP_CONTRAST, v1::COLOR_OP_GAMMA}) {
+    t->add_color_ops(op);
+  }
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->context.spec.color_ops,
+            (std::vector<ColorOp>{ColorOp::kHue, ColorOp::kContrast, ColorOp::kGamma}));
 }
 
 TEST_F(RequestValidationTest, TorchvisionResizeCenterResolvesShorterSide) {
@@ -232,6 +265,58 @@ TEST_F(RequestValidationTest, NamesEachBadField) {
          r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
          r->mutable_transform()->set_saturation_lower(0.5f);
          r->mutable_transform()->set_saturation_upper(1.5f);
+       }},
+      {"transform.contrast_lower",
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+         r->mutable_transform()->set_contrast_lower(0.5f);
+         r->mutable_transform()->set_contrast_upper(1.5f);
+       }},
+      {"transform.hue_max_delta",
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+         r->mutable_transform()->set_hue_max_delta(0.1f);
+       }},
+      {"transform.gamma",
+       [](auto* r) {
+         r->mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+         r->mutable_transform()->set_gamma(0.9f);
+       }},
+      {"transform.contrast_lower",
+       [](auto* r) {
+         r->mutable_transform()->set_contrast_lower(-0.5f);
+         r->mutable_transform()->set_contrast_upper(1.5f);
+       }},
+      {"transform.contrast_upper",  // TensorFlow: upper must be > lower
+       [](auto* r) {
+         r->mutable_transform()->set_contrast_lower(0.8f);
+         r->mutable_transform()->set_contrast_upper(0.8f);
+       }},
+      {"transform.contrast_upper",
+       [nan](auto* r) { r->mutable_transform()->set_contrast_upper(nan); }},
+      {"transform.hue_max_delta",
+       [](auto* r) { r->mutable_transform()->set_hue_max_delta(0.51f); }},
+      {"transform.hue_max_delta",
+       [](auto* r) { r->mutable_transform()->set_hue_max_delta(-0.1f); }},
+      {"transform.gamma",
+       [](auto* r) { r->mutable_transform()->set_gamma(-1.0f); }},
+      {"transform.gain",
+       [](auto* r) { r->mutable_transform()->set_gain(2.0f); }},  // gamma 0
+      {"transform.color_ops[1]",  // listed twice
+       [](auto* r) {
+         r->mutable_transform()->set_brightness_max_delta(0.1f);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_BRIGHTNESS);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_BRIGHTNESS);
+       }},
+      {"transform.color_ops[0]",  // hue is not enabled
+       [](auto* r) { r->mutable_transform()->add_color_ops(v1::COLOR_OP_HUE); }},
+      {"transform.color_ops[0]",
+       [](auto* r) { r->mutable_transform()->add_color_ops(v1::COLOR_OP_UNSPECIFIED); }},
+      {"transform.color_ops",  // gamma enabled, not listed
+       [](auto* r) {
+         r->mutable_transform()->set_gamma(0.5f);
+         r->mutable_transform()->set_hue_max_delta(0.1f);
+         r->mutable_transform()->add_color_ops(v1::COLOR_OP_HUE);
        }},
       {"transform.center_fraction",
        [](auto* r) { r->mutable_transform()->set_center_fraction(1.5f); }},
