@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(not CLI, reason="nearprep CLI not built")
 # defines itself, with the plan's meaning), the fleet client decodes no
 # compressed tensor and prints no per-sample parameters.
 STREAM_ONLY = {"--target", "--batch-size", "--max-batches", "--batches", "--start-batch",
+               "--resume-token",
                "--seed", "--epoch", "--shuffle", "--shuffle-mode", "--block-samples",
                "--open-blocks", "--window", "--shard", "--drop-remainder", "--error-policy",
                "--policy", "--dry-run", "--compression", "--compression-level",
