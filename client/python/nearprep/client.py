@@ -579,6 +579,11 @@ class Client:
         resize_shorter_side  resize_center: the shorter side's new size
                          (default 256; >= max(height, width))
         flip_probability, brightness_max_delta, saturation=(lower, upper)
+        contrast_lower, contrast_upper, hue_max_delta, gamma, gain
+                         TF_COMPAT's random_contrast, random_hue, adjust_gamma
+        color_ops        their order, e.g. ["brightness", "contrast", "hue"]
+                         (default: flip, gamma, brightness, contrast,
+                         saturation, hue; docs/protocol.md)
         clip (default True), mean=(r, g, b), std=(r, g, b)
         fidelity         "tf_compat" | "fast" | "torchvision" (torchvision
                          0.14's transforms on PIL images, bit for bit;
