@@ -75,25 +75,23 @@ int FetchCommand::Run() {
   }
   progress.Update(batches, images, bytes, reader->reconnects(), true);
   progress.Done();
+  // How to continue after the last batch written (its bound token).
+  const auto say_resume = [&last_token](std::FILE* out) {
+    if (last_token.empty()) return;
+    std::fprintf(out,
+                 "to continue after the last batch written: drop "
+                 "--start-batch, add --resume-token '%s'\n",
+                 last_token.c_str());
+  };
   if (!reader->status().ok()) {
-    if (!last_token.empty()) {
-      std::fprintf(stderr,
-                   "to continue after the last batch written: drop "
-                   "--start-batch, add --resume-token '%s'\n",
-                   last_token.c_str());
-    }
+    say_resume(stderr);
     return Fail(reader->status());
   }
   std::printf("wrote %" PRIu64 " batches (%" PRIu64 " images, %" PRIu64
               " skipped samples, %.1f MB) to %s\n",
               batches, images, errors, bytes / 1e6, out_dir.c_str());
-  if (req->max_batches() > 0 && batches == req->max_batches() &&
-      !last_token.empty()) {
-    std::printf(
-        "to continue after the last batch written: drop --start-batch, add "
-        "--resume-token '%s'\n",
-        last_token.c_str());
-  }
+  if (req->max_batches() > 0 && batches == req->max_batches())
+    say_resume(stdout);
   return 0;
 }
 
