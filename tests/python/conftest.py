@@ -212,3 +212,17 @@ def metrics_value(d, name, labels):
         if line.startswith(want + " "):
             return float(line.split()[-1])
     raise AssertionError(f"{want} not on the /metrics page")
+
+
+def kill_process_groups(procs):
+    """Ends subprocesses started with start_new_session=True: SIGKILLs the
+    group of each one still running, reaps it, then SIGKILLs its group
+    again for children left behind (DataLoader workers)."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

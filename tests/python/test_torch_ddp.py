@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="python3-torch not installed")
 
 import nearprep  # noqa: E402
+from conftest import kill_process_groups  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOC = os.path.join(ROOT, "docs", "python.md")
@@ -125,14 +125,7 @@ def _launch(daemon, work, name, workers, ckpt, stop=None, timeout=150):
                 break
             time.sleep(0.1)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # DataLoader workers left behind
-            except ProcessLookupError:
-                pass
+        kill_process_groups(procs)
     for r, p in enumerate(procs):
         if not stop:
             assert p.returncode == 0, open(os.path.join(work, f"{name}.rank{r}.out")).read()[-3000:]

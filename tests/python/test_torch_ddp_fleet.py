@@ -9,7 +9,6 @@ epochs different; the ranks' models end equal."""
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="python3-torch not installed")
 
-from conftest import NEARPREPD, ROOT, fleet_daemon  # noqa: E402
+from conftest import NEARPREPD, ROOT, fleet_daemon, kill_process_groups  # noqa: E402
 from test_torch_ddp import _free_port  # noqa: E402
 
 CLI = os.environ.get("NEARPREP_CLI") or os.path.join(ROOT, "build", "client", "cpp", "nearprep")
@@ -125,10 +124,7 @@ def test_fleet_ddp_two_ranks(fleet, tmp_path, workers):
                 break
             time.sleep(0.1)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        kill_process_groups(procs)
     for p, log in zip(procs, logs):
         assert p.returncode == 0, open(log + ".out").read()[-3000:]
     got = [[json.loads(line) for line in open(log)] for log in logs]
