@@ -39,24 +39,13 @@ tf = pytest.importorskip("tensorflow")
 import nearprep  # noqa: E402
 import nearprep.tf as ntf  # noqa: E402
 from conftest import ROOT  # noqa: E402
+from test_tf_adapter import synth_root  # noqa: E402,F401  (the same 200 synthetic JPEGs)
 
 DOCS = os.path.join(ROOT, "docs", "python.md")
 PARAMS = re.compile(r"^TARGET, DATASET, SIZE, CLASSES, BATCH, EPOCHS = .*$", re.M)
 # dataset() keywords that are the adapter's, not Client.batches()'s.
 ADAPTER_ONLY = ("epochs", "start_epoch", "prefetch", "client_options", "input_context",
                 "validate", "client")
-
-
-@pytest.fixture(scope="module")
-def synth_root(tmp_path_factory):
-    """200 synthetic JPEGs in 4 classes (nearprep mkdataset)."""
-    cli = os.environ.get("NEARPREP_CLI")
-    if not cli:
-        pytest.skip("NEARPREP_CLI (the nearprep CLI, for mkdataset) not set")
-    root = str(tmp_path_factory.mktemp("tf_training") / "ds")
-    subprocess.run([cli, "mkdataset", "--out", root, "--classes", "4", "--per-class", "50"],
-                   check=True, capture_output=True)
-    return root
 
 
 @pytest.fixture(scope="module")
