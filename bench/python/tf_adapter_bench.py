@@ -122,14 +122,14 @@ def worker(args):
 
 
 def dataset_files(root):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    files, labels = [], []
-    for i, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            if f.lower().endswith((".jpg", ".jpeg")):
-                files.append(os.path.join(root, c, f))
-                labels.append(i)
-    return files, labels
+    """(paths, labels) of an image folder: bench/peers/run.py's list_files,
+    the one listing the side-by-side benchmark feeds its tf.data rows."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "nearprep_peers_run", os.path.join(ROOT, "bench", "peers", "run.py"))
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    return peers.list_files(root)
 
 
 # ---------------------------------------------------------------------------
