@@ -33,7 +33,7 @@ __all__ = [
     "resize_center_source_box",
     "permutation_draw", "sample_param_words", "epoch_order", "shard_samples",
     "center_crop_box", "random_resized_crop_box", "draw_sample_params",
-    "batches", "float32_bits",
+    "batches", "shard_size", "shard_batches", "float32_bits",
 ]
 
 try:
@@ -251,6 +251,22 @@ def shard_samples(order: Sequence[int], shard_index: int,
     if shard_index >= num_shards:
         return []
     return list(order[shard_index::num_shards])
+
+
+def shard_size(num_samples: int, shard_index: int, num_shards: int) -> int:
+    """Positions in shard `shard_index` of `num_shards` of an epoch of
+    num_samples (the daemon's ShardSize: num_shards 0 is 1, shard_index >=
+    num_shards an empty shard): len(shard_samples(order, ...))."""
+    num_shards = num_shards or 1
+    if shard_index >= num_shards:
+        return 0
+    return len(range(shard_index, num_samples, num_shards))
+
+
+def shard_batches(size: int, batch_size: int, drop_remainder: bool = False) -> int:
+    """Batches of a shard of `size` samples when no sample fails:
+    len(batches(shard, batch_size, drop_remainder))."""
+    return size // batch_size if drop_remainder else -(-size // batch_size)
 
 
 def batches(shard: Sequence[int], batch_size: int,

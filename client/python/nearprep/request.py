@@ -290,10 +290,16 @@ def _check_compression(output, pb2):
                    output.compression_level)
 
 
+def token_fields(token):
+    """{name: value} of a resume token's fields (after its magic):
+    docs/protocol.md "Resume protocol"."""
+    return dict(p.split("=", 1) for p in token.split(";")[1:] if "=" in p)
+
+
 def resume_point(token):
     """(batch, position) a resume token (Batch.resume_token) resumes at.
     The daemon checks the rest of it (that it belongs to this stream)."""
-    fields = dict(p.split("=", 1) for p in token.split(";")[1:] if "=" in p)
+    fields = token_fields(token)
     try:
         return int(fields["batch"]), int(fields["position"])
     except (KeyError, ValueError):

@@ -159,11 +159,9 @@ def batches_per_epoch(num_samples, batch_size, shard_index=0, num_shards=1,
     dataset of num_samples samples when no sample is skipped: the shard
     holds positions shard_index, shard_index + num_shards, ... of the
     epoch order."""
-    num_shards = max(1, int(num_shards))
-    samples = len(range(int(shard_index), int(num_samples), num_shards))
-    if drop_remainder:
-        return samples // int(batch_size)
-    return -(-samples // int(batch_size))
+    from nearprep.plan import shard_batches, shard_size
+    return shard_batches(shard_size(int(num_samples), int(shard_index), int(num_shards)),
+                         int(batch_size), drop_remainder)
 
 
 class _Iterations:

@@ -73,7 +73,8 @@ import torch
 import torch.utils.data
 
 from nearprep.errors import InvalidArgumentError
-from nearprep.request import resume_point
+from nearprep.plan import shard_batches, shard_size  # noqa: F401 (shard_size: public here too)
+from nearprep.request import resume_point, token_fields
 
 
 def to_torch(array):
@@ -313,17 +314,11 @@ _SOURCES = {"dist": "torch.distributed", "env": "$RANK / $WORLD_SIZE",
 # -- the split of a rank's batches between DataLoader workers ----------------------
 
 
-def shard_size(num_samples, shard_index, num_shards):
-    """Samples in shard `shard_index` of `num_shards` (positions shard_index,
-    shard_index + num_shards, ... of an epoch of num_samples)."""
-    return num_samples // num_shards + (1 if shard_index < num_samples % num_shards else 0)
-
-
 def rank_batches(size, batch_size, drop_remainder=False, max_batches=0):
     """Batches of a rank's stream over a shard of `size` samples when no
     sample fails: ceil(size / batch_size) (floor with drop_remainder), at
     most max_batches (0: no limit)."""
-    n = size // batch_size if drop_remainder else -(-size // batch_size)
+    n = shard_batches(size, batch_size, drop_remainder)
     return min(n, max_batches) if max_batches else n
 
 
@@ -351,10 +346,6 @@ def worker_range(size, batch_size, worker, workers, drop_remainder=False, max_ba
     t = rank_batches(size, batch_size, drop_remainder, max_batches)
     b0, b1 = worker * t // workers, (worker + 1) * t // workers
     return WorkerRange(b0, b1, b0 * batch_size, min(b1 * batch_size, size))
-
-
-def _token_fields(token):
-    return dict(p.split("=", 1) for p in token.split(";")[1:] if "=" in p)
 
 
 # Shared-memory layout of IterableDataset._shared: int64 slots (the epoch,
@@ -610,7 +601,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         for t in tokens:
             if t is None:
                 continue
-            f = _token_fields(t)
+            f = token_fields(t)
             # The daemon checks every field when the stream resumes; these
             # two fail here, in the main process, with a plain message.
             for k, v in (("epoch", str(epoch)), ("shard", f"{shard}/{shards}")):
