@@ -2,11 +2,13 @@
 // two in step, and client/python/nearprep/plan.py too).
 #include "server/data/epoch_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
 
+#include "server/spec/augment_space.h"
 #include "server/spec/resize_center.h"
 #include "server/plan/plan_math.h"
 
@@ -128,6 +130,116 @@ CropBox RandomResizedCropBox(const TransformSpec& spec, uint64_t seed,
   return box;
 }
 
+void DrawTorchvisionAugmentations(const TransformSpec& spec, uint64_t seed,
+                                  uint64_t epoch, uint64_t sample_id,
+                                  SampleParams* p) {
+  const auto words = [&](uint32_t block) {
+    return SampleParamWords(seed, epoch, sample_id, block);
+  };
+  // ColorJitter: factor uniform in [max(0, 1 - v), 1 + v) (hue: [-v, v)),
+  // lo + u * (hi - lo) in float32; order = randperm(4) by Fisher-Yates.
+  const float jitter[4] = {spec.jitter_brightness, spec.jitter_contrast,
+                           spec.jitter_saturation, spec.jitter_hue};
+  if (jitter[0] != 0.0f || jitter[1] != 0.0f || jitter[2] != 0.0f ||
+      jitter[3] != 0.0f) {
+    const auto w = words(kJitterBlock);
+    for (int k = 0; k < 4; ++k) {
+      if (jitter[k] == 0.0f) continue;
+      const float lo = k == 3 ? -jitter[k] : std::max(0.0f, 1.0f - jitter[k]);
+      const float hi = k == 3 ? jitter[k] : 1.0f + jitter[k];
+      p->jitter_factor[k] = lo + UniformFloat(w[k]) * (hi - lo);
+    }
+    const auto o = words(kJitterOrderBlock);
+    uint8_t order[4] = {0, 1, 2, 3};
+    PlanShuffle(order, 4, [&o](uint64_t i) { return uint64_t{o[3 - i]}; });
+    std::copy(order, order + 4, p->jitter_order);
+    p->jitter_ops = 4;
+  }
+  // auto_augment: indices into torchvision's tables (server/spec/
+  // augment_space.h) for the output size.
+  if (spec.auto_augment != AugmentPolicy::kNone) {
+    const std::vector<AugmentOpMeta> space =
+        AugmentSpace(spec.auto_augment, spec.height, spec.width);
+    const auto add = [p](AugmentOp op, float magnitude) {
+      SampleParams::AugmentStep& s = p->augment[p->augment_steps++];
+      s.op = op;
+      s.magnitude = magnitude;
+    };
+    if (spec.auto_augment == AugmentPolicy::kAutoAugmentImagenet) {
+      // Word 0: the sub-policy; words 1, 2: each step's probability draw
+      // (applied when u <= p); word 3 bits 0, 1: each step's sign (bit 0:
+      // negated, as torchvision's signs[i] == 0).
+      const auto w = words(kAugmentBlock);
+      const auto& policy = AutoAugmentImagenetPolicies()[w[0] % 25];
+      for (int k = 0; k < 2; ++k) {
+        const AutoAugmentStep& step = policy[static_cast<size_t>(k)];
+        if (!(UniformFloat(w[1 + k]) <= step.probability)) continue;
+        const AugmentOpMeta* meta = nullptr;
+        for (const AugmentOpMeta& m : space) {
+          if (m.op == step.op) meta = &m;
+        }
+        float magnitude = 0.0f;
+        if (step.magnitude_bin >= 0 && meta != nullptr &&
+            !meta->magnitudes.empty()) {
+          magnitude = meta->magnitudes[static_cast<size_t>(step.magnitude_bin)];
+        }
+        if (meta != nullptr && meta->is_signed && ((w[3] >> k) & 1u) == 0) {
+          magnitude = -magnitude;
+        }
+        add(step.op, magnitude);
+      }
+    } else {
+      // TrivialAugmentWide: one op; RandAugment: num_ops. Block
+      // kAugmentBlock + k: word 0 the op, word 1 the bin (TrivialAugmentWide;
+      // RandAugment's is the request's), word 2 bit 0 the sign (1: negated).
+      const bool ta = spec.auto_augment == AugmentPolicy::kTrivialAugmentWide;
+      const int ops = ta ? 1 : spec.rand_augment_num_ops;
+      for (int k = 0; k < ops && k < SampleParams::kMaxAugmentSteps; ++k) {
+        const auto w = words(kAugmentBlock + static_cast<uint32_t>(k));
+        const AugmentOpMeta& meta = space[w[0] % space.size()];
+        float magnitude = 0.0f;
+        if (!meta.magnitudes.empty()) {
+          const size_t bin =
+              ta ? w[1] % meta.magnitudes.size()
+                 : static_cast<size_t>(spec.rand_augment_magnitude);
+          magnitude = meta.magnitudes[bin];
+        }
+        if (meta.is_signed && (w[2] & 1u) != 0) magnitude = -magnitude;
+        add(meta.op, magnitude);
+      }
+    }
+  }
+  // RandomErasing on the height x width output: word 0 of the erase block
+  // decides (u < p); attempt a: scale u (word 0), log-ratio u (word 1), the
+  // row (word 2) and column (word 3) offsets.
+  if (spec.erase_probability > 0.0f &&
+      UniformFloat(words(kEraseBlock)[0]) < spec.erase_probability) {
+    const double area = static_cast<double>(spec.height) * spec.width;
+    const float log_lo = std::log(spec.erase_ratio_min);
+    const float log_hi = std::log(spec.erase_ratio_max);
+    for (int a = 0; a < kEraseAttempts; ++a) {
+      const auto w = words(kEraseAttemptBlock + static_cast<uint32_t>(a));
+      const float scale =
+          spec.erase_scale_min +
+          UniformFloat(w[0]) * (spec.erase_scale_max - spec.erase_scale_min);
+      const double erase_area = area * static_cast<double>(scale);
+      const double aspect = static_cast<double>(
+          std::exp(log_lo + UniformFloat(w[1]) * (log_hi - log_lo)));
+      // Python's round(): half to even (the default rounding mode).
+      const double hd = std::nearbyint(std::sqrt(erase_area * aspect));
+      const double wd = std::nearbyint(std::sqrt(erase_area / aspect));
+      if (!(hd < spec.height && wd < spec.width)) continue;
+      const int h = static_cast<int>(hd), wi = static_cast<int>(wd);
+      p->erased = true;
+      p->erase_box = CropBox{
+          static_cast<int>(w[2] % static_cast<uint32_t>(spec.height - h + 1)),
+          static_cast<int>(w[3] % static_cast<uint32_t>(spec.width - wi + 1)),
+          h, wi};
+      break;
+    }
+  }
+}
+
 SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
                               uint64_t epoch, uint64_t sample_id, int height,
                               int width) {
@@ -156,6 +268,9 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
     const float m = spec.hue_max_delta;
     const float range = m + m;
     p.hue_delta = UniformFloat(c[0]) * range - m;
+  }
+  if (spec.fidelity == Fidelity::kTorchvision) {
+    DrawTorchvisionAugmentations(spec, seed, epoch, sample_id, &p);
   }
   switch (spec.crop) {
     case CropMode::kNone:

@@ -47,6 +47,17 @@ SampleParams DrawSampleParams(const TransformSpec& spec, uint64_t seed,
 inline constexpr int kRandomResizedCropAttempts = 10;
 // The parameter block after the crop attempts: word 0 is random_hue's draw.
 inline constexpr uint32_t kColorBlock = 11;
+// FIDELITY_TORCHVISION's blocks (docs/protocol.md): ColorJitter's factors
+// (words 0-3: brightness, contrast, saturation, hue) and its order (words
+// 0-2: the Fisher-Yates steps 3, 2, 1 of randperm(4)); the auto-augment
+// blocks, one per op (RandAugment's op k: block kAugmentBlock + k); the
+// RandomErasing block (word 0: whether to erase) and its attempts.
+inline constexpr uint32_t kJitterBlock = 12;
+inline constexpr uint32_t kJitterOrderBlock = 13;
+inline constexpr uint32_t kAugmentBlock = 14;  // .. 29
+inline constexpr uint32_t kEraseBlock = 30;
+inline constexpr uint32_t kEraseAttemptBlock = 31;  // .. 40
+inline constexpr int kEraseAttempts = 10;
 
 // The 64-bit draw of Fisher-Yates step i: words 0 | 1 << 32 of Philox of
 // counter {i lo32, i hi32, epoch lo32, (epoch bits 32..55) << 8 | 1}.
@@ -57,6 +68,11 @@ uint64_t PermutationDraw(uint64_t seed, uint64_t epoch, uint64_t i);
 // attempts; block kColorBlock (11): hue, (unused x3).
 std::array<uint32_t, 4> SampleParamWords(uint64_t seed, uint64_t epoch,
                                          uint64_t sample_id, uint32_t block);
+// The torchvision augmentations' draws (ColorJitter, auto_augment,
+// RandomErasing) into `p`; DrawSampleParams calls it.
+void DrawTorchvisionAugmentations(const TransformSpec& spec, uint64_t seed,
+                                  uint64_t epoch, uint64_t sample_id,
+                                  SampleParams* p);
 // Crop boxes of the three modes for an image of height x width (> 0).
 CropBox CenterCropBox(int height, int width, float fraction);
 CropBox RandomResizedCropBox(const TransformSpec& spec, uint64_t seed,

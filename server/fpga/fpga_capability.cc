@@ -104,6 +104,24 @@ constexpr FpgaSpecField kRows[] = {
                [](const WorkContext& c) -> std::string {
                  return c.spec.color_ops.empty() ? "" : "the kernel's op order is fixed";
                }),
+    // torchvision's ColorJitter, auto-augment and RandomErasing exist only
+    // with FIDELITY_TORCHVISION, which the fidelity row refuses.
+    NEARPREP_T(jitter_brightness, kHost, kAll),
+    NEARPREP_T(jitter_contrast, kHost, kAll),
+    NEARPREP_T(jitter_saturation, kHost, kAll),
+    NEARPREP_T(jitter_hue, kHost, kAll),
+    NEARPREP_T(auto_augment, kHost, kAll),
+    NEARPREP_T(rand_augment_num_ops, kHost, kAll),
+    NEARPREP_T(rand_augment_magnitude, kHost, kAll),
+    NEARPREP_T(erase_probability, kHost, kAll),
+    NEARPREP_T(erase_scale_min, kHost, kAll),
+    NEARPREP_T(erase_scale_max, kHost, kAll),
+    NEARPREP_T(erase_ratio_min, kHost, kAll),
+    NEARPREP_T(erase_ratio_max, kHost, kAll),
+    NEARPREP_T(erase_value, kHost, kAll),
+    // MixUp / CutMix mix whole batches after the backend (StreamHandle).
+    NEARPREP_T(mixup_alpha, kHost, kAll),
+    NEARPREP_T(cutmix_alpha, kHost, kAll),
     // cfg kCfgFlags, kCfgMean*, kCfgStd*.
     NEARPREP_T(clip, kKernel, kAll),
     NEARPREP_T(normalize, kKernel, kAll),

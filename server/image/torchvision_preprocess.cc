@@ -16,6 +16,8 @@
 #include "server/image/pil_resample.h"
 #include "server/image/preprocess_kernels.h"
 #include "server/image/tf_ops_internal.h"
+#include "server/image/pil_ops.h"
+#include "server/image/torchvision_augment.h"
 
 namespace nearprep {
 namespace {
@@ -84,9 +86,63 @@ void StoreRow(const uint8_t* rgb, int y, int h, int w, bool flip,
   }
 }
 
+// RandomErasing on the stored tensor: the box's elements become the
+// value, converted to the output dtype as every element is.
+void EraseBox(const CropBox& box, const float value[3], int h, int w,
+              DType dtype, Layout layout, uint8_t* out) {
+  const size_t es = DTypeSize(dtype);
+  uint8_t bytes[3][4];
+  for (int c = 0; c < 3; ++c) internal::StoreElement(value[c], dtype, bytes[c]);
+  for (int y = box.y; y < box.y + box.height; ++y) {
+    for (int x = box.x; x < box.x + box.width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const size_t index =
+            layout == Layout::kNHWC
+                ? (static_cast<size_t>(y) * w + x) * 3 + c
+                : (static_cast<size_t>(c) * h + y) * w + x;
+        std::memcpy(out + index * es, bytes[c], es);
+      }
+    }
+  }
+}
+
+// ColorJitter then the auto-augment ops on the resized, flipped image, as
+// torchvision applies them to the PIL image.
+// A disabled ColorJitter factor is skipped (torchvision's None): even a
+// neutral factor is not an identity for every op (hue goes through HSV).
+void AugmentImage(const TransformSpec& spec, const SampleParams& p,
+                  pil::RgbImage* img) {
+  const float enabled[4] = {spec.jitter_brightness, spec.jitter_contrast,
+                            spec.jitter_saturation, spec.jitter_hue};
+  for (int k = 0; k < p.jitter_ops; ++k) {
+    const int fn = p.jitter_order[k];
+    if (enabled[fn] == 0.0f) continue;
+    const float f = p.jitter_factor[fn];
+    switch (fn) {
+      case 0:
+        pil::AdjustBrightness(img, f);
+        break;
+      case 1:
+        pil::AdjustContrast(img, f);
+        break;
+      case 2:
+        pil::AdjustSaturation(img, f);
+        break;
+      default:
+        pil::AdjustHue(img, f);
+        break;
+    }
+  }
+  static const uint8_t kFill[3] = {0, 0, 0};
+  for (int k = 0; k < p.augment_steps; ++k) {
+    ApplyAugmentOp(img, p.augment[k].op, p.augment[k].magnitude, kFill);
+  }
+}
+
 struct Scratch {
   std::vector<uint8_t> rgb;
   PilResizer resizer;
+  pil::RgbImage staged;
 };
 
 Scratch& ThreadScratch() {
@@ -198,11 +254,37 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
 
   ValueTables tables;
   BuildValueTables(spec, output.dtype, &tables);
-  sc.resizer.Resize(src, input.height, input.width, target_h, target_w, window,
-                    [&](int y, const uint8_t* rgb) {
-                      StoreRow(rgb, y, spec.height, spec.width, p.flip,
-                               output.layout, tables, out);
-                    });
+  if (p.jitter_ops == 0 && p.augment_steps == 0) {
+    sc.resizer.Resize(src, input.height, input.width, target_h, target_w,
+                      window, [&](int y, const uint8_t* rgb) {
+                        StoreRow(rgb, y, spec.height, spec.width, p.flip,
+                                 output.layout, tables, out);
+                      });
+  } else {
+    // Staged: the whole resized image, flipped, then the PIL ops.
+    pil::RgbImage& img = sc.staged;
+    img.height = spec.height;
+    img.width = spec.width;
+    const size_t row = static_cast<size_t>(spec.width) * 3;
+    img.data.resize(row * static_cast<size_t>(spec.height));
+    sc.resizer.Resize(src, input.height, input.width, target_h, target_w,
+                      window, [&](int y, const uint8_t* rgb) {
+                        std::memcpy(img.data.data() + row * y, rgb, row);
+                      });
+    if (p.flip) pil::FlipLeftRight(&img);
+    AugmentImage(spec, p, &img);
+    for (int y = 0; y < spec.height; ++y) {
+      StoreRow(img.data.data() + row * y, y, spec.height, spec.width, false,
+               output.layout, tables, out);
+    }
+    if (img.data.capacity() > (size_t{16} << 20)) {
+      std::vector<uint8_t>().swap(img.data);
+    }
+  }
+  if (p.erased) {
+    EraseBox(p.erase_box, spec.erase_value, spec.height, spec.width,
+             output.dtype, output.layout, out);
+  }
   internal::ReportSample(p, t0, t1, params, times);
   return absl::OkStatus();
 }

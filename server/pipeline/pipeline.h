@@ -69,6 +69,7 @@
 #include "server/spec/types.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
+#include "server/pipeline/batch_mix.h"
 #include "server/metrics/histogram.h"
 
 namespace nearprep {
@@ -183,6 +184,10 @@ struct BatchData {
   std::vector<uint64_t> sample_ids;
   std::vector<SampleParams> params;  // Filled when include_params.
   std::vector<SampleErrorInfo> errors;
+  // With MixUp / CutMix (TransformSpec::mixup_alpha, cutmix_alpha): the
+  // batch's draw and each image's partner label (StreamHandle applies it).
+  BatchMixParams mix;
+  std::vector<int64_t> mix_labels;
   StageTimes times;  // Sums over the batch's samples.
   uint64_t queue_wait_us = 0;
   // [n, h, w, 3] for NHWC, [n, 3, h, w] for NCHW.

@@ -31,6 +31,7 @@ class StreamHandle : public BatchStream {
   void Next(NextCallback done) override;
   void Cancel() override;
 
+  struct Mixer;   // MixUp / CutMix (stream_handle.cc)
   struct Packer;  // the compression step (stream_handle.cc)
 
  private:
@@ -38,6 +39,7 @@ class StreamHandle : public BatchStream {
   const std::shared_ptr<Scheduler::Stream> stream_;
   // Null without a compression; shared with pending callbacks, which may
   // run after the handle is gone.
+  std::shared_ptr<const Mixer> mixer_;
   std::shared_ptr<const Packer> packer_;
 };
 

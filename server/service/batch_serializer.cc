@@ -57,7 +57,38 @@ void BatchToProto(const BatchData& b, bool with_data, v1::Batch* out) {
     q->set_source_width(static_cast<uint32_t>(p.source_width));
     q->set_contrast_factor(p.contrast_factor);
     q->set_hue_delta(p.hue_delta);
+    if (p.jitter_ops > 0) {
+      q->set_jitter_brightness(p.jitter_factor[0]);
+      q->set_jitter_contrast(p.jitter_factor[1]);
+      q->set_jitter_saturation(p.jitter_factor[2]);
+      q->set_jitter_hue(p.jitter_factor[3]);
+      for (int k = 0; k < p.jitter_ops; ++k) {
+        q->add_jitter_order(p.jitter_order[k]);
+      }
+    }
+    for (int k = 0; k < p.augment_steps; ++k) {
+      v1::AugmentStep* a = q->add_augment();
+      a->set_op(static_cast<v1::AugmentOp>(p.augment[k].op));
+      a->set_magnitude(p.augment[k].magnitude);
+    }
+    if (p.erased) {
+      v1::CropBox* e = q->mutable_erased();
+      e->set_y(static_cast<uint32_t>(p.erase_box.y));
+      e->set_x(static_cast<uint32_t>(p.erase_box.x));
+      e->set_height(static_cast<uint32_t>(p.erase_box.height));
+      e->set_width(static_cast<uint32_t>(p.erase_box.width));
+    }
   }
+  if (b.mix.kind != BatchMixKind::kNone) {
+    v1::BatchMix* m = out->mutable_mix();
+    m->set_kind(static_cast<v1::BatchMix::Kind>(b.mix.kind));
+    m->set_lambda(b.mix.lambda);
+    m->set_y1(static_cast<uint32_t>(b.mix.y1));
+    m->set_x1(static_cast<uint32_t>(b.mix.x1));
+    m->set_y2(static_cast<uint32_t>(b.mix.y2));
+    m->set_x2(static_cast<uint32_t>(b.mix.x2));
+  }
+  for (int64_t label : b.mix_labels) out->add_mix_labels(label);
   for (const SampleErrorInfo& e : b.errors) {
     v1::SampleError* q = out->add_errors();
     q->set_sample_id(e.sample_id);

@@ -68,6 +68,30 @@ NEARPREP_SAME_VALUE(v1::COLOR_OP_CONTRAST, ColorOp::kContrast);
 NEARPREP_SAME_VALUE(v1::COLOR_OP_SATURATION, ColorOp::kSaturation);
 NEARPREP_SAME_VALUE(v1::COLOR_OP_HUE, ColorOp::kHue);
 NEARPREP_LAST_VALUE(v1::ColorOp, ColorOp::kHue);
+NEARPREP_SAME_VALUE(v1::AUTO_AUGMENT_NONE, AugmentPolicy::kNone);
+NEARPREP_SAME_VALUE(v1::AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE,
+                    AugmentPolicy::kTrivialAugmentWide);
+NEARPREP_SAME_VALUE(v1::AUTO_AUGMENT_RAND_AUGMENT,
+                    AugmentPolicy::kRandAugment);
+NEARPREP_SAME_VALUE(v1::AUTO_AUGMENT_IMAGENET,
+                    AugmentPolicy::kAutoAugmentImagenet);
+NEARPREP_LAST_VALUE(v1::AutoAugment, AugmentPolicy::kAutoAugmentImagenet);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_IDENTITY, AugmentOp::kIdentity);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_SHEAR_X, AugmentOp::kShearX);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_SHEAR_Y, AugmentOp::kShearY);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_TRANSLATE_X, AugmentOp::kTranslateX);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_TRANSLATE_Y, AugmentOp::kTranslateY);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_ROTATE, AugmentOp::kRotate);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_BRIGHTNESS, AugmentOp::kBrightness);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_COLOR, AugmentOp::kColor);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_CONTRAST, AugmentOp::kContrast);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_SHARPNESS, AugmentOp::kSharpness);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_POSTERIZE, AugmentOp::kPosterize);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_SOLARIZE, AugmentOp::kSolarize);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_AUTO_CONTRAST, AugmentOp::kAutoContrast);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_EQUALIZE, AugmentOp::kEqualize);
+NEARPREP_SAME_VALUE(v1::AUGMENT_OP_INVERT, AugmentOp::kInvert);
+NEARPREP_LAST_VALUE(v1::AugmentOp, AugmentOp::kInvert);
 // ShuffleMode has no twin: StreamRequest::block_shuffle is its one non-0 value.
 static_assert(v1::ShuffleMode_MAX == v1::SHUFFLE_MODE_BLOCK,
               "v1::ShuffleMode gained a value: StreamRequest::block_shuffle "
@@ -90,6 +114,95 @@ std::string F(float v) {
 
 absl::Status CheckFinite(const std::string& field, float v) {
   if (!std::isfinite(v)) return Invalid(field, "must be finite, got " + F(v));
+  return absl::OkStatus();
+}
+
+// FIDELITY_TORCHVISION's ColorJitter, auto_augment and RandomErasing
+// fields (their ranges are checked by the proto's options): copied into `s`,
+// refused with the other fidelities.
+absl::Status TorchvisionAugmentations(const v1::Transform& t,
+                                      TransformSpec* s) {
+  const bool any = t.jitter_brightness() != 0.0f ||
+                   t.jitter_contrast() != 0.0f ||
+                   t.jitter_saturation() != 0.0f || t.jitter_hue() != 0.0f ||
+                   t.auto_augment() != v1::AUTO_AUGMENT_NONE ||
+                   t.rand_augment_num_ops() != 0 ||
+                   t.rand_augment_magnitude() != 0 ||
+                   t.erase_probability() != 0.0f ||
+                   t.erase_scale_min() != 0.0f || t.erase_scale_max() != 0.0f ||
+                   t.erase_ratio_min() != 0.0f || t.erase_ratio_max() != 0.0f ||
+                   t.erase_value_size() != 0;
+  if (any && s->fidelity != Fidelity::kTorchvision) {
+    return Invalid("transform.fidelity",
+                   "ColorJitter (jitter_*), auto_augment and RandomErasing "
+                   "(erase_*) are torchvision's ops: they need "
+                   "FIDELITY_TORCHVISION");
+  }
+  s->jitter_brightness = t.jitter_brightness();
+  s->jitter_contrast = t.jitter_contrast();
+  s->jitter_saturation = t.jitter_saturation();
+  s->jitter_hue = t.jitter_hue();
+  s->auto_augment = static_cast<AugmentPolicy>(t.auto_augment());
+  if (s->auto_augment != AugmentPolicy::kRandAugment &&
+      (t.rand_augment_num_ops() != 0 || t.rand_augment_magnitude() != 0)) {
+    return Invalid(t.rand_augment_num_ops() != 0
+                       ? "transform.rand_augment_num_ops"
+                       : "transform.rand_augment_magnitude",
+                   "must be 0 unless auto_augment is AUTO_AUGMENT_RAND_AUGMENT");
+  }
+  s->rand_augment_num_ops =
+      t.rand_augment_num_ops() == 0 ? 2 : static_cast<int>(t.rand_augment_num_ops());
+  s->rand_augment_magnitude = t.rand_augment_magnitude() == 0
+                                  ? 9
+                                  : static_cast<int>(t.rand_augment_magnitude());
+  s->erase_probability = t.erase_probability();
+  if (t.erase_scale_min() == 0.0f && t.erase_scale_max() == 0.0f) {
+    s->erase_scale_min = 0.02f;
+    s->erase_scale_max = 0.33f;
+  } else if (!(t.erase_scale_min() > 0.0f)) {
+    return Invalid("transform.erase_scale_min",
+                   "must be > 0 (both erase_scale fields 0 means "
+                   "[0.02, 0.33]), got " + F(t.erase_scale_min()));
+  } else if (!(t.erase_scale_max() >= t.erase_scale_min() &&
+               t.erase_scale_max() <= 1.0f)) {
+    return Invalid("transform.erase_scale_max",
+                   "must be in [erase_scale_min, 1] = [" +
+                       F(t.erase_scale_min()) + ", 1], got " +
+                       F(t.erase_scale_max()));
+  } else {
+    s->erase_scale_min = t.erase_scale_min();
+    s->erase_scale_max = t.erase_scale_max();
+  }
+  if (t.erase_ratio_min() == 0.0f && t.erase_ratio_max() == 0.0f) {
+    s->erase_ratio_min = 0.3f;
+    s->erase_ratio_max = 3.3f;
+  } else if (!(t.erase_ratio_min() > 0.0f)) {
+    return Invalid("transform.erase_ratio_min",
+                   "must be > 0 (both erase_ratio fields 0 means [0.3, 3.3]), "
+                   "got " + F(t.erase_ratio_min()));
+  } else if (!(t.erase_ratio_max() >= t.erase_ratio_min())) {
+    return Invalid("transform.erase_ratio_max",
+                   "must be >= erase_ratio_min = " + F(t.erase_ratio_min()) +
+                       ", got " + F(t.erase_ratio_max()));
+  } else {
+    s->erase_ratio_min = t.erase_ratio_min();
+    s->erase_ratio_max = t.erase_ratio_max();
+  }
+  const int nv = t.erase_value_size();
+  if (nv != 0 && nv != 1 && nv != 3) {
+    return Invalid("transform.erase_value",
+                   absl::StrCat("must have 0, 1 or 3 values, got ", nv));
+  }
+  for (int c = 0; c < 3; ++c) {
+    const float v = nv == 0 ? 0.0f : t.erase_value(nv == 1 ? 0 : c);
+    if (auto st = CheckFinite(absl::StrCat("transform.erase_value[",
+                                           nv == 1 ? 0 : c, "]"),
+                              v);
+        !st.ok()) {
+      return st;
+    }
+    s->erase_value[c] = v;
+  }
   return absl::OkStatus();
 }
 
@@ -209,7 +322,18 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
         {"transform.contrast_upper", t.contrast_upper()},
         {"transform.hue_max_delta", t.hue_max_delta()},
         {"transform.gamma", t.gamma()},
-        {"transform.gain", t.gain()}}) {
+        {"transform.gain", t.gain()},
+        {"transform.jitter_brightness", t.jitter_brightness()},
+        {"transform.jitter_contrast", t.jitter_contrast()},
+        {"transform.jitter_saturation", t.jitter_saturation()},
+        {"transform.jitter_hue", t.jitter_hue()},
+        {"transform.erase_probability", t.erase_probability()},
+        {"transform.erase_scale_min", t.erase_scale_min()},
+        {"transform.erase_scale_max", t.erase_scale_max()},
+        {"transform.erase_ratio_min", t.erase_ratio_min()},
+        {"transform.erase_ratio_max", t.erase_ratio_max()},
+        {"transform.mixup_alpha", t.mixup_alpha()},
+        {"transform.cutmix_alpha", t.cutmix_alpha()}}) {
     if (auto st = CheckFinite(name, v); !st.ok()) return st;
   }
 
@@ -350,12 +474,14 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
     }
   }
   if (s.fidelity == Fidelity::kTorchvision) {
-    // torchvision's recipe has no colour augmentation; refusing it here
-    // keeps the mode's promise (every byte torchvision's) checkable.
+    // TensorFlow's colour ops have no torchvision twin (torchvision's own
+    // are ColorJitter's jitter_* fields); refusing them here keeps the
+    // mode's promise (every byte torchvision's) checkable.
     if (s.brightness_max_delta != 0.0f) {
       return Invalid("transform.brightness_max_delta",
-                     "must be 0 with FIDELITY_TORCHVISION (torchvision's "
-                     "recipe has no brightness augmentation), got " +
+                     "must be 0 with FIDELITY_TORCHVISION (TensorFlow's "
+                     "random_brightness; torchvision's is "
+                     "jitter_brightness), got " +
                          F(s.brightness_max_delta));
     }
     if (s.saturation_enabled) {
@@ -383,6 +509,11 @@ absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
                          F(s.gamma));
     }
   }
+
+  if (absl::Status st = TorchvisionAugmentations(t, &s); !st.ok()) return st;
+  // MixUp / CutMix: their (nearprep.v1.range) is checked above.
+  s.mixup_alpha = t.mixup_alpha();
+  s.cutmix_alpha = t.cutmix_alpha();
 
   s.clip = !t.disable_clip();
 

@@ -32,6 +32,31 @@ enum class ColorOp {
   kSaturation = 4,
   kHue = 5,
 };
+// Transform.auto_augment: torchvision 0.14's automatic augmentation policies.
+enum class AugmentPolicy : uint8_t {
+  kNone = 0,
+  kTrivialAugmentWide = 1,
+  kRandAugment = 2,
+  kAutoAugmentImagenet = 3,
+};
+// The ops of their tables (torchvision's op names; the proto's AugmentOp).
+enum class AugmentOp : uint8_t {
+  kIdentity = 0,
+  kShearX,
+  kShearY,
+  kTranslateX,
+  kTranslateY,
+  kRotate,
+  kBrightness,
+  kColor,
+  kContrast,
+  kSharpness,
+  kPosterize,
+  kSolarize,
+  kAutoContrast,
+  kEqualize,
+  kInvert,
+};
 
 inline size_t DTypeSize(DType d) {
   switch (d) {
@@ -67,6 +92,20 @@ struct TransformSpec {
   // The enabled colour ops in the order to run them; empty: gamma,
   // brightness, contrast, saturation, hue.
   std::vector<ColorOp> color_ops;
+  // FIDELITY_TORCHVISION's ColorJitter: each factor's range is [max(0,
+  // 1 - v), 1 + v) (hue: [-v, v)); 0 disables it.
+  float jitter_brightness = 0.0f, jitter_contrast = 0.0f;
+  float jitter_saturation = 0.0f, jitter_hue = 0.0f;
+  AugmentPolicy auto_augment = AugmentPolicy::kNone;
+  int rand_augment_num_ops = 2;
+  int rand_augment_magnitude = 9;
+  // RandomErasing: probability 0 disables.
+  float erase_probability = 0.0f;
+  float erase_scale_min = 0.02f, erase_scale_max = 0.33f;
+  float erase_ratio_min = 0.3f, erase_ratio_max = 3.3f;
+  float erase_value[3] = {0, 0, 0};
+  // Batch level: MixUp / CutMix Beta parameters; 0 disables.
+  float mixup_alpha = 0.0f, cutmix_alpha = 0.0f;
   bool clip = true;
   bool normalize = false;  // (x - mean[c]) / std[c] after clip.
   float mean[3] = {0, 0, 0};
@@ -97,6 +136,24 @@ struct SampleParams {
   float saturation_factor = 1.0f;
   float contrast_factor = 1.0f;
   float hue_delta = 0.0f;
+  // ColorJitter: the factors (1 / hue 0 when disabled) and the order
+  // (0 brightness, 1 contrast, 2 saturation, 3 hue); jitter_ops is 0 when
+  // ColorJitter is off, else 4.
+  float jitter_factor[4] = {1.0f, 1.0f, 1.0f, 0.0f};
+  uint8_t jitter_order[4] = {0, 1, 2, 3};
+  int jitter_ops = 0;
+  // The auto-augment ops applied, in order, with the magnitude torchvision's
+  // _apply_op receives.
+  struct AugmentStep {
+    AugmentOp op = AugmentOp::kIdentity;
+    float magnitude = 0.0f;
+  };
+  static constexpr int kMaxAugmentSteps = 16;
+  AugmentStep augment[kMaxAugmentSteps];
+  int augment_steps = 0;
+  // RandomErasing: whether a box was erased, and the box (output pixels).
+  bool erased = false;
+  CropBox erase_box;
   CropBox crop;  // Whole image when crop == kNone.
   int source_height = 0, source_width = 0;
 };

@@ -72,15 +72,24 @@ TEST(FpgaCapabilityTest, TheTableHasOneRowPerSpecField) {
   auto& [height, width, crop, center_fraction, resize_shorter, scale_min, scale_max, ratio_min,
          ratio_max, flip_probability, brightness_max_delta, saturation_enabled,
          saturation_lower, saturation_upper, contrast_enabled, contrast_lower, contrast_upper,
-         hue_max_delta, gamma, gain, color_ops, clip, normalize, mean, std_dev,
-         fidelity] = ctx.spec;
+         hue_max_delta, gamma, gain, color_ops, jitter_brightness, jitter_contrast,
+         jitter_saturation, jitter_hue, auto_augment, rand_augment_num_ops,
+         rand_augment_magnitude, erase_probability, erase_scale_min, erase_scale_max,
+         erase_ratio_min, erase_ratio_max, erase_value, mixup_alpha, cutmix_alpha, clip,
+         normalize, mean, std_dev, fidelity] = ctx.spec;
   auto& [dtype, layout] = ctx.output;
   auto& [max_decoded_values] = ctx.limits;
   const void* fields[] = {&height, &width, &crop, &center_fraction, &resize_shorter,
                           &scale_min, &scale_max, &ratio_min, &ratio_max, &flip_probability,
                           &brightness_max_delta, &saturation_enabled, &saturation_lower,
                           &saturation_upper, &contrast_enabled, &contrast_lower,
-                          &contrast_upper, &hue_max_delta, &gamma, &gain, &color_ops, &clip, &normalize, &mean, &std_dev, &fidelity,
+                          &contrast_upper, &hue_max_delta, &gamma, &gain, &color_ops,
+                          &jitter_brightness, &jitter_contrast, &jitter_saturation,
+                          &jitter_hue, &auto_augment, &rand_augment_num_ops,
+                          &rand_augment_magnitude, &erase_probability, &erase_scale_min,
+                          &erase_scale_max, &erase_ratio_min, &erase_ratio_max, &erase_value,
+                          &mixup_alpha, &cutmix_alpha, &clip, &normalize, &mean, &std_dev,
+                          &fidelity,
                           &dtype, &layout, &max_decoded_values};
   EXPECT_EQ(NumFpgaSpecFields(), sizeof(fields) / sizeof(fields[0]));
   for (const void* f : fields) EXPECT_EQ(rows.count(f), 1u);
