@@ -215,19 +215,20 @@ void DrawTorchvisionAugmentations(const TransformSpec& spec, uint64_t seed,
   if (spec.erase_probability > 0.0f &&
       UniformFloat(words(kEraseBlock)[0]) < spec.erase_probability) {
     const double area = static_cast<double>(spec.height) * spec.width;
-    const float log_lo = std::log(spec.erase_ratio_min);
-    const float log_hi = std::log(spec.erase_ratio_max);
+    const double s_lo = static_cast<double>(spec.erase_scale_min);
+    const double s_hi = static_cast<double>(spec.erase_scale_max);
+    const double log_lo = PlanLog(static_cast<double>(spec.erase_ratio_min));
+    const double log_hi = PlanLog(static_cast<double>(spec.erase_ratio_max));
     for (int a = 0; a < kEraseAttempts; ++a) {
       const auto w = words(kEraseAttemptBlock + static_cast<uint32_t>(a));
-      const float scale =
-          spec.erase_scale_min +
-          UniformFloat(w[0]) * (spec.erase_scale_max - spec.erase_scale_min);
-      const double erase_area = area * static_cast<double>(scale);
-      const double aspect = static_cast<double>(
-          std::exp(log_lo + UniformFloat(w[1]) * (log_hi - log_lo)));
-      // Python's round(): half to even (the default rounding mode).
-      const double hd = std::nearbyint(std::sqrt(erase_area * aspect));
-      const double wd = std::nearbyint(std::sqrt(erase_area / aspect));
+      // The random resized crop's arithmetic (portable log/exp), with
+      // torchvision's comparison: the box must be strictly smaller.
+      const double erase_area =
+          area * (s_lo + static_cast<double>(UniformFloat(w[0])) * (s_hi - s_lo));
+      const double aspect = PlanExp(
+          log_lo + static_cast<double>(UniformFloat(w[1])) * (log_hi - log_lo));
+      const double hd = PlanRoundHalfEven(std::sqrt(erase_area * aspect));
+      const double wd = PlanRoundHalfEven(std::sqrt(erase_area / aspect));
       if (!(hd < spec.height && wd < spec.width)) continue;
       const int h = static_cast<int>(hd), wi = static_cast<int>(wd);
       p->erased = true;

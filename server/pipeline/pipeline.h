@@ -69,7 +69,6 @@
 #include "server/spec/types.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
-#include "server/pipeline/batch_mix.h"
 #include "server/metrics/histogram.h"
 
 namespace nearprep {

@@ -158,6 +158,20 @@ struct SampleParams {
   int source_height = 0, source_width = 0;
 };
 
+// A batch's MixUp / CutMix draw (server/pipeline/batch_mix.h).
+enum class BatchMixKind : uint8_t { kNone = 0, kMixUp = 1, kCutMix = 2 };
+struct BatchMixSpec {
+  float mixup_alpha = 0.0f;   // 0 disables each; both > 0: each batch
+  float cutmix_alpha = 0.0f;  // picks one, p = 0.5.
+};
+struct BatchMixParams {
+  BatchMixKind kind = BatchMixKind::kNone;
+  // The weight of each sample's own image: MixUp's draw, CutMix's
+  // area-corrected value.
+  float lambda = 1.0f;
+  int y1 = 0, x1 = 0, y2 = 0, x2 = 0;  // CutMix box, else 0.
+};
+
 // Limits a decode must respect.
 struct DecodeLimits {
   // height * width * components of the decoded image must be < this.
