@@ -232,6 +232,9 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
                   "order of the colour ops, every enabled one once: " +
                       EnumHelp(v1::ColorOp_descriptor()) +
                       " (default: gamma brightness contrast saturation hue)");
+  app->add_option("--erase-value", erase_value,
+                  "torchvision RandomErasing value: 1 or 3 values (default 0)")
+      ->expected(1, 3);
   app->add_flag("--no-clip", no_clip, "do not clip to [0, 1]");
   app->add_option("--mean", mean, "per-channel mean (3 values)")->expected(3);
   app->add_option("--std", std, "per-channel std (3 values)")->expected(3);
@@ -341,6 +344,10 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     if (!op.ok()) return op.status();
     t->add_color_ops(static_cast<v1::ColorOp>(*op));
   }
+  if (erase_value.size() == 2) {
+    return absl::InvalidArgumentError("--erase-value: 1 or 3 values");
+  }
+  for (float v : erase_value) t->add_erase_value(v);
   t->set_disable_clip(no_clip);
   if (mean.size() != std.size() || (!mean.empty() && mean.size() != 3)) {
     return absl::InvalidArgumentError("--mean/--std: 3 values each, or none");

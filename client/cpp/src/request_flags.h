@@ -101,6 +101,8 @@ struct RequestFlags {
   // transform.color_ops by name (gamma, brightness, contrast, saturation,
   // hue); empty: the default order.
   std::vector<std::string> color_ops;
+  // transform.erase_value: RandomErasing's value (1 or 3 values; empty: 0).
+  std::vector<float> erase_value;
   bool no_clip = false;
   std::vector<float> mean;
   std::vector<float> std;

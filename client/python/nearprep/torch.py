@@ -185,23 +185,67 @@ def _preset_finish(dtype, mean, std):
     return out
 
 
+# torchvision's reference (references/classification/train.py) names of its
+# --auto-augment policies -> nearprep's Transform.auto_augment.
+_AUTO_AUGMENT = {"ta_wide": "trivial_augment_wide", "ra": "rand_augment",
+                 "imagenet": "imagenet"}
+
+
 def imagenet_train_kwargs(size=224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                           flip_probability=0.5, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                          dtype="float32", layout="NCHW"):
-    """Client.batches() keywords of torchvision's training transform:
+                          dtype="float32", layout="NCHW", color_jitter=None,
+                          auto_augment=None, ra_magnitude=9, ra_num_ops=2,
+                          random_erase=0.0, mixup=0.0, cutmix=0.0):
+    """Client.batches() keywords of torchvision's training transform
+    (references/classification/presets.py, ClassificationPresetTrain):
 
         T.Compose([T.RandomResizedCrop(size, scale, ratio, BILINEAR, antialias=True),
-                   T.RandomHorizontalFlip(flip_probability), T.PILToTensor(),
-                   T.ConvertImageDtype(torch.float), T.Normalize(mean, std)])
+                   T.RandomHorizontalFlip(flip_probability),
+                   T.ColorJitter(*color_jitter),             # when given
+                   T.TrivialAugmentWide() / T.RandAugment(ra_num_ops, ra_magnitude) /
+                   T.AutoAugment(IMAGENET),                  # auto_augment
+                   T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                   T.Normalize(mean, std),
+                   T.RandomErasing(random_erase)])           # when > 0
 
-    on default_loader's PIL image. dtype "uint8" (with mean=std=None) stops
-    after PILToTensor. The crop box and flip are nearprep's Philox draws
-    (Batch.params with include_params=True), chosen by torchvision's
-    algorithm and rounding."""
+    and, per batch, the reference's RandomMixup(alpha=mixup) /
+    RandomCutmix(alpha=cutmix) (both: one of them per batch, p = 0.5), on
+    default_loader's PIL image. auto_augment takes the reference's names
+    ("ta_wide", "ra", "imagenet") or nearprep's. color_jitter is one number
+    (brightness = contrast = saturation, hue 0, as ColorJitter(v, v, v)) or
+    a 4-tuple (brightness, contrast, saturation, hue). dtype "uint8" (with
+    mean=std=None) stops after PILToTensor. Every draw is nearprep's Philox
+    (Batch.params with include_params=True; Batch.mix), applied by
+    torchvision's algorithm and rounding."""
     h, w = (size, size) if isinstance(size, int) else size
     kw = {"fidelity": "torchvision", "height": h, "width": w, "crop": "random_resized",
           "scale": tuple(scale), "ratio": tuple(ratio),
           "flip_probability": flip_probability, "layout": layout}
+    if color_jitter is not None:
+        cj = ((color_jitter,) * 3 + (0.0,) if isinstance(color_jitter, (int, float))
+              else tuple(color_jitter))
+        if len(cj) != 4:
+            raise InvalidArgumentError("color_jitter: one number or (brightness, contrast, "
+                                       "saturation, hue)", field="color_jitter")
+        for name, v in zip(("brightness", "contrast", "saturation", "hue"), cj):
+            if v:
+                kw["jitter_" + name] = float(v)
+    if auto_augment is not None:
+        policy = _AUTO_AUGMENT.get(auto_augment, auto_augment)
+        if policy not in _AUTO_AUGMENT.values():
+            raise InvalidArgumentError(
+                f"auto_augment: one of {sorted(_AUTO_AUGMENT)} (torchvision's reference "
+                f"names; augmix is not offered), got {auto_augment!r}", field="auto_augment")
+        kw["auto_augment"] = policy
+        if policy == "rand_augment":
+            kw["rand_augment_num_ops"] = int(ra_num_ops)
+            kw["rand_augment_magnitude"] = int(ra_magnitude)
+    if random_erase:
+        kw["erase_probability"] = float(random_erase)
+    if mixup:
+        kw["mixup_alpha"] = float(mixup)
+    if cutmix:
+        kw["cutmix_alpha"] = float(cutmix)
     kw.update(_preset_finish(dtype, mean, std))
     return kw
 
@@ -223,19 +267,38 @@ def imagenet_eval_kwargs(size=224, *, resize_size=256, mean=IMAGENET_MEAN, std=I
 def imagenet_train(target, dataset, batch_size=32, *, size=224, scale=(0.08, 1.0),
                    ratio=(3.0 / 4.0, 4.0 / 3.0), flip_probability=0.5,
                    mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype="float32",
-                   shuffle=True, seed=0, pin_memory=False, **kwargs):
+                   shuffle=True, seed=0, pin_memory=False, color_jitter=None,
+                   auto_augment=None, ra_magnitude=9, ra_num_ops=2, random_erase=0.0,
+                   mixup=0.0, cutmix=0.0, num_classes=None, **kwargs):
     """An IterableDataset of torchvision's ImageNet training preset
     (imagenet_train_kwargs): float32 NCHW [n, 3, size, size] batches and
     int64 labels, shuffled by (seed, epoch);
     call set_epoch() each epoch. pin_memory=True pins each batch (when CUDA
-    is available) so .to("cuda", non_blocking=True) overlaps. Other
-    keywords go to IterableDataset (shard_index, num_shards, epoch,
-    return_batch, client_options, drop_remainder, include_params, ...)."""
+    is available) so .to("cuda", non_blocking=True) overlaps.
+
+    The reference recipe's augmentations: e.g. imagenet_train(target, ds,
+    auto_augment="ta_wide", random_erase=0.25, mixup=0.2, cutmix=1.0). With
+    mixup or cutmix the labels are the reference's soft targets, float32
+    [n, num_classes] (lambda * one_hot(label) + (1 - lambda) *
+    one_hot(partner's label)), for CrossEntropyLoss; num_classes defaults to
+    the dataset's class count (DatasetInfo). Other keywords go to
+    IterableDataset (shard_index, num_shards, epoch, return_batch,
+    client_options, drop_remainder, include_params, ...)."""
     kw = imagenet_train_kwargs(size, scale=scale, ratio=ratio,
                                flip_probability=flip_probability, mean=mean, std=std,
-                               dtype=dtype, layout=kwargs.pop("layout", "NCHW"))
+                               dtype=dtype, layout=kwargs.pop("layout", "NCHW"),
+                               color_jitter=color_jitter, auto_augment=auto_augment,
+                               ra_magnitude=ra_magnitude, ra_num_ops=ra_num_ops,
+                               random_erase=random_erase, mixup=mixup, cutmix=cutmix)
+    if (mixup or cutmix) and num_classes is None:
+        from nearprep.client import Client
+        c = Client(target, **dict(kwargs.get("client_options") or {}))
+        try:
+            num_classes = int(c.dataset(dataset).num_classes)
+        finally:
+            c.close()
     return IterableDataset(target, dataset, batch_size, shuffle=shuffle, seed=seed,
-                           pin_memory=pin_memory, **kw, **kwargs)
+                           pin_memory=pin_memory, num_classes=num_classes, **kw, **kwargs)
 
 
 def imagenet_eval(target, dataset, batch_size=32, *, size=224, resize_size=256,
@@ -403,8 +466,15 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, target, dataset, batch_size=32, *, epoch=0,
                  shard_index=None, num_shards=None, pin_memory=False,
-                 return_batch=False, client_options=None, **batch_kwargs):
+                 return_batch=False, client_options=None, num_classes=None,
+                 **batch_kwargs):
         super().__init__()
+        if (batch_kwargs.get("mixup_alpha") or batch_kwargs.get("cutmix_alpha")) and (
+                not num_classes or num_classes < 1):
+            raise InvalidArgumentError(
+                "num_classes: MixUp / CutMix yield soft targets [n, num_classes]: give "
+                "the number of classes", field="num_classes")
+        self.num_classes = num_classes
         for banned in ("epoch", "shard_index", "num_shards"):
             if banned in batch_kwargs:
                 raise InvalidArgumentError(f"{banned}: pass it as a keyword of "
@@ -728,6 +798,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
         whole = n == len(batch.labels)
         images = to_torch(batch.images if whole else batch.images[:n])
         labels = to_torch(batch.labels if whole else batch.labels[:n])
+        mix = batch.header.mix if self.num_classes else None
+        if mix is not None and mix.kind:
+            labels = mixed_targets(labels, to_torch(np.array(batch.header.mix_labels[:n],
+                                                             dtype=np.int64)),
+                                   getattr(mix, "lambda"), self.num_classes)
         if pin:
             images, labels = images.pin_memory(), labels.pin_memory()
         if not self.return_batch:
@@ -735,6 +810,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return {"images": images, "labels": labels,
                 "sample_ids": to_torch(batch.sample_ids[:n].astype(np.int64)),
                 "batch_index": batch.index, "epoch": batch.epoch}
+
+
+def mixed_targets(labels, partner_labels, lam, num_classes):
+    """torchvision's reference soft targets of a MixUp / CutMix batch, in
+    float32: lam * one_hot(labels) + (1 - lam) * one_hot(partner_labels)
+    (its RandomMixup: target.mul_(lam).add_(rolled.mul_(1.0 - lam)))."""
+    target = torch.nn.functional.one_hot(labels, num_classes).to(torch.float32)
+    rolled = torch.nn.functional.one_hot(partner_labels, num_classes).to(torch.float32)
+    rolled.mul_(1.0 - lam)
+    return target.mul_(lam).add_(rolled)
 
 
 _FEEDER_JOIN_S = 5.0
