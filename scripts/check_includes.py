@@ -66,9 +66,10 @@ RULES = [
      "the FPGA backend (XRT only here; the kernels' ABI headers)"),
     ("server/pipeline",
      ["server/spec", "server/data", "server/backend", "server/metrics",
-      "common"],
+      "server/plan", "common"],
      "streams, worker pool, batch assembly (and the batch compression of "
-     "common/tensor_codec, shared with the C++ client)"),
+     "common/tensor_codec, shared with the C++ client; batch MixUp / CutMix "
+     "draws from the plan core's Philox)"),
     ("server/authz", [],
      "who may read what: identities, rules, token hashes, audit log (no "
      "gRPC)"),
