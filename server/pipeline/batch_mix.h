@@ -25,26 +25,14 @@
 
 namespace nearprep {
 
-// 0 disables each. With both > 0 each batch picks one of them, p = 0.5 each
-// (train.py's RandomChoice). Alphas must be finite (the caller validates).
-struct BatchMixSpec {
-  float mixup_alpha = 0.0f;
-  float cutmix_alpha = 0.0f;
-};
-
-enum class BatchMixKind : uint8_t { kNone = 0, kMixUp = 1, kCutMix = 2 };
-
-// The parameters of one batch, reported with it so that the trainer can mix
-// the targets (mixed_targets in the Python client).
-struct BatchMixParams {
-  BatchMixKind kind = BatchMixKind::kNone;
-  // The weight of each sample's own image and label: MixUp's Beta draw;
-  // CutMix's area-corrected value 1 - box area / (H * W); 1 for kNone.
-  float lambda = 1.0f;
-  // CutMix: rows [y1, y2) and columns [x1, x2) come from the partner
-  // (possibly empty). All 0 for kNone and kMixUp.
-  int y1 = 0, x1 = 0, y2 = 0, x2 = 0;
-};
+// BatchMixSpec, BatchMixKind and BatchMixParams are in server/spec/types.h
+// (the pipeline's BatchData carries the draw). With both alphas > 0 each
+// batch picks one of them, p = 0.5 each (train.py's RandomChoice); alphas
+// must be finite (the caller validates). BatchMixParams::lambda is the
+// weight of each sample's own image and label: MixUp's Beta draw, CutMix's
+// area-corrected 1 - box area / (H * W), 1 for kNone; the box's rows
+// [y1, y2) and columns [x1, x2) come from the partner (possibly empty; all
+// 0 for kNone and kMixUp).
 
 // The draw of batch `batch_index` of shard `shard_index` (docs/batch_mix.md,
 // "The draw"). `height` and `width` (>= 1) are the output image's: CutMix's
