@@ -32,8 +32,8 @@ inline uint8_t Clip8(int v) {
 // Inside [0, 1] the result is truncated to UINT8 unclipped (it cannot leave
 // [0, 256) there); outside, it is clipped at <= 0 and >= 255 first.
 inline uint8_t BlendSample(int in1, int in2, float alpha, bool extrapolate) {
-  const float t = static_cast<float>(in1) +
-                  alpha * static_cast<float>(in2 - in1);
+  const float t =
+      static_cast<float>(in1) + alpha * static_cast<float>(in2 - in1);
   if (extrapolate) {
     if (t <= 0.0f) return 0;
     if (t >= 255.0f) return 255;
@@ -54,7 +54,8 @@ void BlendWithConstant(RgbImage* img, int degenerate, float alpha) {
   const bool extrapolate = IsExtrapolation(alpha);
   Lut lut;
   for (int v = 0; v < 256; ++v) {
-    lut[static_cast<size_t>(v)] = BlendSample(degenerate, v, alpha, extrapolate);
+    lut[static_cast<size_t>(v)] =
+        BlendSample(degenerate, v, alpha, extrapolate);
   }
   for (uint8_t& v : img->data) v = lut[v];
 }
@@ -133,7 +134,8 @@ double PyRound15(double x) {
   return std::strtod(buf, nullptr);
 }
 
-// CPython mathmodule.c: radians(x) = x * (pi / 180), degrees(x) = x * (180 / pi).
+// CPython mathmodule.c: radians(x) = x * (pi / 180), degrees(x) = x * (180 /
+// pi).
 constexpr double kDegToRad = 3.141592653589793238462643383279502884 / 180.0;
 constexpr double kRadToDeg = 180.0 / 3.141592653589793238462643383279502884;
 
@@ -149,7 +151,8 @@ inline int Coord(double v) {
 // Geometry.c FLOOR(v) of the 16.16 FIX macro.
 inline int32_t FixedFloor(double v) {
   v = v * 65536.0 + 0.5;
-  return v < 0.0 ? static_cast<int32_t>(std::floor(v)) : static_cast<int32_t>(v);
+  return v < 0.0 ? static_cast<int32_t>(std::floor(v))
+                 : static_cast<int32_t>(v);
 }
 
 inline void CopyPixel(uint8_t* dst, const uint8_t* src) {
@@ -164,9 +167,13 @@ void Rotate180(RgbImage* img) {
   const int h = img->height, w = img->width;
   std::vector<uint8_t> out(img->data.size());
   for (int y = 0; y < h; ++y) {
-    const uint8_t* in = &img->data[static_cast<size_t>(y) * static_cast<size_t>(w) * 3];
-    uint8_t* o = &out[(static_cast<size_t>(h - 1 - y) * static_cast<size_t>(w)) * 3];
-    for (int x = 0; x < w; ++x) CopyPixel(o + static_cast<size_t>(w - 1 - x) * 3, in + static_cast<size_t>(x) * 3);
+    const uint8_t* in =
+        &img->data[static_cast<size_t>(y) * static_cast<size_t>(w) * 3];
+    uint8_t* o =
+        &out[(static_cast<size_t>(h - 1 - y) * static_cast<size_t>(w)) * 3];
+    for (int x = 0; x < w; ++x)
+      CopyPixel(o + static_cast<size_t>(w - 1 - x) * 3,
+                in + static_cast<size_t>(x) * 3);
   }
   img->data.swap(out);
 }
@@ -253,14 +260,19 @@ void AdjustSharpness(RgbImage* img, float factor) {
       // ss += row y (kernel[3..5]); ss += row y-1 (kernel[6..8]); each row
       // is ((a * k0 + b * k1) + c * k2) in float.
       float ss = offset;
-      ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
+      ss += static_cast<float>(down[i - 3]) * k1 +
+            static_cast<float>(down[i]) * k1 +
             static_cast<float>(down[i + 3]) * k1;
-      ss += static_cast<float>(mid[i - 3]) * k1 + static_cast<float>(mid[i]) * k5 +
+      ss += static_cast<float>(mid[i - 3]) * k1 +
+            static_cast<float>(mid[i]) * k5 +
             static_cast<float>(mid[i + 3]) * k1;
-      ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
-            static_cast<float>(up[i + 3]) * k1;
+      ss += static_cast<float>(up[i - 3]) * k1 +
+            static_cast<float>(up[i]) * k1 + static_cast<float>(up[i + 3]) * k1;
       // Filter.c clip8(float).
-      out[i] = ss <= 0.0f ? 0 : (ss >= 255.0f ? 255 : static_cast<uint8_t>(static_cast<int>(ss)));
+      out[i] = ss <= 0.0f ? 0
+                          : (ss >= 255.0f
+                                 ? 255
+                                 : static_cast<uint8_t>(static_cast<int>(ss)));
     }
   }
   BlendWithImage(img, smooth, factor);
@@ -272,7 +284,8 @@ void AdjustHue(RgbImage* img, double hue_factor) {
   // negative values wrap modulo 256 (np.uint8(-127.5) == 129).
   const double shifted = hue_factor * 255.0;
   const int64_t whole = static_cast<int64_t>(std::trunc(shifted));
-  const uint8_t shift = static_cast<uint8_t>(static_cast<uint64_t>(whole) & 0xFF);
+  const uint8_t shift =
+      static_cast<uint8_t>(static_cast<uint64_t>(whole) & 0xFF);
   const size_t n = PixelCount(*img);
   uint8_t* p = img->data.data();
   for (size_t i = 0; i < n; ++i, p += 3) {
@@ -292,11 +305,14 @@ void AdjustHue(RgbImage* img, double hue_factor) {
       if (r == maxc) {
         hh = bc - gc;
       } else if (g == maxc) {
-        hh = static_cast<float>(2.0 + static_cast<double>(rc) - static_cast<double>(bc));
+        hh = static_cast<float>(2.0 + static_cast<double>(rc) -
+                                static_cast<double>(bc));
       } else {
-        hh = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
+        hh = static_cast<float>(4.0 + static_cast<double>(gc) -
+                                static_cast<double>(rc));
       }
-      hh = static_cast<float>(std::fmod(static_cast<double>(hh) / 6.0 + 1.0, 1.0));
+      hh = static_cast<float>(
+          std::fmod(static_cast<double>(hh) / 6.0 + 1.0, 1.0));
       uh = Clip8(static_cast<int>(static_cast<double>(hh) * 255.0));
       us = Clip8(static_cast<int>(static_cast<double>(s) * 255.0));
     }
@@ -307,22 +323,51 @@ void AdjustHue(RgbImage* img, double hue_factor) {
       p[0] = p[1] = p[2] = uv;
       continue;
     }
-    const double h6 = static_cast<double>(static_cast<float>(hue)) * 6.0 / 255.0;
+    const double h6 =
+        static_cast<double>(static_cast<float>(hue)) * 6.0 / 255.0;
     const int sector = static_cast<int>(std::floor(h6));
-    const float f = static_cast<float>(h6 - static_cast<double>(static_cast<float>(sector)));
-    const float fs = static_cast<float>(static_cast<double>(static_cast<float>(us)) / 255.0);
+    const float f = static_cast<float>(
+        h6 - static_cast<double>(static_cast<float>(sector)));
+    const float fs =
+        static_cast<float>(static_cast<double>(static_cast<float>(us)) / 255.0);
     const double v = static_cast<double>(static_cast<float>(uv));
-    const uint8_t up = Clip8(static_cast<int>(std::round(v * (1.0 - static_cast<double>(fs)))));
-    const uint8_t uq = Clip8(static_cast<int>(std::round(v * (1.0 - static_cast<double>(fs * f)))));
-    const uint8_t ut = Clip8(static_cast<int>(
-        std::round(v * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f))))));
+    const uint8_t up = Clip8(
+        static_cast<int>(std::round(v * (1.0 - static_cast<double>(fs)))));
+    const uint8_t uq = Clip8(
+        static_cast<int>(std::round(v * (1.0 - static_cast<double>(fs * f)))));
+    const uint8_t ut = Clip8(static_cast<int>(std::round(
+        v * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f))))));
     switch (sector % 6) {
-      case 0: p[0] = uv; p[1] = ut; p[2] = up; break;
-      case 1: p[0] = uq; p[1] = uv; p[2] = up; break;
-      case 2: p[0] = up; p[1] = uv; p[2] = ut; break;
-      case 3: p[0] = up; p[1] = uq; p[2] = uv; break;
-      case 4: p[0] = ut; p[1] = up; p[2] = uv; break;
-      default: p[0] = uv; p[1] = up; p[2] = uq; break;
+      case 0:
+        p[0] = uv;
+        p[1] = ut;
+        p[2] = up;
+        break;
+      case 1:
+        p[0] = uq;
+        p[1] = uv;
+        p[2] = up;
+        break;
+      case 2:
+        p[0] = up;
+        p[1] = uv;
+        p[2] = ut;
+        break;
+      case 3:
+        p[0] = up;
+        p[1] = uq;
+        p[2] = uv;
+        break;
+      case 4:
+        p[0] = ut;
+        p[1] = up;
+        p[2] = uv;
+        break;
+      default:
+        p[0] = uv;
+        p[1] = up;
+        p[2] = uq;
+        break;
     }
   }
 }
@@ -332,7 +377,8 @@ void Posterize(RgbImage* img, int bits) {
   bits = std::clamp(bits, 0, 8);
   const int mask = ~((1 << (8 - bits)) - 1);
   Lut lut;
-  for (int i = 0; i < 256; ++i) lut[static_cast<size_t>(i)] = static_cast<uint8_t>(i & mask);
+  for (int i = 0; i < 256; ++i)
+    lut[static_cast<size_t>(i)] = static_cast<uint8_t>(i & mask);
   ApplyLut(img, lut);
 }
 
@@ -411,6 +457,7 @@ void Invert(RgbImage* img) {
 
 void FlipLeftRight(RgbImage* img) {
   // Geometry.c ImagingFlipLeftRight: out[y][w-1-x] = in[y][x].
+  if (img->width < 2) return;
   const size_t w = static_cast<size_t>(img->width);
   for (int y = 0; y < img->height; ++y) {
     uint8_t* row = img->data.data() + static_cast<size_t>(y) * w * 3;
@@ -433,7 +480,8 @@ void TransformAffine(RgbImage* img, const double a[6], const uint8_t fill[3]) {
     return in + (static_cast<size_t>(y) * sw + static_cast<size_t>(x)) * 3;
   };
   auto dst = [&](int y, int x) {
-    return out.data() + (static_cast<size_t>(y) * sw + static_cast<size_t>(x)) * 3;
+    return out.data() +
+           (static_cast<size_t>(y) * sw + static_cast<size_t>(x)) * 3;
   };
   if (a[1] == 0 && a[3] == 0) {
     // Geometry.c ImagingScaleAffine: x positions tabulated once (xintab is
@@ -454,7 +502,8 @@ void TransformAffine(RgbImage* img, const double a[6], const uint8_t fill[3]) {
     for (int y = 0; y < h; ++y) {
       const int yi = Coord(yo);
       if (yi >= 0 && yi < h) {
-        for (int x = xmin; x < xmax; ++x) CopyPixel(dst(y, x), src(yi, xintab[static_cast<size_t>(x)]));
+        for (int x = xmin; x < xmax; ++x)
+          CopyPixel(dst(y, x), src(yi, xintab[static_cast<size_t>(x)]));
       }
       yo += a[4];
     }
@@ -483,8 +532,10 @@ void TransformAffine(RgbImage* img, const double a[6], const uint8_t fill[3]) {
           xx += static_cast<uint32_t>(a0);
           yy += static_cast<uint32_t>(a3);
         }
-        a2 = static_cast<int32_t>(static_cast<uint32_t>(a2) + static_cast<uint32_t>(a1));
-        a5 = static_cast<int32_t>(static_cast<uint32_t>(a5) + static_cast<uint32_t>(a4));
+        a2 = static_cast<int32_t>(static_cast<uint32_t>(a2) +
+                                  static_cast<uint32_t>(a1));
+        a5 = static_cast<int32_t>(static_cast<uint32_t>(a5) +
+                                  static_cast<uint32_t>(a4));
       }
     } else {
       // Geometry.c ImagingTransformAffine's double-precision loop.
@@ -510,7 +561,8 @@ void TransformAffine(RgbImage* img, const double a[6], const uint8_t fill[3]) {
 }
 
 void Affine(RgbImage* img, double angle, const int translate[2], double scale,
-            const double shear[2], const double* center, const uint8_t fill[3]) {
+            const double shear[2], const double* center,
+            const uint8_t fill[3]) {
   // torchvision 0.14 functional.affine (PIL branch): center defaults to
   // [width * 0.5, height * 0.5]; _get_inverse_affine_matrix(center, angle,
   // translate, scale, shear) in Python doubles, term by term as written.
@@ -521,9 +573,11 @@ void Affine(RgbImage* img, double angle, const int translate[2], double scale,
   const double sx = shear[0] * kDegToRad;
   const double sy = shear[1] * kDegToRad;
   const double a = std::cos(rot - sy) / std::cos(sy);
-  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double b =
+      -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
   const double c = std::sin(rot - sy) / std::cos(sy);
-  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  const double d =
+      -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
   double m[6] = {d, -b, 0.0, -c, a, 0.0};
   for (double& v : m) v = v / scale;
   m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
@@ -549,7 +603,7 @@ void Rotate(RgbImage* img, double angle_degrees, const uint8_t fill[3]) {
   const double w = img->width, h = img->height;
   const double rcx = w / 2.0, rcy = h / 2.0;
   const double rad = -(angle * kDegToRad);
-  double m[6] = {PyRound15(std::cos(rad)), PyRound15(std::sin(rad)), 0.0,
+  double m[6] = {PyRound15(std::cos(rad)),  PyRound15(std::sin(rad)), 0.0,
                  PyRound15(-std::sin(rad)), PyRound15(std::cos(rad)), 0.0};
   // matrix[2], matrix[5] = transform(-cx - 0, -cy - 0, matrix), then += c.
   const double x = -rcx - 0.0, y = -rcy - 0.0;

@@ -22,7 +22,8 @@ namespace nearprep {
 namespace pil {
 
 // An 8-bit RGB image as PIL's "RGB" mode holds it: rows of width*3 bytes,
-// contiguous. Every function below keeps height and width.
+// contiguous. Every function below requires data.size() == height * width * 3
+// (not checked) and keeps height and width; empty images are fine.
 struct RgbImage {
   int height = 0, width = 0;
   std::vector<uint8_t> data;
@@ -56,6 +57,7 @@ void AdjustHue(RgbImage* img, double hue_factor);
 
 // --- ImageOps (look-up tables, applied per channel) ------------------------
 // ImageOps.posterize: keeps the top `bits` bits (0..8; 0 gives black).
+// torchvision raises outside 0..8; here bits is clamped to that range.
 void Posterize(RgbImage* img, int bits);
 // ImageOps.solarize: values v >= threshold become 255 - v (compared as
 // Python compares int with float).
@@ -85,7 +87,7 @@ void TransformAffine(RgbImage* img, const double matrix[6],
 // of _get_inverse_affine_matrix (Python doubles, math.radians/cos/sin/tan),
 // then TransformAffine. `center` null means torchvision's default
 // (width * 0.5, height * 0.5); translate is the integer pair torchvision
-// passes.
+// passes; scale must be > 0 (torchvision raises otherwise).
 void Affine(RgbImage* img, double angle, const int translate[2], double scale,
             const double shear[2], const double* center, const uint8_t fill[3]);
 

@@ -5,6 +5,7 @@
 #include "server/image/torchvision_augment.h"
 
 #include <cmath>
+#include <utility>
 
 namespace nearprep {
 namespace {
@@ -44,7 +45,8 @@ std::vector<float> TorchLinspace(double start_d, double end_d, int n,
     for (int block = i; block < i + 2 * lanes; block += lanes) {
       const float base = at(block);
       for (int k = 0; k < lanes; ++k) {
-        out[static_cast<size_t>(block + k)] = base + static_cast<float>(k) * step;
+        out[static_cast<size_t>(block + k)] =
+            base + static_cast<float>(k) * step;
       }
     }
   }
@@ -75,21 +77,36 @@ AugmentOpMeta Unsigned(AugmentOp op, std::vector<float> m = {}) {
 
 const char* AugmentOpName(AugmentOp op) {
   switch (op) {
-    case AugmentOp::kIdentity: return "Identity";
-    case AugmentOp::kShearX: return "ShearX";
-    case AugmentOp::kShearY: return "ShearY";
-    case AugmentOp::kTranslateX: return "TranslateX";
-    case AugmentOp::kTranslateY: return "TranslateY";
-    case AugmentOp::kRotate: return "Rotate";
-    case AugmentOp::kBrightness: return "Brightness";
-    case AugmentOp::kColor: return "Color";
-    case AugmentOp::kContrast: return "Contrast";
-    case AugmentOp::kSharpness: return "Sharpness";
-    case AugmentOp::kPosterize: return "Posterize";
-    case AugmentOp::kSolarize: return "Solarize";
-    case AugmentOp::kAutoContrast: return "AutoContrast";
-    case AugmentOp::kEqualize: return "Equalize";
-    case AugmentOp::kInvert: return "Invert";
+    case AugmentOp::kIdentity:
+      return "Identity";
+    case AugmentOp::kShearX:
+      return "ShearX";
+    case AugmentOp::kShearY:
+      return "ShearY";
+    case AugmentOp::kTranslateX:
+      return "TranslateX";
+    case AugmentOp::kTranslateY:
+      return "TranslateY";
+    case AugmentOp::kRotate:
+      return "Rotate";
+    case AugmentOp::kBrightness:
+      return "Brightness";
+    case AugmentOp::kColor:
+      return "Color";
+    case AugmentOp::kContrast:
+      return "Contrast";
+    case AugmentOp::kSharpness:
+      return "Sharpness";
+    case AugmentOp::kPosterize:
+      return "Posterize";
+    case AugmentOp::kSolarize:
+      return "Solarize";
+    case AugmentOp::kAutoContrast:
+      return "AutoContrast";
+    case AugmentOp::kEqualize:
+      return "Equalize";
+    case AugmentOp::kInvert:
+      return "Invert";
   }
   return "?";
 }
@@ -137,8 +154,10 @@ std::vector<AugmentOpMeta> AugmentSpace(AugmentPolicy policy, int num_bins,
       if (rand) s.push_back(Unsigned(Op::kIdentity));
       s.push_back(Signed(Op::kShearX, linspace(0.0, 0.3, n)));
       s.push_back(Signed(Op::kShearY, linspace(0.0, 0.3, n)));
-      s.push_back(Signed(Op::kTranslateX, linspace(0.0, 150.0 / 331.0 * width, n)));
-      s.push_back(Signed(Op::kTranslateY, linspace(0.0, 150.0 / 331.0 * height, n)));
+      s.push_back(
+          Signed(Op::kTranslateX, linspace(0.0, 150.0 / 331.0 * width, n)));
+      s.push_back(
+          Signed(Op::kTranslateY, linspace(0.0, 150.0 / 331.0 * height, n)));
       s.push_back(Signed(Op::kRotate, linspace(0.0, 30.0, n)));
       s.push_back(Signed(Op::kBrightness, linspace(0.0, 0.9, n)));
       s.push_back(Signed(Op::kColor, linspace(0.0, 0.9, n)));

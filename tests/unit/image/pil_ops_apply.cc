@@ -6,7 +6,8 @@
 //     Prints AugmentSpace for TrivialAugmentWide(31), RandAugment(31, HxW)
 //     and AutoAugment(10, HxW) with that TorchCpuKernel (avx2 if omitted),
 //     one line per op:
-//       space POLICY OP SIGNED V1 V2 ...   (values as float32 bit patterns, hex)
+//       space POLICY OP SIGNED V1 V2 ...   (values as float32 bit patterns,
+//       hex)
 //     then the AutoAugment IMAGENET policies, one line per sub-policy:
 //       policy OP1 P1 M1 OP2 P2 M2          (P as the float's %.9g, M or -1)
 //   nearprep_pil_ops_apply run IN.raw OUT.raw < JOBS
@@ -49,7 +50,8 @@ int Tables(int height, int width, nearprep::TorchCpuKernel kernel) {
       {"AutoAugment", AugmentPolicy::kAutoAugmentImagenet, 10},
   };
   for (const Space& sp : spaces) {
-    for (const auto& meta : nearprep::AugmentSpace(sp.policy, sp.bins, height, width, kernel)) {
+    for (const auto& meta :
+         nearprep::AugmentSpace(sp.policy, sp.bins, height, width, kernel)) {
       std::printf("space %s %s %d", sp.name, nearprep::AugmentOpName(meta.op),
                   meta.is_signed ? 1 : 0);
       for (float v : meta.magnitudes) {
@@ -90,8 +92,8 @@ double Arg(const std::vector<std::string>& args, size_t i) {
   return std::strtod(args[i].c_str(), nullptr);
 }
 
-bool RunOne(RgbImage* img, const std::string& op, const std::vector<std::string>& a,
-            const uint8_t fill[3]) {
+bool RunOne(RgbImage* img, const std::string& op,
+            const std::vector<std::string>& a, const uint8_t fill[3]) {
   namespace pil = nearprep::pil;
   AugmentOp aug;
   if (FindOp(op, &aug)) {
@@ -121,7 +123,8 @@ bool RunOne(RgbImage* img, const std::string& op, const std::vector<std::string>
   } else if (op == "rotate") {
     pil::Rotate(img, Arg(a, 0), fill);
   } else if (op == "affine") {
-    const int translate[2] = {static_cast<int>(Arg(a, 1)), static_cast<int>(Arg(a, 2))};
+    const int translate[2] = {static_cast<int>(Arg(a, 1)),
+                              static_cast<int>(Arg(a, 2))};
     const double shear[2] = {Arg(a, 4), Arg(a, 5)};
     pil::Affine(img, Arg(a, 0), translate, Arg(a, 3), shear, nullptr, fill);
   } else {
@@ -187,7 +190,11 @@ int main(int argc, char** argv) {
     }
     return Tables(std::atoi(argv[2]), std::atoi(argv[3]), kernel);
   }
-  if (argc == 4 && std::strcmp(argv[1], "run") == 0) return Run(argv[2], argv[3]);
-  std::fprintf(stderr, "usage: %s tables H W [avx2|default|avx512] | run IN.raw OUT.raw < JOBS\n", argv[0]);
+  if (argc == 4 && std::strcmp(argv[1], "run") == 0)
+    return Run(argv[2], argv[3]);
+  std::fprintf(stderr,
+               "usage: %s tables H W [avx2|default|avx512] | run IN.raw "
+               "OUT.raw < JOBS\n",
+               argv[0]);
   return 2;
 }
