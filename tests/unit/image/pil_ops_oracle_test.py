@@ -42,7 +42,7 @@ What is compared (one job = one image through one op, byte for byte):
     ATEN_CPU_CAPABILITY=default (the AVX-512 variant is not checked).
   * test_autoaugment_imagenet_policies: the 25 IMAGENET sub-policies
     against AutoAugment(IMAGENET)._get_policies.
-Runtime: 16 s on one core of a loaded 2-core machine (mostly PIL JPEG
+Runtime: 16 s on one core of a loaded 2-core machine, 22 s at load 4 (mostly PIL JPEG
 decode and resize and the oracle's own ops).
 """
 
