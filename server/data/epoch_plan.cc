@@ -179,9 +179,9 @@ void DrawTorchvisionAugmentations(const TransformSpec& spec, uint64_t seed,
           if (m.op == step.op) meta = &m;
         }
         float magnitude = 0.0f;
-        if (step.magnitude_bin >= 0 && meta != nullptr &&
+        if (step.magnitude_id >= 0 && meta != nullptr &&
             !meta->magnitudes.empty()) {
-          magnitude = meta->magnitudes[static_cast<size_t>(step.magnitude_bin)];
+          magnitude = meta->magnitudes[static_cast<size_t>(step.magnitude_id)];
         }
         if (meta != nullptr && meta->is_signed && ((w[3] >> k) & 1u) == 0) {
           magnitude = -magnitude;

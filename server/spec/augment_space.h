@@ -8,12 +8,11 @@
 //
 // The magnitudes are computed as torch 1.13 computes them on the CPU:
 //   torch.linspace(start, end, n) in float32, as its AVX2 kernel (torch's
-//     CPU capability on the machines we test; an AVX-512 dispatch may
-//     differ in the last bit of a few entries): step = (end - start) /
-//     (n - 1) in float32; entry i = fma(step, i, start) for i < n / 2, else
-//     fma(-step, n - 1 - i, end); while 16 entries remain, two 8-lane
-//     vectors whose lane k is (that formula at the vector's start) + k *
-//     step;
+//     CPU capability on the machines we test; TorchCpuKernel below):
+//     step = (end - start) / (n - 1) in float32; entry i = fma(step, i,
+//     start) for i < n / 2, else fma(-step, n - 1 - i, end); while 16
+//     entries remain, two 8-lane vectors whose lane k is (that formula at
+//     the vector's start) + k * step;
 //   Posterize: 8 - round(i / ((n - 1) / d)) with the division in float32
 //     and round half to even (AutoAugment and RandAugment d = 4,
 //     TrivialAugmentWide d = 6);
@@ -33,6 +32,18 @@
 
 namespace nearprep {
 
+// Which of torch 1.13's CPU linspace kernels to reproduce. ATen picks one at
+// run time from the CPU (overridable with ATEN_CPU_CAPABILITY), and the
+// float32 tables differ between them in the last bit of some entries:
+//   kAvx2 (what the daemon serves): the scalar formula fused (fma), blocks
+//     of 8 lanes while 16 entries remain;
+//   kDefault: the same without fusing (base x86-64 code has no FMA);
+//   kAvx512: fused, blocks of 16 while 32 remain (for 31 and 10 bins: the
+//     fused scalar formula throughout). Inferred from torch's source, not
+//     checked against torch (no AVX-512 machine was at hand).
+// pil_ops_oracle_test checks kAvx2 and kDefault against torch itself.
+enum class TorchCpuKernel : uint8_t { kAvx2 = 0, kDefault, kAvx512 };
+
 struct AugmentOpMeta {
   AugmentOp op = AugmentOp::kIdentity;
   bool is_signed = false;
@@ -41,26 +52,32 @@ struct AugmentOpMeta {
 
 namespace augment_internal {
 
-inline std::vector<float> Linspace(float start, float end, int n) {
+// torch.linspace(start, end, n) in float32 as torch 1.13's CPU kernel
+// computes it with `kernel`'s object code (see TorchCpuKernel).
+inline std::vector<float> Linspace(float start, float end, int n,
+                                   TorchCpuKernel kernel) {
   std::vector<float> v(static_cast<size_t>(n));
-  if (n == 1) {
+  if (n == 1) {  // steps == 1: fill_(start)
     v[0] = start;
     return v;
   }
+  const bool fused = kernel != TorchCpuKernel::kDefault;
+  const int lanes = kernel == TorchCpuKernel::kAvx512 ? 16 : 8;
   const float step = (end - start) / static_cast<float>(n - 1);
   const int half = n / 2;
-  // The kernel's scalar formula (compiled with FMA contraction).
   const auto scalar = [&](int i) {
-    return i < half ? std::fma(step, static_cast<float>(i), start)
-                    : std::fma(-step, static_cast<float>(n - 1 - i), end);
+    const float k = static_cast<float>(i < half ? i : n - 1 - i);
+    if (fused) return i < half ? std::fma(step, k, start) : std::fma(-step, k, end);
+    return i < half ? start + step * k : end - step * k;
   };
   int i = 0;
-  // Pairs of 8-lane vectors while 16 entries remain: lane k of a vector
-  // starting at c is scalar(c) + k * step (not fused).
-  for (; i + 16 <= n; i += 16) {
-    for (int c = i; c < i + 16; c += 8) {
+  // cpu_serial_kernel_vec: two vectors per iteration while 2 * lanes
+  // entries remain, each Vectorized<float>::arange(base, step): lane k is
+  // base + k * step, unfused.
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    for (int c = i; c < i + 2 * lanes; c += lanes) {
       const float base = scalar(c);
-      for (int k = 0; k < 8; ++k) {
+      for (int k = 0; k < lanes; ++k) {
         v[static_cast<size_t>(c + k)] = base + static_cast<float>(k) * step;
       }
     }
@@ -91,10 +108,13 @@ inline constexpr int kAutoAugmentBins = 10;
 
 // The op space of `policy` in torchvision's order, for an output of
 // height x width.
-inline std::vector<AugmentOpMeta> AugmentSpace(AugmentPolicy policy,
-                                               int height, int width) {
-  using augment_internal::Linspace;
+inline std::vector<AugmentOpMeta> AugmentSpace(
+    AugmentPolicy policy, int height, int width,
+    TorchCpuKernel kernel = TorchCpuKernel::kAvx2) {
   using augment_internal::Posterize;
+  const auto Linspace = [kernel](float start, float end, int n) {
+    return augment_internal::Linspace(start, end, n, kernel);
+  };
   std::vector<AugmentOpMeta> s;
   const auto add = [&s](AugmentOp op, bool is_signed, std::vector<float> m) {
     s.push_back(AugmentOpMeta{op, is_signed, std::move(m)});
@@ -152,7 +172,7 @@ inline std::vector<AugmentOpMeta> AugmentSpace(AugmentPolicy policy,
 struct AutoAugmentStep {
   AugmentOp op;
   float probability;
-  int magnitude_bin;
+  int magnitude_id;  // -1: none (torchvision's None)
 };
 inline const std::array<std::array<AutoAugmentStep, 2>, 25>&
 AutoAugmentImagenetPolicies() {

@@ -51,7 +51,7 @@ int Tables(int height, int width, nearprep::TorchCpuKernel kernel) {
   };
   for (const Space& sp : spaces) {
     for (const auto& meta :
-         nearprep::AugmentSpace(sp.policy, sp.bins, height, width, kernel)) {
+         nearprep::AugmentSpace(sp.policy, height, width, kernel)) {
       std::printf("space %s %s %d", sp.name, nearprep::AugmentOpName(meta.op),
                   meta.is_signed ? 1 : 0);
       for (float v : meta.magnitudes) {
