@@ -152,6 +152,48 @@ def test_parse_batch_falls_back_on_unusual_layout():
         batch_mod.parse_batch(bad, pb2)
 
 
+def test_parse_batch_reads_torchvision_params_and_mix():
+    if not hasattr(pb2, "BatchMix"):
+        pytest.skip("stubs generated before issue 36's fields")
+    msg, _ = _batch_message()
+    msg.params[0].jitter_brightness = 1.25
+    msg.params[0].jitter_contrast = 1.0  # disabled: sent as 1
+    msg.params[0].jitter_saturation = 0.5
+    msg.params[0].jitter_hue = -0.125
+    msg.params[0].jitter_order.extend([2, 0, 3, 1])
+    msg.params[0].augment.add(op=pb2.AUGMENT_OP_SHEAR_X, magnitude=-0.25)
+    msg.params[0].augment.add(op=pb2.AUGMENT_OP_EQUALIZE, magnitude=0.0)
+    msg.params[0].erased.CopyFrom(pb2.CropBox(y=5, x=6, height=7, width=8))
+    msg.params.add(flipped=False)  # no torchvision augmentation drawn
+    msg.mix.kind = pb2.BatchMix.KIND_CUTMIX
+    setattr(msg.mix, "lambda", 0.75)
+    msg.mix.y1, msg.mix.x1, msg.mix.y2, msg.mix.x2 = 1, 2, 3, 3
+    msg.mix_labels.extend([2, 1])
+    b = batch_mod.parse_batch(msg.SerializeToString(), pb2)
+    p, q = b.params
+    assert (p.jitter_brightness, p.jitter_contrast, p.jitter_saturation,
+            p.jitter_hue) == (1.25, 1.0, 0.5, -0.125)
+    assert p.jitter_order == (2, 0, 3, 1)
+    assert p.augment == (("ShearX", -0.25), ("Equalize", 0.0))
+    assert p.erased == batch_mod.CropBox(5, 6, 7, 8)
+    # Without ColorJitter the fields are absent: 1, 1, 1, 0, not proto's 0.
+    assert (q.jitter_brightness, q.jitter_contrast, q.jitter_saturation,
+            q.jitter_hue, q.jitter_order) == (1.0, 1.0, 1.0, 0.0, ())
+    assert q.augment == () and q.erased is None
+    assert b.mix == batch_mod.BatchMix("cutmix", 0.75, (1, 2, 3, 3))
+    assert b.mix_labels.dtype == np.int64
+    np.testing.assert_array_equal(b.mix_labels, [2, 1])
+    msg.mix.kind = pb2.BatchMix.KIND_MIXUP
+    msg.mix.y1 = msg.mix.x1 = msg.mix.y2 = msg.mix.x2 = 0
+    assert batch_mod.parse_batch(msg.SerializeToString(), pb2).mix == \
+        batch_mod.BatchMix("mixup", 0.75, (0, 0, 0, 0))
+    # Not mixed: kind "none", lam 1, no partner labels.
+    plain, _ = _batch_message()
+    b = batch_mod.parse_batch(plain.SerializeToString(), pb2)
+    assert b.mix == batch_mod.BatchMix("none", 1.0, (0, 0, 0, 0))
+    assert b.mix_labels.shape == (0,) and b.mix_labels.dtype == np.int64
+
+
 def test_bfloat16_helper_widens_exactly():
     bits = np.array([0x3F80, 0xC020, 0x0000], np.uint16)
     np.testing.assert_array_equal(nearprep.bfloat16_to_float32(bits), [1.0, -2.5, 0.0])

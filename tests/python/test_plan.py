@@ -275,3 +275,324 @@ def test_params_match_cpp(spec_kw, seed, epoch):
         assert g["source"] == [h, w]
         assert g["contrast_bits"] == plan.float32_bits(p.contrast_factor), g
         assert g["hue_bits"] == plan.float32_bits(p.hue_delta), g
+
+
+# ---------------------------------------------------------------------------
+# FIDELITY_TORCHVISION's augmentations (issue 36): ColorJitter, auto_augment,
+# RandomErasing.
+
+def test_fma_f32_rounds_once():
+    # a * b + c lies just below the midpoint between c and its float32
+    # successor: one rounding keeps c; the double route rounds to the
+    # midpoint first and then to even, the successor.
+    a, b, c = 1.0 + 2.0 ** -23, 2.0 ** -24 * (1.0 - 2.0 ** -23), 1.0 + 2.0 ** -23
+    assert plan._fma_f32(a, b, c) == c
+    assert plan._f32(a * b + c) == 1.0 + 2.0 ** -22
+    assert plan._fma_f32(-3.0, 2.0, 0.5) == -5.5
+    assert plan._fma_f32(2.0 ** -140, 1.0, 0.0) == 2.0 ** -140  # subnormal
+    assert plan._fma_f32(1.0, 1.0 + 2.0 ** -24, 0.0) == 1.0  # tie to even
+    assert plan._fma_f32(1.0, 1.0 + 3 * 2.0 ** -24, 0.0) == 1.0 + 2.0 ** -22
+
+
+def test_logf_expf_are_the_c_librarys():
+    # The daemon's std::log / std::exp of a float are logf / expf; plan.py
+    # calls the C library's (numpy's float32 log / exp differ from glibc's
+    # in the last bit of about one value in ten).
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.logf.restype = libm.expf.restype = ctypes.c_float
+    libm.logf.argtypes = libm.expf.argtypes = [ctypes.c_float]
+    rng = random.Random(3)
+    for _ in range(2000):
+        x = plan._f32(rng.uniform(0.01, 100.0))
+        assert plan._logf(x) == libm.logf(x), x
+        y = plan._f32(rng.uniform(-5.0, 5.0))
+        assert plan._expf(y) == libm.expf(y), y
+    assert plan._logf(1.0) == 0.0 and plan._expf(0.0) == 1.0
+
+
+def _torch_python():
+    """A Python with torch and torchvision (this one, else Debian's), or
+    None."""
+    for exe in (sys.executable, "/usr/bin/python3"):
+        if not os.path.exists(exe):
+            continue
+        r = subprocess.run([exe, "-c", "import torch, torchvision"],
+                           capture_output=True, timeout=120)
+        if r.returncode == 0:
+            return exe
+    return None
+
+
+_TORCH_TABLES = r"""
+import json, sys
+import numpy as np, torch, torchvision
+from torchvision.transforms import autoaugment as aa
+
+def row(name, t, signed):
+    t = t.to(torch.float32).reshape(-1) if t.ndim > 0 else t.new_zeros(0, dtype=torch.float32)
+    return [name, bool(signed), [int(b) for b in t.numpy().view(np.uint32)]]
+
+sizes = json.loads(sys.argv[1])
+out = {"version": torchvision.__version__,
+       "ta": [row(k, *v) for k, v in aa.TrivialAugmentWide()._augmentation_space(31).items()],
+       "policies": [[list(s) for s in p] for p in
+                    aa.AutoAugment()._get_policies(aa.AutoAugmentPolicy.IMAGENET)],
+       "ra": {}, "aa": {}}
+for h, w in sizes:
+    key = "%dx%d" % (h, w)
+    out["ra"][key] = [row(k, *v) for k, v in aa.RandAugment()._augmentation_space(31, (h, w)).items()]
+    out["aa"][key] = [row(k, *v) for k, v in aa.AutoAugment()._augmentation_space(10, (h, w)).items()]
+e = torchvision.transforms.RandomErasing()
+out["erase"] = [list(e.scale), list(e.ratio)]
+print(json.dumps(out))
+"""
+
+_AUG_SIZES = [(224, 224), (160, 96), (96, 160), (331, 331), (1, 1), (1000, 7)]
+
+
+def _space_rows(policy, h, w):
+    return [[plan.AUGMENT_OPS[m.op], m.is_signed,
+             [plan.float32_bits(v) for v in m.magnitudes]]
+            for m in plan.augment_space(policy, h, w)]
+
+
+def test_augment_space_and_policies_match_torchvision():
+    exe = _torch_python()
+    if exe is None:
+        pytest.skip("no Python with torch and torchvision")
+    # torch.linspace's last bits depend on the CPU kernel torch dispatches
+    # to; augment_space.h (and plan.py) follow the AVX2 kernel, which is what
+    # the machines we test pick, but an AVX-512 machine would pick another:
+    # pin the dispatch so that the comparison does not depend on the host.
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    r = subprocess.run([exe, "-c", _TORCH_TABLES, json.dumps(_AUG_SIZES)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    tv = json.loads(r.stdout)
+    assert tv["version"].startswith("0.14"), tv["version"]
+    assert _space_rows(plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE, 224, 224) == tv["ta"]
+    # TrivialAugmentWide's table does not depend on the size.
+    assert _space_rows(plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE, 1, 7) == tv["ta"]
+    for h, w in _AUG_SIZES:
+        key = "%dx%d" % (h, w)
+        assert _space_rows(plan.AUTO_AUGMENT_RAND_AUGMENT, h, w) == tv["ra"][key], key
+        assert _space_rows(plan.AUTO_AUGMENT_IMAGENET, h, w) == tv["aa"][key], key
+    ours = [[[plan.AUGMENT_OPS[s.op], s.probability,
+              None if s.magnitude_bin < 0 else s.magnitude_bin] for s in p]
+            for p in plan.AUTO_AUGMENT_IMAGENET_POLICIES]
+    # Probabilities: ours are the float32 of torchvision's doubles.
+    theirs = [[[n, plan._f32(p), b] for n, p, b in pol] for pol in tv["policies"]]
+    assert ours == theirs
+    spec = plan.TransformSpec()
+    assert [[spec.erase_scale_min, spec.erase_scale_max],
+            [spec.erase_ratio_min, spec.erase_ratio_max]] == tv["erase"]
+
+
+_TV = plan.FIDELITY_TORCHVISION
+_AUG_SPECS = [
+    dict(auto_augment=plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE),
+    dict(auto_augment=plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE, height=160, width=96),
+    dict(auto_augment=plan.AUTO_AUGMENT_RAND_AUGMENT),  # 0, 0: 2 ops, bin 9
+    dict(auto_augment=plan.AUTO_AUGMENT_RAND_AUGMENT, rand_augment_num_ops=1,
+         rand_augment_magnitude=1, height=160, width=96),
+    dict(auto_augment=plan.AUTO_AUGMENT_RAND_AUGMENT, rand_augment_num_ops=16,
+         rand_augment_magnitude=30),
+    dict(auto_augment=plan.AUTO_AUGMENT_RAND_AUGMENT, rand_augment_num_ops=2,
+         rand_augment_magnitude=30, height=160, width=96),
+    dict(auto_augment=plan.AUTO_AUGMENT_IMAGENET),
+    dict(auto_augment=plan.AUTO_AUGMENT_IMAGENET, height=160, width=96),
+    dict(jitter_brightness=0.4, jitter_contrast=0.4, jitter_saturation=0.4,
+         jitter_hue=0.1),
+    dict(jitter_brightness=0.4, jitter_saturation=0.2),  # some factors 0
+    dict(jitter_brightness=1.5, jitter_hue=0.5),  # lower bound clamped to 0
+    dict(jitter_hue=0.03125),
+    dict(erase_probability=0.5),  # torchvision's scale and ratio
+    dict(erase_probability=1.0, erase_scale_min=0.1, erase_scale_max=0.9,
+         erase_ratio_min=0.5, erase_ratio_max=2.0, height=160, width=96),
+    dict(erase_probability=1.0, erase_scale_min=0.9, erase_scale_max=1.0,
+         erase_ratio_min=0.1, erase_ratio_max=10.0),  # attempts often fail
+    dict(erase_probability=0.0, auto_augment=plan.AUTO_AUGMENT_IMAGENET),
+    # Everything together, after a random-resized crop and a flip.
+    dict(crop=plan.CROP_RANDOM_RESIZED, flip_probability=0.5,
+         jitter_brightness=0.4, jitter_contrast=0.4, jitter_saturation=0.4,
+         auto_augment=plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE,
+         erase_probability=0.25),
+]
+_AUG_FLOATS = {  # TransformSpec field -> plan_dump key
+    "jitter_brightness": "jitter_brightness", "jitter_contrast": "jitter_contrast",
+    "jitter_saturation": "jitter_saturation", "jitter_hue": "jitter_hue",
+    "erase_probability": "erase_p", "erase_scale_min": "erase_scale_min",
+    "erase_scale_max": "erase_scale_max", "erase_ratio_min": "erase_ratio_min",
+    "erase_ratio_max": "erase_ratio_max", "flip_probability": "flip",
+}
+
+
+def _aug_dump(spec, seed, epoch, first_id, count, fidelity=None):
+    kw = dict(n=0, seed=seed, epoch=epoch, params=count, first_id=first_id,
+              crop=spec.crop, fidelity=spec.fidelity if fidelity is None else fidelity,
+              out_height=spec.height, out_width=spec.width,
+              auto_augment=spec.auto_augment,
+              rand_ops=spec.rand_augment_num_ops,
+              rand_mag=spec.rand_augment_magnitude,
+              sizes=",".join("%dx%d" % s for s in _SIZES))
+    for field, key in _AUG_FLOATS.items():
+        kw[key] = _bits(getattr(spec, field))
+    return _dump(**kw)["params"]
+
+
+def _aug_spec(kw):
+    spec = plan.TransformSpec(fidelity=_TV, **kw)
+    for field in _AUG_FLOATS:  # float32 values, as the daemon receives them
+        setattr(spec, field, plan._f32(getattr(spec, field)))
+    return spec
+
+
+def _check_aug(g, p):
+    assert g["jitter_bits"] == [plan.float32_bits(v) for v in p.jitter], g
+    assert g["jitter_order"] == list(p.jitter_order), g
+    assert g["augment"] == [[op, plan.float32_bits(m)] for op, m in p.augment], g
+    assert g["erased"] == (list(p.erased) if p.erased is not None else None), g
+    assert g["crop"] == list(p.crop) and g["flip"] == p.flip, g
+
+
+@needs_dump
+@pytest.mark.parametrize("spec_kw", _AUG_SPECS)
+@pytest.mark.parametrize("seed,epoch,first_id", [
+    (42, 0, 0), (0xDEADBEEFCAFE, 7, 1000), (5, (1 << 33) + 1, (1 << 40) + 3)])
+def test_torchvision_augmentations_match_cpp(spec_kw, seed, epoch, first_id):
+    spec = _aug_spec(spec_kw)
+    count = 200
+    got = _aug_dump(spec, seed, epoch, first_id, count)
+    assert len(got) == count
+    seen_steps = 0
+    for g in got:
+        h, w = _SIZES[g["id"] % len(_SIZES)]
+        p = plan.draw_sample_params(spec, seed, epoch, g["id"], h, w)
+        _check_aug(g, p)
+        seen_steps += len(p.augment)
+    if spec.auto_augment == plan.AUTO_AUGMENT_RAND_AUGMENT:
+        assert seen_steps == count * spec.rand_augment_num_ops
+    elif spec.auto_augment == plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE:
+        assert seen_steps == count
+
+
+@needs_dump
+def test_augmentations_only_for_torchvision_fidelity():
+    spec = _aug_spec(_AUG_SPECS[-1])
+    for fidelity in (plan.FIDELITY_TF_COMPAT, plan.FIDELITY_FAST):
+        spec.fidelity = fidelity
+        for g in _aug_dump(spec, 9, 1, 0, 50):
+            h, w = _SIZES[g["id"] % len(_SIZES)]
+            p = plan.draw_sample_params(spec, 9, 1, g["id"], h, w)
+            _check_aug(g, p)
+            assert p.jitter == (1.0, 1.0, 1.0, 0.0) and p.jitter_order == ()
+            assert p.augment == () and p.erased is None
+
+
+# Statistical checks of the draws (on the twin, which the tests above tie to
+# the daemon bit for bit). Bounds are chi-square / normal quantiles at
+# p ~ 1e-4 for a correct draw; a biased or stuck draw fails them by far.
+_N = 4000
+_CHI2_999 = {13: 34.53, 23: 49.73, 24: 51.18, 30: 59.70}  # p = 0.001
+
+
+def _chi2(counts, expected):
+    return sum((c - e) ** 2 / e for c, e in zip(counts, expected))
+
+
+def test_trivial_augment_wide_draws_each_op_and_bin_uniformly():
+    spec = plan.TransformSpec(fidelity=_TV,
+                              auto_augment=plan.AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE)
+    space = plan.augment_space(spec.auto_augment, 224, 224)
+    assert len(space) == 14
+    op_counts = [0] * 14
+    bin_counts = [0] * 31
+    negated = signed = 0
+    for sid in range(_N):
+        (op, mag), = plan.draw_sample_params(spec, 11, 2, sid, 375, 500).augment
+        op_counts[op] += 1  # AugmentOp values 0..13 are the table's order
+        meta = space[op]
+        if op == plan.AUGMENT_OPS.index("ShearX"):
+            bin_counts[meta.magnitudes.index(abs(mag))] += 1
+        if meta.is_signed and mag != 0.0:
+            signed += 1
+            negated += mag < 0.0
+    assert _chi2(op_counts, [_N / 14] * 14) < _CHI2_999[13], op_counts
+    shear = sum(bin_counts)
+    assert _chi2(bin_counts, [shear / 31] * 31) < _CHI2_999[30], bin_counts
+    assert abs(negated - signed / 2) < 4 * math.sqrt(signed / 4)
+
+
+def test_rand_augment_ops_uniform_and_magnitude_fixed():
+    spec = plan.TransformSpec(fidelity=_TV, auto_augment=plan.AUTO_AUGMENT_RAND_AUGMENT,
+                              rand_augment_num_ops=2, rand_augment_magnitude=30)
+    space = plan.augment_space(spec.auto_augment, 224, 224)
+    counts = [0] * 14
+    for sid in range(_N // 2):
+        steps = plan.draw_sample_params(spec, 4, 0, sid, 100, 100).augment
+        assert len(steps) == 2
+        for op, mag in steps:
+            counts[op] += 1
+            meta = space[op]
+            assert abs(mag) == (meta.magnitudes[30] if meta.magnitudes else 0.0)
+    assert _chi2(counts, [_N / 14] * 14) < _CHI2_999[13], counts
+
+
+def test_auto_augment_applies_steps_at_the_policys_rate():
+    spec = plan.TransformSpec(fidelity=_TV, auto_augment=plan.AUTO_AUGMENT_IMAGENET)
+    policies = plan.AUTO_AUGMENT_IMAGENET_POLICIES
+    # Each draw applies step k of the drawn sub-policy with its probability:
+    # the applied count is a sum of Bernoulli(p), and every sub-policy is
+    # drawn about N / 25 times. Which sub-policy was drawn is read back from
+    # the Philox word, as the daemon draws it.
+    chosen = [0] * 25
+    applied = expected = variance = 0.0
+    for sid in range(_N):
+        w = plan.sample_param_words(7, 3, sid, plan.AUGMENT_BLOCK)
+        pol = policies[w[0] % 25]
+        chosen[w[0] % 25] += 1
+        steps = plan.draw_sample_params(spec, 7, 3, sid, 64, 64).augment
+        assert [op for op, _ in steps] == [
+            s.op for k, s in enumerate(pol) if plan.uniform_float(w[1 + k]) <= s.probability]
+        applied += len(steps)
+        for s in pol:
+            expected += s.probability
+            variance += s.probability * (1.0 - s.probability)
+    assert _chi2(chosen, [_N / 25] * 25) < _CHI2_999[24], chosen
+    assert abs(applied - expected) < 4 * math.sqrt(variance), (applied, expected)
+    # Sub-policy 12 applies its first step (p = 0) never, 13's second
+    # (p = 1) always.
+    for sid in range(_N):
+        w = plan.sample_param_words(7, 3, sid, plan.AUGMENT_BLOCK)
+        if w[0] % 25 == 13:
+            steps = plan.draw_sample_params(spec, 7, 3, sid, 64, 64).augment
+            assert steps[-1][0] == plan.AUGMENT_OPS.index("Equalize")
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_random_erasing_at_rate_p(p):
+    spec = plan.TransformSpec(fidelity=_TV, erase_probability=p)
+    erased = 0
+    for sid in range(_N):
+        e = plan.draw_sample_params(spec, 8, 0, sid, 375, 500).erased
+        if e is not None:
+            erased += 1
+            y, x, h, w = e
+            assert 0 <= y and 0 <= x and y + h <= 224 and x + w <= 224
+            assert 0.02 * 224 * 224 * 0.5 <= h * w <= 0.33 * 224 * 224 * 1.5
+    assert abs(erased - p * _N) <= 4 * math.sqrt(_N * p * (1 - p)) + 1e-9, erased
+
+
+def test_color_jitter_order_is_a_uniform_permutation():
+    spec = plan.TransformSpec(fidelity=_TV, jitter_brightness=0.5, jitter_hue=0.25)
+    perms = {}
+    for sid in range(_N):
+        p = plan.draw_sample_params(spec, 1, 1, sid, 10, 10)
+        assert sorted(p.jitter_order) == [0, 1, 2, 3]
+        perms[p.jitter_order] = perms.get(p.jitter_order, 0) + 1
+        b, c, s, h = p.jitter
+        assert 0.5 <= b < 1.5 and c == 1.0 and s == 1.0 and -0.25 <= h < 0.25
+    assert len(perms) == 24
+    assert _chi2(list(perms.values()), [_N / 24] * 24) < _CHI2_999[23], perms

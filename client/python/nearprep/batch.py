@@ -23,6 +23,7 @@ import numpy as np
 
 from nearprep import codec
 from nearprep.errors import DataLossError
+from nearprep.plan import AUGMENT_OPS
 
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
 LAYOUTS = ("NHWC", "NCHW")
@@ -66,6 +67,45 @@ class SampleParams:
     # random_contrast's factor (1.0 when disabled), random_hue's delta (0.0).
     contrast_factor: float = 1.0
     hue_delta: float = 0.0
+    # FIDELITY_TORCHVISION's ColorJitter: brightness, contrast, saturation
+    # factors (1.0 when disabled), hue delta (0.0), and the order applied
+    # (0 brightness, 1 contrast, 2 saturation, 3 hue; () when it is off).
+    jitter_brightness: float = 1.0
+    jitter_contrast: float = 1.0
+    jitter_saturation: float = 1.0
+    jitter_hue: float = 0.0
+    jitter_order: Tuple[int, ...] = ()
+    # The auto-augment ops applied, in order: (torchvision's op name, e.g.
+    # "ShearX", the magnitude its _apply_op received, sign applied).
+    augment: Tuple[Tuple[str, float], ...] = ()
+    # RandomErasing's box in output pixels; None when nothing was erased.
+    erased: Optional[CropBox] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchMix:
+    """A batch's MixUp / CutMix draw. kind: "none", "mixup" or "cutmix";
+    lam: the weight of each image's own label (1.0 for "none"); box: CutMix's
+    (y1, x1, y2, x2), rows [y1, y2) and columns [x1, x2) taken from the
+    partner image (i - 1, image 0's the last); (0, 0, 0, 0) otherwise."""
+    kind: str = "none"
+    lam: float = 1.0
+    box: Tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+_MIX_KINDS = ("none", "mixup", "cutmix")
+
+
+def _augment_op_name(op):
+    return AUGMENT_OPS[op] if 0 <= op < len(AUGMENT_OPS) else f"AugmentOp({op})"
+
+
+def _has_field(msg, name):
+    """msg.HasField(name), False where the stubs predate the field."""
+    try:
+        return msg.HasField(name)
+    except ValueError:
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +140,12 @@ class Batch:
     labels              int64 array, one per image
     sample_ids          uint64 array, one per image
     params              list of SampleParams (empty unless include_params)
+    mix                 BatchMix: the batch's MixUp / CutMix draw (kind
+                        "none" without Transform.mixup_alpha/cutmix_alpha)
+    mix_labels          int64 array: per image its partner's label (image i
+                        is mixed with image i - 1, image 0 with the last);
+                        the loss weighs labels by mix.lam and mix_labels by
+                        1 - mix.lam; empty when the batch is not mixed
     errors              list of SampleError skipped while assembling it
     timings             server stage Timings
     next_position       shard position where batch index + 1 begins
@@ -111,7 +157,7 @@ class Batch:
 
     __slots__ = ("epoch", "index", "images", "dtype", "layout", "labels",
                  "sample_ids", "_header", "next_position", "target",
-                 "_params", "nbytes")
+                 "_params", "nbytes", "mix_labels")
 
     def __init__(self, header, images, dtype, layout, target=None):
         self._header = header
@@ -122,6 +168,8 @@ class Batch:
         self.layout = layout
         self.labels = np.array(header.labels, dtype=np.int64)
         self.sample_ids = np.array(header.sample_ids, dtype=np.uint64)
+        # Stubs generated before MixUp / CutMix: no mix.
+        self.mix_labels = np.array(getattr(header, "mix_labels", ()), dtype=np.int64)
         self.next_position = header.next_position
         self.target = target
         self._params = None
@@ -144,20 +192,19 @@ class Batch:
         return int(self.images.shape[0]) if self.images.ndim else 0
 
     @property
+    def mix(self) -> BatchMix:
+        if not _has_field(self._header, "mix"):
+            return BatchMix()
+        m = self._header.mix
+        kind = _MIX_KINDS[m.kind] if 0 <= m.kind < len(_MIX_KINDS) else str(m.kind)
+        if kind == "none":
+            return BatchMix()
+        return BatchMix(kind, getattr(m, "lambda"), (m.y1, m.x1, m.y2, m.x2))
+
+    @property
     def params(self) -> List[SampleParams]:
         if self._params is None:
-            self._params = [
-                SampleParams(
-                    flipped=p.flipped,
-                    brightness_delta=p.brightness_delta,
-                    saturation_factor=p.saturation_factor,
-                    crop=CropBox(p.crop.y, p.crop.x, p.crop.height, p.crop.width),
-                    source_height=p.source_height,
-                    source_width=p.source_width,
-                    # Stubs generated before these fields: the defaults.
-                    contrast_factor=getattr(p, "contrast_factor", 1.0),
-                    hue_delta=getattr(p, "hue_delta", 0.0))
-                for p in self._header.params]
+            self._params = [_sample_params(p) for p in self._header.params]
         return self._params
 
     @property
@@ -180,6 +227,34 @@ class Batch:
         return (f"Batch(epoch={self.epoch}, batch_index={self.index}, "
                 f"images={self.dtype}{list(self.images.shape)} {self.layout}, "
                 f"errors={len(self._header.errors)})")
+
+
+def _sample_params(p) -> SampleParams:
+    # Stubs generated before a field: getattr's default, the field's own.
+    order = tuple(getattr(p, "jitter_order", ()))
+    erased = None
+    if _has_field(p, "erased"):
+        e = p.erased
+        erased = CropBox(e.y, e.x, e.height, e.width)
+    return SampleParams(
+        flipped=p.flipped,
+        brightness_delta=p.brightness_delta,
+        saturation_factor=p.saturation_factor,
+        crop=CropBox(p.crop.y, p.crop.x, p.crop.height, p.crop.width),
+        source_height=p.source_height,
+        source_width=p.source_width,
+        contrast_factor=getattr(p, "contrast_factor", 1.0),
+        hue_delta=getattr(p, "hue_delta", 0.0),
+        # The server sends ColorJitter's factors only with its order (the
+        # proto's 0 would read as a factor otherwise).
+        jitter_brightness=p.jitter_brightness if order else 1.0,
+        jitter_contrast=p.jitter_contrast if order else 1.0,
+        jitter_saturation=p.jitter_saturation if order else 1.0,
+        jitter_hue=p.jitter_hue if order else 0.0,
+        jitter_order=order,
+        augment=tuple((_augment_op_name(a.op), a.magnitude)
+                      for a in getattr(p, "augment", ())),
+        erased=erased)
 
 
 # ---------------------------------------------------------------------------

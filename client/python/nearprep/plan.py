@@ -6,21 +6,35 @@ samples, and each sample's random parameters (flip, brightness delta,
 saturation factor, crop box). docs/protocol.md is the normative description;
 server/data/epoch_plan.cc and server/data/plan_math.cc are the C++ twins.
 
+FIDELITY_TORCHVISION's augmentations (ColorJitter, auto_augment,
+RandomErasing; server/spec/augment_space.h for torchvision 0.14's op tables)
+are twinned too: augment_space, AUTO_AUGMENT_IMAGENET_POLICIES and
+draw_torchvision_augmentations.
+
 float32 arithmetic: every float32 operation is done on Python floats
 (IEEE doubles) and rounded to float32 right after (_f32). For +, -, * of
 float32 operands this equals the float32 operation exactly (a double holds
 the exact product of two float32 values, and double rounding is innocuous
-for these operations since 53 >= 2*24 + 2).
+for these operations since 53 >= 2*24 + 2). A fused multiply-add (the
+op tables' linspace) is not such an operation: _fma_f32 rounds the exact
+rational result once. RandomErasing's std::log / std::exp of a float are
+glibc's logf / expf, which neither numpy's float32 log / exp nor a float32
+rounding of math.log / math.exp reproduce bit for bit: _logf / _expf call the
+C library's through ctypes.
 
 Thread-safety: pure functions.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 import math
 import struct
-from typing import List, Optional, Sequence, Tuple
+from fractions import Fraction
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
     "CROP_NONE", "CROP_CENTER", "CROP_RANDOM_RESIZED", "CROP_RESIZE_CENTER",
@@ -34,6 +48,12 @@ __all__ = [
     "permutation_draw", "sample_param_words", "epoch_order", "shard_samples",
     "center_crop_box", "random_resized_crop_box", "draw_sample_params",
     "batches", "shard_size", "shard_batches", "float32_bits",
+    "AUTO_AUGMENT_NONE", "AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE",
+    "AUTO_AUGMENT_RAND_AUGMENT", "AUTO_AUGMENT_IMAGENET", "AUGMENT_OPS",
+    "AUGMENT_BINS", "AUTO_AUGMENT_BINS", "JITTER_BLOCK", "JITTER_ORDER_BLOCK",
+    "AUGMENT_BLOCK", "ERASE_BLOCK", "ERASE_ATTEMPT_BLOCK", "ERASE_ATTEMPTS",
+    "AugmentOpMeta", "AutoAugmentStep", "augment_space",
+    "AUTO_AUGMENT_IMAGENET_POLICIES", "draw_torchvision_augmentations",
 ]
 
 try:
@@ -72,6 +92,37 @@ FIDELITY_TF_COMPAT = 0
 FIDELITY_FAST = 1
 FIDELITY_TORCHVISION = 2
 
+# FIDELITY_TORCHVISION's blocks (server/data/epoch_plan.h): ColorJitter's
+# factors (words 0-3: brightness, contrast, saturation, hue) and its order
+# (words 0-2: Fisher-Yates steps 3, 2, 1 of randperm(4)); one auto-augment
+# block per op (RandAugment's op k: AUGMENT_BLOCK + k, k < 16); the
+# RandomErasing block (word 0: whether to erase) and its attempts.
+JITTER_BLOCK = 12
+JITTER_ORDER_BLOCK = 13
+AUGMENT_BLOCK = 14  # .. 29
+ERASE_BLOCK = 30
+ERASE_ATTEMPT_BLOCK = 31  # .. 40
+ERASE_ATTEMPTS = 10
+MAX_AUGMENT_STEPS = 16
+
+# Transform.auto_augment (the proto's AutoAugment values).
+AUTO_AUGMENT_NONE = 0
+AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE = 1
+AUTO_AUGMENT_RAND_AUGMENT = 2
+AUTO_AUGMENT_IMAGENET = 3
+
+# The proto's AugmentOp values index this tuple of torchvision's op names.
+AUGMENT_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY",
+               "Rotate", "Brightness", "Color", "Contrast", "Sharpness",
+               "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+(_IDENTITY, _SHEAR_X, _SHEAR_Y, _TRANSLATE_X, _TRANSLATE_Y, _ROTATE,
+ _BRIGHTNESS, _COLOR, _CONTRAST, _SHARPNESS, _POSTERIZE, _SOLARIZE,
+ _AUTO_CONTRAST, _EQUALIZE, _INVERT) = range(len(AUGMENT_OPS))
+
+# TrivialAugmentWide's and RandAugment's num_magnitude_bins; AutoAugment's.
+AUGMENT_BINS = 31
+AUTO_AUGMENT_BINS = 10
+
 
 def _f32(x: float) -> float:
     """Rounds a double to the nearest float32 (ties to even)."""
@@ -79,6 +130,65 @@ def _f32(x: float) -> float:
         return struct.unpack("<f", struct.pack("<f", x))[0]
     except OverflowError:
         return math.copysign(math.inf, x)
+
+
+def _f32_of_rational(q: Fraction) -> float:
+    """The float32 nearest to the exact rational q (ties to even), rounded
+    once (a float() first would round twice). Finite, normal or subnormal
+    results only (the op tables' values)."""
+    if q == 0:
+        return 0.0
+    sign = -1.0 if q < 0 else 1.0
+    q = abs(q)
+    # e: 2**e <= q < 2**(e+1).
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if q < Fraction(2) ** e:
+        e -= 1
+    e = max(e, -126)  # subnormals share the smallest normal's quantum
+    shift = 23 - e  # the float32 quantum at q is 2**-shift
+    n = round(q * Fraction(2) ** shift)  # Fraction rounds half to even
+    return sign * math.ldexp(float(n), -shift)  # exact: n <= 2**24
+
+
+def _fma_f32(a: float, b: float, c: float) -> float:
+    """C's fmaf(a, b, c) for float32 a, b, c: a * b + c rounded once. In
+    doubles a * b is exact but the sum can round twice (a 48-bit product
+    plus c may need more than 53 bits), so it is done in rationals."""
+    return _f32_of_rational(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _load_libm_f32():
+    """glibc's logf and expf (the daemon's std::log / std::exp of a float),
+    or None where no C math library is found."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        logf, expf = lib.logf, lib.expf
+    except (OSError, AttributeError):
+        return None
+    for fn in (logf, expf):
+        fn.restype = ctypes.c_float
+        fn.argtypes = [ctypes.c_float]
+    return logf, expf
+
+
+_LIBM_F32 = _load_libm_f32()
+
+
+def _logf(x: float) -> float:
+    """logf(x) for a float32 x, as the daemon's C library computes it. Its
+    last bit is the library's (glibc's logf is not correctly rounded, and
+    numpy's float32 log differs from it): without a C library, the float32
+    rounding of math.log, which may differ in the last bit."""
+    if _LIBM_F32 is not None:
+        return float(_LIBM_F32[0](x))
+    return _f32(math.log(x))
+
+
+def _expf(x: float) -> float:
+    """expf(x) for a float32 x (see _logf)."""
+    if _LIBM_F32 is not None:
+        return float(_LIBM_F32[1](x))
+    return _f32(math.exp(x))
 
 
 # --------------------------------------------------------------------------
@@ -300,8 +410,26 @@ class TransformSpec:
     hue_max_delta: float = 0.0
     fidelity: int = FIDELITY_TF_COMPAT
     resize_shorter: int = 256  # CROP_RESIZE_CENTER: the shorter side's size
-    height: int = 224  # output size (CROP_RESIZE_CENTER reads it)
-    width: int = 224
+    height: int = 224  # output size (CROP_RESIZE_CENTER, the op tables
+    width: int = 224   # and RandomErasing read it)
+    # FIDELITY_TORCHVISION's ColorJitter: factor ranges [max(0, 1 - v),
+    # 1 + v) (hue: [-v, v)); 0 disables one.
+    jitter_brightness: float = 0.0
+    jitter_contrast: float = 0.0
+    jitter_saturation: float = 0.0
+    jitter_hue: float = 0.0
+    auto_augment: int = AUTO_AUGMENT_NONE
+    # RandAugment, resolved as the daemon does: a request's 0 is 2 ops and
+    # magnitude bin 9.
+    rand_augment_num_ops: int = 2
+    rand_augment_magnitude: int = 9
+    # RandomErasing: probability 0 disables; scale and ratio resolved (a
+    # request's 0, 0 is torchvision's (0.02, 0.33) and (0.3, 3.3)).
+    erase_probability: float = 0.0
+    erase_scale_min: float = 0.02
+    erase_scale_max: float = 0.33
+    erase_ratio_min: float = 0.3
+    erase_ratio_max: float = 3.3
 
 
 @dataclasses.dataclass
@@ -314,6 +442,16 @@ class SampleParams:
     crop: Tuple[int, int, int, int] = (0, 0, 0, 0)  # y, x, height, width
     source_height: int = 0
     source_width: int = 0
+    # ColorJitter (FIDELITY_TORCHVISION): brightness, contrast, saturation
+    # factors and hue delta (1, 1, 1, 0 when disabled), and the order it
+    # applies them in (0 brightness .. 3 hue; empty when ColorJitter is off).
+    jitter: Tuple[float, float, float, float] = (1.0, 1.0, 1.0, 0.0)
+    jitter_order: Tuple[int, ...] = ()
+    # The auto-augment steps in order: (AugmentOp value, magnitude as
+    # torchvision's _apply_op receives it; AUGMENT_OPS names the op).
+    augment: Tuple[Tuple[int, float], ...] = ()
+    # RandomErasing's box (y, x, height, width) in output pixels, or None.
+    erased: Optional[Tuple[int, int, int, int]] = None
 
 
 def center_crop_box(height: int, width: int,
@@ -421,6 +559,234 @@ def _sqrt(x: float) -> float:
     return math.sqrt(x)  # correctly rounded, inf stays inf
 
 
+# --------------------------------------------------------------------------
+# FIDELITY_TORCHVISION's augmentations (server/spec/augment_space.h,
+# DrawTorchvisionAugmentations in server/data/epoch_plan.cc).
+
+class AugmentOpMeta(NamedTuple):
+    op: int  # AugmentOp value (AUGMENT_OPS[op] is torchvision's name)
+    is_signed: bool
+    magnitudes: Tuple[float, ...]  # float32 values; empty: magnitude 0.0
+
+
+class AutoAugmentStep(NamedTuple):
+    op: int
+    probability: float  # float32
+    magnitude_bin: int  # -1: none
+
+
+def _linspace(start: float, end: float, n: int) -> Tuple[float, ...]:
+    """torch.linspace(start, end, n) in float32 as torch 1.13's AVX2 CPU
+    kernel computes it (see augment_space.h): the scalar formula is a fused
+    multiply-add; the 8-lane vectors add k * step unfused."""
+    start, end = _f32(start), _f32(end)
+    if n == 1:
+        return (start,)
+    step = _f32(_f32(end - start) / float(n - 1))  # float32 - and /
+    half = n // 2
+
+    def scalar(i: int) -> float:
+        if i < half:
+            return _fma_f32(step, float(i), start)
+        return _fma_f32(-step, float(n - 1 - i), end)
+
+    v = [0.0] * n
+    i = 0
+    while i + 16 <= n:
+        for c in (i, i + 8):
+            base = scalar(c)
+            for k in range(8):
+                v[c + k] = _f32(base + _f32(float(k) * step))
+        i += 16
+    while i < n:
+        v[i] = scalar(i)
+        i += 1
+    return tuple(v)
+
+
+def _posterize(k: int, n: int, d: float) -> Tuple[float, ...]:
+    """k - round_half_even(i / divisor) for i < n, divisor the float32 of the
+    Python double (n - 1) / d; the division in float32."""
+    divisor = _f32(float(n - 1) / d)
+    return tuple(float(k - int(plan_round_half_even(_f32(float(i) / divisor))))
+                 for i in range(n))
+
+
+@functools.lru_cache(maxsize=64)
+def augment_space(policy: int, height: int, width: int) -> Tuple[AugmentOpMeta, ...]:
+    """The op space of `policy` (AUTO_AUGMENT_*) in torchvision's order, for
+    an output of height x width: server/spec/augment_space.h's AugmentSpace."""
+    s: List[AugmentOpMeta] = []
+
+    def add(op, is_signed, m=()):
+        s.append(AugmentOpMeta(op, is_signed, tuple(m)))
+
+    if policy == AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE:
+        n = AUGMENT_BINS
+        add(_IDENTITY, False)
+        add(_SHEAR_X, True, _linspace(0.0, 0.99, n))
+        add(_SHEAR_Y, True, _linspace(0.0, 0.99, n))
+        add(_TRANSLATE_X, True, _linspace(0.0, 32.0, n))
+        add(_TRANSLATE_Y, True, _linspace(0.0, 32.0, n))
+        add(_ROTATE, True, _linspace(0.0, 135.0, n))
+        for op in (_BRIGHTNESS, _COLOR, _CONTRAST, _SHARPNESS):
+            add(op, True, _linspace(0.0, 0.99, n))
+        add(_POSTERIZE, False, _posterize(8, n, 6.0))
+        add(_SOLARIZE, False, _linspace(255.0, 0.0, n))
+        add(_AUTO_CONTRAST, False)
+        add(_EQUALIZE, False)
+    elif policy in (AUTO_AUGMENT_RAND_AUGMENT, AUTO_AUGMENT_IMAGENET):
+        rand = policy == AUTO_AUGMENT_RAND_AUGMENT
+        n = AUGMENT_BINS if rand else AUTO_AUGMENT_BINS
+        # Python doubles, rounded to float32 once (torch's Scalar to float).
+        tx = _f32(150.0 / 331.0 * width)
+        ty = _f32(150.0 / 331.0 * height)
+        if rand:
+            add(_IDENTITY, False)
+        add(_SHEAR_X, True, _linspace(0.0, 0.3, n))
+        add(_SHEAR_Y, True, _linspace(0.0, 0.3, n))
+        add(_TRANSLATE_X, True, _linspace(0.0, tx, n))
+        add(_TRANSLATE_Y, True, _linspace(0.0, ty, n))
+        add(_ROTATE, True, _linspace(0.0, 30.0, n))
+        for op in (_BRIGHTNESS, _COLOR, _CONTRAST, _SHARPNESS):
+            add(op, True, _linspace(0.0, 0.9, n))
+        add(_POSTERIZE, False, _posterize(8, n, 4.0))
+        add(_SOLARIZE, False, _linspace(255.0, 0.0, n))
+        add(_AUTO_CONTRAST, False)
+        add(_EQUALIZE, False)
+        if not rand:
+            add(_INVERT, False)
+    return tuple(s)
+
+
+def _policy(*steps):
+    return tuple(AutoAugmentStep(op, _f32(p), b) for op, p, b in steps)
+
+
+# AutoAugment(IMAGENET)'s 25 sub-policies, two (op, probability, magnitude
+# bin or -1) each, in torchvision's order.
+AUTO_AUGMENT_IMAGENET_POLICIES = (
+    _policy((_POSTERIZE, 0.4, 8), (_ROTATE, 0.6, 9)),
+    _policy((_SOLARIZE, 0.6, 5), (_AUTO_CONTRAST, 0.6, -1)),
+    _policy((_EQUALIZE, 0.8, -1), (_EQUALIZE, 0.6, -1)),
+    _policy((_POSTERIZE, 0.6, 7), (_POSTERIZE, 0.6, 6)),
+    _policy((_EQUALIZE, 0.4, -1), (_SOLARIZE, 0.2, 4)),
+    _policy((_EQUALIZE, 0.4, -1), (_ROTATE, 0.8, 8)),
+    _policy((_SOLARIZE, 0.6, 3), (_EQUALIZE, 0.6, -1)),
+    _policy((_POSTERIZE, 0.8, 5), (_EQUALIZE, 1.0, -1)),
+    _policy((_ROTATE, 0.2, 3), (_SOLARIZE, 0.6, 8)),
+    _policy((_EQUALIZE, 0.6, -1), (_POSTERIZE, 0.4, 6)),
+    _policy((_ROTATE, 0.8, 8), (_COLOR, 0.4, 0)),
+    _policy((_ROTATE, 0.4, 9), (_EQUALIZE, 0.6, -1)),
+    _policy((_EQUALIZE, 0.0, -1), (_EQUALIZE, 0.8, -1)),
+    _policy((_INVERT, 0.6, -1), (_EQUALIZE, 1.0, -1)),
+    _policy((_COLOR, 0.6, 4), (_CONTRAST, 1.0, 8)),
+    _policy((_ROTATE, 0.8, 8), (_COLOR, 1.0, 2)),
+    _policy((_COLOR, 0.8, 8), (_SOLARIZE, 0.8, 7)),
+    _policy((_SHARPNESS, 0.4, 7), (_INVERT, 0.6, -1)),
+    _policy((_SHEAR_X, 0.6, 5), (_EQUALIZE, 1.0, -1)),
+    _policy((_COLOR, 0.4, 0), (_EQUALIZE, 0.6, -1)),
+    _policy((_EQUALIZE, 0.4, -1), (_SOLARIZE, 0.2, 4)),
+    _policy((_SOLARIZE, 0.6, 5), (_AUTO_CONTRAST, 0.6, -1)),
+    _policy((_INVERT, 0.6, -1), (_EQUALIZE, 1.0, -1)),
+    _policy((_COLOR, 0.6, 4), (_CONTRAST, 1.0, 8)),
+    _policy((_EQUALIZE, 0.8, -1), (_EQUALIZE, 0.6, -1)),
+)
+
+
+def draw_torchvision_augmentations(spec: TransformSpec, seed: int, epoch: int,
+                                   sample_id: int, p: SampleParams) -> None:
+    """ColorJitter's, auto_augment's and RandomErasing's draws into p (the
+    C++ DrawTorchvisionAugmentations; draw_sample_params calls it for
+    FIDELITY_TORCHVISION)."""
+    def words(block):
+        return sample_param_words(seed, epoch, sample_id, block)
+
+    jitter = [_f32(spec.jitter_brightness), _f32(spec.jitter_contrast),
+              _f32(spec.jitter_saturation), _f32(spec.jitter_hue)]
+    if any(v != 0.0 for v in jitter):
+        # factor = lo + u * (hi - lo) in float32; order = randperm(4).
+        w = words(JITTER_BLOCK)
+        factors = list(p.jitter)
+        for k in range(4):
+            v = jitter[k]
+            if v == 0.0:
+                continue
+            lo = -v if k == 3 else max(0.0, _f32(1.0 - v))
+            hi = v if k == 3 else _f32(1.0 + v)
+            factors[k] = _f32(lo + _f32(uniform_float(w[k]) * _f32(hi - lo)))
+        p.jitter = tuple(factors)
+        o = words(JITTER_ORDER_BLOCK)
+        order = [0, 1, 2, 3]
+        for i in range(3, 0, -1):  # PlanShuffle: step i draws word 3 - i
+            j = o[3 - i] % (i + 1)
+            order[i], order[j] = order[j], order[i]
+        p.jitter_order = tuple(order)
+
+    if spec.auto_augment != AUTO_AUGMENT_NONE:
+        space = augment_space(spec.auto_augment, spec.height, spec.width)
+        steps = []
+        if spec.auto_augment == AUTO_AUGMENT_IMAGENET:
+            # Word 0 the sub-policy; words 1, 2 each step's probability draw
+            # (applied when u <= p); word 3 bit k step k's sign (0: negated,
+            # as torchvision's signs[i] == 0).
+            w = words(AUGMENT_BLOCK)
+            for k, step in enumerate(AUTO_AUGMENT_IMAGENET_POLICIES[w[0] % 25]):
+                if not uniform_float(w[1 + k]) <= step.probability:
+                    continue
+                meta = None
+                for m in space:
+                    if m.op == step.op:
+                        meta = m
+                magnitude = 0.0
+                if step.magnitude_bin >= 0 and meta is not None and meta.magnitudes:
+                    magnitude = meta.magnitudes[step.magnitude_bin]
+                if meta is not None and meta.is_signed and (w[3] >> k) & 1 == 0:
+                    magnitude = -magnitude
+                steps.append((step.op, magnitude))
+        else:
+            # One block per op: word 0 the op, word 1 TrivialAugmentWide's
+            # bin (RandAugment's is the request's), word 2 bit 0 the sign
+            # (1: negated).
+            ta = spec.auto_augment == AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE
+            ops = 1 if ta else spec.rand_augment_num_ops
+            for k in range(min(ops, MAX_AUGMENT_STEPS)):
+                w = words(AUGMENT_BLOCK + k)
+                meta = space[w[0] % len(space)]
+                magnitude = 0.0
+                if meta.magnitudes:
+                    b = (w[1] % len(meta.magnitudes) if ta
+                         else spec.rand_augment_magnitude)
+                    magnitude = meta.magnitudes[b]
+                if meta.is_signed and w[2] & 1:
+                    magnitude = -magnitude
+                steps.append((meta.op, magnitude))
+        p.augment = tuple(steps)
+
+    erase_p = _f32(spec.erase_probability)
+    if erase_p > 0.0 and uniform_float(words(ERASE_BLOCK)[0]) < erase_p:
+        # Attempt a: scale u (word 0), log-ratio u (word 1), the row (word 2)
+        # and column (word 3) offsets; the area and the box sides in doubles.
+        height, width = spec.height, spec.width
+        area = float(height) * float(width)
+        s_lo, s_hi = _f32(spec.erase_scale_min), _f32(spec.erase_scale_max)
+        log_lo = _logf(_f32(spec.erase_ratio_min))
+        log_hi = _logf(_f32(spec.erase_ratio_max))
+        for a in range(ERASE_ATTEMPTS):
+            w = words(ERASE_ATTEMPT_BLOCK + a)
+            scale = _f32(s_lo + _f32(uniform_float(w[0]) * _f32(s_hi - s_lo)))
+            erase_area = area * scale
+            aspect = _expf(_f32(log_lo + _f32(uniform_float(w[1])
+                                              * _f32(log_hi - log_lo))))
+            hd = plan_round_half_even(_sqrt(erase_area * aspect))
+            wd = plan_round_half_even(_sqrt(erase_area / aspect))
+            if not (hd < height and wd < width):
+                continue
+            h, wi = int(hd), int(wd)
+            p.erased = (w[2] % (height - h + 1), w[3] % (width - wi + 1), h, wi)
+            break
+
+
 def draw_sample_params(spec: TransformSpec, seed: int, epoch: int,
                        sample_id: int, height: int, width: int) -> SampleParams:
     p = SampleParams(source_height=height, source_width=width)
@@ -445,6 +811,8 @@ def draw_sample_params(spec: TransformSpec, seed: int, epoch: int,
         c = sample_param_words(seed, epoch, sample_id, COLOR_BLOCK)
         rng = _f32(m + m)
         p.hue_delta = _f32(_f32(uniform_float(c[0]) * rng) - m)
+    if spec.fidelity == FIDELITY_TORCHVISION:
+        draw_torchvision_augmentations(spec, seed, epoch, sample_id, p)
     if spec.crop == CROP_CENTER:
         p.crop = center_crop_box(height, width, spec.center_fraction)
     elif spec.crop == CROP_RANDOM_RESIZED:

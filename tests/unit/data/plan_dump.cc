@@ -10,7 +10,15 @@
 //   scale_max ratio_min ratio_max flip brightness sat_lower sat_upper
 //   (saturation is enabled when sat_lower or sat_upper is non-zero)
 //   con_lower con_upper hue (contrast likewise)
-//   params=K      parameters of sample ids 0..K-1
+//   FIDELITY_TORCHVISION's augmentations (fidelity=2): jitter_brightness
+//   jitter_contrast jitter_saturation jitter_hue, auto_augment (0 none |
+//   1 TrivialAugmentWide | 2 RandAugment | 3 AutoAugment IMAGENET),
+//   rand_ops rand_mag (RandAugment's num_ops and magnitude, as resolved),
+//   erase_p erase_scale_min erase_scale_max erase_ratio_min erase_ratio_max
+//   (out_height x out_width is the output the op tables and the erased box
+//   are for)
+//   params=K      parameters of sample ids first_id..first_id+K-1
+//   first_id=I    (default 0)
 //   block_samples=B open_blocks=K window=W   with B > 0: the block shuffle
 //                 (server/data/block_shuffle.h) instead of the global one
 //   sizes=HxW,HxW,...  image size of sample id i is sizes[i % len]
@@ -72,7 +80,7 @@ void PrintList(const char* name, const std::vector<uint64_t>& v) {
 
 int main(int argc, char** argv) {
   using nearprep::CropMode;
-  uint64_t n = 10, seed = 42, epoch = 0, params = 0;
+  uint64_t n = 10, seed = 42, epoch = 0, params = 0, first_id = 0;
   bool shuffle = true;
   uint32_t shard_index = 0, num_shards = 1;
   nearprep::TransformSpec spec;
@@ -103,6 +111,8 @@ int main(int argc, char** argv) {
       num_shards = static_cast<uint32_t>(u);
     else if (k == "params")
       params = u;
+    else if (k == "first_id")
+      first_id = u;
     else if (k == "crop")
       spec.crop = static_cast<CropMode>(u);
     else if (k == "center_fraction")
@@ -137,6 +147,30 @@ int main(int argc, char** argv) {
       spec.contrast_upper = ParseFloat(v);
     else if (k == "hue")
       spec.hue_max_delta = ParseFloat(v);
+    else if (k == "jitter_brightness")
+      spec.jitter_brightness = ParseFloat(v);
+    else if (k == "jitter_contrast")
+      spec.jitter_contrast = ParseFloat(v);
+    else if (k == "jitter_saturation")
+      spec.jitter_saturation = ParseFloat(v);
+    else if (k == "jitter_hue")
+      spec.jitter_hue = ParseFloat(v);
+    else if (k == "auto_augment")
+      spec.auto_augment = static_cast<nearprep::AugmentPolicy>(u);
+    else if (k == "rand_ops")
+      spec.rand_augment_num_ops = static_cast<int>(u);
+    else if (k == "rand_mag")
+      spec.rand_augment_magnitude = static_cast<int>(u);
+    else if (k == "erase_p")
+      spec.erase_probability = ParseFloat(v);
+    else if (k == "erase_scale_min")
+      spec.erase_scale_min = ParseFloat(v);
+    else if (k == "erase_scale_max")
+      spec.erase_scale_max = ParseFloat(v);
+    else if (k == "erase_ratio_min")
+      spec.erase_ratio_min = ParseFloat(v);
+    else if (k == "erase_ratio_max")
+      spec.erase_ratio_max = ParseFloat(v);
     else if (k == "block_samples")
       block.block_samples = u;
     else if (k == "open_blocks")
@@ -195,7 +229,8 @@ int main(int argc, char** argv) {
                 out[3]);
   }
   std::printf("],\n\"params\": [");
-  for (uint64_t id = 0; id < params; ++id) {
+  for (uint64_t i = 0; i < params; ++i) {
+    const uint64_t id = first_id + i;
     const auto& hw = sizes[id % sizes.size()];
     const auto p =
         nearprep::DrawSampleParams(spec, seed, epoch, id, hw.first, hw.second);
@@ -203,13 +238,35 @@ int main(int argc, char** argv) {
                 ", \"flip\": %s, \"delta_bits\": %u, "
                 "\"factor_bits\": %u, \"delta\": %.9g, \"factor\": %.9g, "
                 "\"crop\": [%d, %d, %d, %d], \"source\": [%d, %d], "
-                "\"contrast_bits\": %u, \"hue_bits\": %u}",
-                id ? "," : "", id, p.flip ? "true" : "false",
+                "\"contrast_bits\": %u, \"hue_bits\": %u",
+                i ? "," : "", id, p.flip ? "true" : "false",
                 Bits(p.brightness_delta), Bits(p.saturation_factor),
                 static_cast<double>(p.brightness_delta),
                 static_cast<double>(p.saturation_factor), p.crop.y, p.crop.x,
                 p.crop.height, p.crop.width, p.source_height, p.source_width,
                 Bits(p.contrast_factor), Bits(p.hue_delta));
+    // The torchvision augmentations: ColorJitter's factors (bits) and order
+    // (empty when off), the augment steps as [op, magnitude bits], and the
+    // erased box [y, x, height, width] (null when nothing was erased).
+    std::printf(", \"jitter_bits\": [%u, %u, %u, %u], \"jitter_order\": [",
+                Bits(p.jitter_factor[0]), Bits(p.jitter_factor[1]),
+                Bits(p.jitter_factor[2]), Bits(p.jitter_factor[3]));
+    for (int j = 0; j < p.jitter_ops; ++j) {
+      std::printf("%s%u", j ? ", " : "", unsigned{p.jitter_order[j]});
+    }
+    std::printf("], \"augment\": [");
+    for (int j = 0; j < p.augment_steps; ++j) {
+      std::printf("%s[%d, %u]", j ? ", " : "",
+                  static_cast<int>(p.augment[j].op),
+                  Bits(p.augment[j].magnitude));
+    }
+    std::printf("], \"erased\": ");
+    if (p.erased) {
+      std::printf("[%d, %d, %d, %d]}", p.erase_box.y, p.erase_box.x,
+                  p.erase_box.height, p.erase_box.width);
+    } else {
+      std::printf("null}");
+    }
   }
   std::printf("]}\n");
   return 0;
