@@ -17,18 +17,14 @@ float32 operands this equals the float32 operation exactly (a double holds
 the exact product of two float32 values, and double rounding is innocuous
 for these operations since 53 >= 2*24 + 2). A fused multiply-add (the
 op tables' linspace) is not such an operation: _fma_f32 rounds the exact
-rational result once. RandomErasing's std::log / std::exp of a float are
-glibc's logf / expf, which neither numpy's float32 log / exp nor a float32
-rounding of math.log / math.exp reproduce bit for bit: _logf / _expf call the
-C library's through ctypes.
+rational result once. RandomErasing uses the plan's portable PlanLog /
+PlanExp (plan_log, plan_exp), as the random resized crop does.
 
 Thread-safety: pure functions.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import functools
 import math
@@ -155,40 +151,6 @@ def _fma_f32(a: float, b: float, c: float) -> float:
     doubles a * b is exact but the sum can round twice (a 48-bit product
     plus c may need more than 53 bits), so it is done in rationals."""
     return _f32_of_rational(Fraction(a) * Fraction(b) + Fraction(c))
-
-
-def _load_libm_f32():
-    """glibc's logf and expf (the daemon's std::log / std::exp of a float),
-    or None where no C math library is found."""
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        logf, expf = lib.logf, lib.expf
-    except (OSError, AttributeError):
-        return None
-    for fn in (logf, expf):
-        fn.restype = ctypes.c_float
-        fn.argtypes = [ctypes.c_float]
-    return logf, expf
-
-
-_LIBM_F32 = _load_libm_f32()
-
-
-def _logf(x: float) -> float:
-    """logf(x) for a float32 x, as the daemon's C library computes it. Its
-    last bit is the library's (glibc's logf is not correctly rounded, and
-    numpy's float32 log differs from it): without a C library, the float32
-    rounding of math.log, which may differ in the last bit."""
-    if _LIBM_F32 is not None:
-        return float(_LIBM_F32[0](x))
-    return _f32(math.log(x))
-
-
-def _expf(x: float) -> float:
-    """expf(x) for a float32 x (see _logf)."""
-    if _LIBM_F32 is not None:
-        return float(_LIBM_F32[1](x))
-    return _f32(math.exp(x))
 
 
 # --------------------------------------------------------------------------
@@ -769,15 +731,14 @@ def draw_torchvision_augmentations(spec: TransformSpec, seed: int, epoch: int,
         # and column (word 3) offsets; the area and the box sides in doubles.
         height, width = spec.height, spec.width
         area = float(height) * float(width)
-        s_lo, s_hi = _f32(spec.erase_scale_min), _f32(spec.erase_scale_max)
-        log_lo = _logf(_f32(spec.erase_ratio_min))
-        log_hi = _logf(_f32(spec.erase_ratio_max))
+        s_lo, s_hi = float(_f32(spec.erase_scale_min)), float(_f32(spec.erase_scale_max))
+        log_lo = plan_log(float(_f32(spec.erase_ratio_min)))
+        log_hi = plan_log(float(_f32(spec.erase_ratio_max)))
         for a in range(ERASE_ATTEMPTS):
             w = words(ERASE_ATTEMPT_BLOCK + a)
-            scale = _f32(s_lo + _f32(uniform_float(w[0]) * _f32(s_hi - s_lo)))
-            erase_area = area * scale
-            aspect = _expf(_f32(log_lo + _f32(uniform_float(w[1])
-                                              * _f32(log_hi - log_lo))))
+            # Doubles, as the random resized crop (portable log / exp).
+            erase_area = area * (s_lo + uniform_float(w[0]) * (s_hi - s_lo))
+            aspect = plan_exp(log_lo + uniform_float(w[1]) * (log_hi - log_lo))
             hd = plan_round_half_even(_sqrt(erase_area * aspect))
             wd = plan_round_half_even(_sqrt(erase_area / aspect))
             if not (hd < height and wd < width):
