@@ -1,4 +1,4 @@
-// See batch_mix.h and docs/batch_mix.md (the normative algorithm; the
+// See batch_mix.h and docs/protocol.md ("MixUp and CutMix") (the normative algorithm; the
 // Python twin is client/python/nearprep/batch_mix.py). Bit-exactness with
 // that twin needs IEEE double arithmetic without fused multiply-add (the
 // build sets -ffp-contract=off globally) and the same libm for log, exp, cos.

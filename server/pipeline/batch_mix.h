@@ -3,7 +3,7 @@
 // RandomMixup and RandomCutmix with p = 1.0, and train.py's RandomChoice
 // between them), with the random numbers drawn from Philox so that a batch's
 // parameters are a function of (seed, epoch, shard, batch index) only.
-// docs/batch_mix.md is the normative description; the Python twin is
+// docs/protocol.md ("MixUp and CutMix") is the normative description; the Python twin is
 // client/python/nearprep/batch_mix.py.
 //
 // Pairing: sample i is mixed with sample (i + n - 1) % n, torchvision's
@@ -34,7 +34,7 @@ namespace nearprep {
 // [y1, y2) and columns [x1, x2) come from the partner (possibly empty; all
 // 0 for kNone and kMixUp).
 
-// The draw of batch `batch_index` of shard `shard_index` (docs/batch_mix.md,
+// The draw of batch `batch_index` of shard `shard_index` (docs/protocol.md ("MixUp and CutMix"),
 // "The draw"). `height` and `width` (>= 1) are the output image's: CutMix's
 // box depends on them. Only the low 32 bits of `batch_index` enter the
 // counter: batches b and b + 2^32 draw the same, so the caller refuses

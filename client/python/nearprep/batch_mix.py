@@ -1,6 +1,6 @@
 """Batch-level MixUp and CutMix: the Python twin of server/pipeline/batch_mix.
 
-docs/batch_mix.md is normative. The daemon draws one set of parameters per
+docs/protocol.md ("MixUp and CutMix") is normative. The daemon draws one set of parameters per
 batch from Philox (a function of seed, epoch, shard and batch index only) and
 mixes the batch's images before sending it; the trainer mixes the targets
 with the reported parameters (mixed_targets). The op is torchvision 0.14's
@@ -146,7 +146,7 @@ def _beta(alpha: float, s: _Words) -> float:
 def draw_batch_mix(mixup_alpha: float, cutmix_alpha: float, seed: int, epoch: int,
                    shard_index: int, batch_index: int, height: int,
                    width: int) -> BatchMixParams:
-    """DrawBatchMix (docs/batch_mix.md, "The draw"). The alphas are used as
+    """DrawBatchMix (docs/protocol.md ("MixUp and CutMix"), "The draw"). The alphas are used as
     float32 (as on the wire); only the low 32 bits of batch_index and bits
     0..47 of epoch count."""
     ma, ca = _f32(mixup_alpha), _f32(cutmix_alpha)
