@@ -11,49 +11,62 @@
 namespace nearprep {
 namespace {
 
-// Every singular field of `m` by its proto name, in declaration order: a
-// field added to SampleParams is printed without an edit here.
-nlohmann::ordered_json FieldsJson(const google::protobuf::Message& m) {
+// Messages are printed field by field from the descriptor, in declaration
+// order: a field added to SampleParams is printed without an edit here.
+nlohmann::ordered_json FieldsJson(const google::protobuf::Message& m);
+
+// Field `f` of `m` (element `i` when repeated, else -1) as JSON.
+nlohmann::ordered_json FieldJson(const google::protobuf::Message& m,
+                                 const google::protobuf::FieldDescriptor* f,
+                                 int i) {
   using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = i >= 0;
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f);
+    case FD::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f);
+    case FD::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f);
+    case FD::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f);
+    case FD::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f);
+    case FD::CPPTYPE_INT64:
+      return rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f);
+    case FD::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f);
+    case FD::CPPTYPE_ENUM:
+      return EnumValueName(f->enum_type(), rep ? r->GetRepeatedEnumValue(m, f, i)
+                                               : r->GetEnumValue(m, f));
+    case FD::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(m, f, i) : r->GetString(m, f);
+    case FD::CPPTYPE_MESSAGE:
+      if (rep) return FieldsJson(r->GetRepeatedMessage(m, f, i));
+      // An absent sub-message (SampleParams.erased when nothing was
+      // erased) is null.
+      if (!r->HasField(m, f)) return nullptr;
+      return FieldsJson(r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+// Every field of `m` by its proto name, from the descriptor (repeated ones
+// as arrays).
+nlohmann::ordered_json FieldsJson(const google::protobuf::Message& m) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const google::protobuf::Reflection* r = m.GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
-    const FD* f = d->field(i);
-    if (f->is_repeated()) continue;
-    const std::string& n = f->name();
-    switch (f->cpp_type()) {
-      case FD::CPPTYPE_BOOL:
-        j[n] = r->GetBool(m, f);
-        break;
-      case FD::CPPTYPE_FLOAT:
-        j[n] = r->GetFloat(m, f);
-        break;
-      case FD::CPPTYPE_DOUBLE:
-        j[n] = r->GetDouble(m, f);
-        break;
-      case FD::CPPTYPE_INT32:
-        j[n] = r->GetInt32(m, f);
-        break;
-      case FD::CPPTYPE_UINT32:
-        j[n] = r->GetUInt32(m, f);
-        break;
-      case FD::CPPTYPE_INT64:
-        j[n] = r->GetInt64(m, f);
-        break;
-      case FD::CPPTYPE_UINT64:
-        j[n] = r->GetUInt64(m, f);
-        break;
-      case FD::CPPTYPE_ENUM:
-        j[n] = EnumValueName(f->enum_type(), r->GetEnumValue(m, f));
-        break;
-      case FD::CPPTYPE_STRING:
-        j[n] = r->GetString(m, f);
-        break;
-      case FD::CPPTYPE_MESSAGE:
-        j[n] = FieldsJson(r->GetMessage(m, f));
-        break;
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (!f->is_repeated()) {
+      j[f->name()] = FieldJson(m, f, -1);
+      continue;
     }
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
+    for (int k = 0; k < r->FieldSize(m, f); ++k) a.push_back(FieldJson(m, f, k));
+    j[f->name()] = a;
   }
   return j;
 }
@@ -90,6 +103,11 @@ std::string BatchToJson(const v1::Batch& batch, const std::string& npy_file) {
   for (const v1::SampleParams& p : batch.params())
     params.push_back(FieldsJson(p));
   j["params"] = params;
+  if (batch.has_mix()) {
+    j["mix"] = FieldsJson(batch.mix());
+    j["mix_labels"] = json::array();
+    for (int64_t l : batch.mix_labels()) j["mix_labels"].push_back(l);
+  }
   json errors = json::array();
   for (const v1::SampleError& e : batch.errors()) {
     errors.push_back({{"sample_id", e.sample_id()},

@@ -24,6 +24,15 @@ TEST(BatchJsonTest, CarriesIdsLabelsParamsErrorsAndTimings) {
   p->mutable_crop()->set_x(5);
   p->mutable_crop()->set_height(99);
   p->set_source_width(640);
+  p->add_jitter_order(2);
+  p->add_jitter_order(0);
+  v1::AugmentStep* step = p->add_augment();
+  step->set_op(v1::AUGMENT_OP_SHEAR_X);
+  step->set_magnitude(-0.25f);
+  b.mutable_mix()->set_kind(v1::BatchMix::KIND_CUTMIX);
+  b.mutable_mix()->set_y2(7);
+  b.add_mix_labels(-1);
+  b.add_mix_labels(2);
   v1::SampleError* e = b.add_errors();
   e->set_sample_id(9);
   e->set_path("bad/\xff\xfe.jpg");  // Not UTF-8: must not throw.
@@ -43,6 +52,14 @@ TEST(BatchJsonTest, CarriesIdsLabelsParamsErrorsAndTimings) {
   EXPECT_EQ(j["params"][0]["crop"]["x"], 5);
   EXPECT_EQ(j["params"][0]["crop"]["height"], 99);
   EXPECT_EQ(j["params"][0]["source_width"], 640);
+  // Repeated fields as arrays, enums by name, an absent message as null.
+  EXPECT_EQ(j["params"][0]["jitter_order"], nlohmann::json({2, 0}));
+  EXPECT_EQ(j["params"][0]["augment"][0]["op"], "shear_x");
+  EXPECT_EQ(j["params"][0]["augment"][0]["magnitude"].get<float>(), -0.25f);
+  EXPECT_TRUE(j["params"][0]["erased"].is_null());
+  EXPECT_EQ(j["mix"]["kind"], "cutmix");
+  EXPECT_EQ(j["mix"]["y2"], 7);
+  EXPECT_EQ(j["mix_labels"], nlohmann::json({-1, 2}));
   // Every SampleParams field by its proto name, from the descriptor.
   const google::protobuf::Descriptor* d = v1::SampleParams::descriptor();
   ASSERT_EQ(j["params"][0].size(), static_cast<size_t>(d->field_count()));

@@ -271,11 +271,17 @@ TEST(RequestFlagsTest, EveryTransformFieldHasAFlag) {
   flags.Register(&app);
   // The fields before issue 36 have flags of their own (the older names
   // kept); issue 36's scalar fields come from the descriptor (the generic
-  // mechanism), color_ops (repeated) has its own --color-ops.
+  // mechanism), color_ops and erase_value (repeated) have their own
+  // --color-ops and --erase-value.
   std::vector<std::string> generic;
   for (const auto& [name, value] : flags.more_transform) generic.push_back(name);
-  EXPECT_EQ(generic, (std::vector<std::string>{"contrast_lower", "contrast_upper", "gain",
-                                               "gamma", "hue_max_delta"}));
+  EXPECT_EQ(generic,
+            (std::vector<std::string>{
+                "auto_augment", "contrast_lower", "contrast_upper", "cutmix_alpha",
+                "erase_probability", "erase_ratio_max", "erase_ratio_min", "erase_scale_max",
+                "erase_scale_min", "gain", "gamma", "hue_max_delta", "jitter_brightness",
+                "jitter_contrast", "jitter_hue", "jitter_saturation", "mixup_alpha",
+                "rand_augment_magnitude", "rand_augment_num_ops"}));
   const google::protobuf::Descriptor* d = v1::Transform::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     std::string name = d->field(i)->name();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -521,6 +522,16 @@ TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
     for (const auto& [value, accepted] : cases) {
       SCOPED_TRACE(value);
       v1::StreamBatchesRequest r = Good();
+      // torchvision's augmentations need their fidelity (and RandAugment's
+      // knobs their policy) for a value in range to be accepted.
+      if (absl::StartsWith(name, "transform.jitter_") ||
+          absl::StartsWith(name, "transform.erase_") ||
+          absl::StartsWith(name, "transform.rand_augment_")) {
+        r.mutable_transform()->set_fidelity(v1::FIDELITY_TORCHVISION);
+        if (absl::StartsWith(name, "transform.rand_augment_")) {
+          r.mutable_transform()->set_auto_augment(v1::AUTO_AUGMENT_RAND_AUGMENT);
+        }
+      }
       SetNumber(Leaf(&r, path), f, value);
       if (accepted) {
         EXPECT_TRUE(Validate(r).ok()) << Validate(r).status();
