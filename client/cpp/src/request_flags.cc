@@ -232,6 +232,15 @@ void RequestFlags::Register(CLI::App* app, bool with_batches) {
                   "order of the colour ops, every enabled one once: " +
                       EnumHelp(v1::ColorOp_descriptor()) +
                       " (default: gamma brightness contrast saturation hue)");
+  app->add_option("--auto-augment", auto_augment,
+                  "torchvision policy: " + EnumHelp(v1::AutoAugment_descriptor()) +
+                      "; or torchvision's reference names ta_wide, ra");
+  app->add_option("--erase-probability,--random-erase", erase_probability,
+                  "torchvision RandomErasing probability (0: off)");
+  app->add_option("--rand-augment-magnitude,--ra-magnitude", ra_magnitude,
+                  "RandAugment magnitude bin in [0, 30] (0: 9)");
+  app->add_option("--rand-augment-num-ops,--ra-num-ops", ra_num_ops,
+                  "RandAugment ops per image (0: 2)");
   app->add_option("--erase-value", erase_value,
                   "torchvision RandomErasing value: 1 or 3 values (default 0)")
       ->expected(1, 3);
@@ -344,6 +353,19 @@ absl::StatusOr<v1::StreamBatchesRequest> RequestFlags::ToRequest() const {
     if (!op.ok()) return op.status();
     t->add_color_ops(static_cast<v1::ColorOp>(*op));
   }
+  {
+    // torchvision's reference names for its policies.
+    std::string policy = auto_augment;
+    if (policy == "ta_wide") policy = "trivial_augment_wide";
+    if (policy == "ra") policy = "rand_augment";
+    absl::StatusOr<int> aa = ParseEnumValue(v1::AutoAugment_descriptor(),
+                                            "--auto-augment", policy);
+    if (!aa.ok()) return aa.status();
+    t->set_auto_augment(static_cast<v1::AutoAugment>(*aa));
+  }
+  t->set_erase_probability(erase_probability);
+  t->set_rand_augment_magnitude(ra_magnitude);
+  t->set_rand_augment_num_ops(ra_num_ops);
   if (erase_value.size() == 2) {
     return absl::InvalidArgumentError("--erase-value: 1 or 3 values");
   }

@@ -103,6 +103,15 @@ struct RequestFlags {
   std::vector<std::string> color_ops;
   // transform.erase_value: RandomErasing's value (1 or 3 values; empty: 0).
   std::vector<float> erase_value;
+  // transform.auto_augment by name, also torchvision's reference names
+  // (train.py --auto-augment): ta_wide, ra, imagenet.
+  std::string auto_augment = "none";
+  // torchvision reference spellings of erase_probability and
+  // rand_augment_magnitude / num_ops (train.py --random-erase,
+  // --ra-magnitude).
+  float erase_probability = 0.0f;
+  uint32_t ra_magnitude = 0;
+  uint32_t ra_num_ops = 0;
   bool no_clip = false;
   std::vector<float> mean;
   std::vector<float> std;

@@ -94,6 +94,37 @@ TEST(RequestFlagsTest, TorchvisionEvalCrop) {
   EXPECT_FALSE(Parse({"--dataset", "d", "--fidelity", "pil"}).ok());
 }
 
+// torchvision's classification reference recipe, in its own flag names
+// (references/classification/train.py) and in the proto's.
+TEST(RequestFlagsTest, TorchvisionRecipeFlags) {
+  auto r = Parse({"--dataset", "d", "--fidelity", "torchvision", "--auto-augment",
+                  "ta_wide", "--random-erase", "0.25", "--mixup-alpha", "0.2",
+                  "--cutmix-alpha", "1.0", "--erase-value", "0.5", "--jitter-hue", "0.1"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transform().auto_augment(), v1::AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE);
+  EXPECT_EQ(r->transform().erase_probability(), 0.25f);
+  EXPECT_EQ(r->transform().mixup_alpha(), 0.2f);
+  EXPECT_EQ(r->transform().cutmix_alpha(), 1.0f);
+  EXPECT_EQ(r->transform().jitter_hue(), 0.1f);
+  ASSERT_EQ(r->transform().erase_value_size(), 1);
+  r = Parse({"--dataset", "d", "--auto-augment", "ra", "--ra-magnitude", "12",
+             "--ra-num-ops", "3"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transform().auto_augment(), v1::AUTO_AUGMENT_RAND_AUGMENT);
+  EXPECT_EQ(r->transform().rand_augment_magnitude(), 12u);
+  EXPECT_EQ(r->transform().rand_augment_num_ops(), 3u);
+  r = Parse({"--dataset", "d", "--auto-augment", "rand_augment", "--rand-augment-magnitude",
+             "5"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transform().rand_augment_magnitude(), 5u);
+  EXPECT_EQ(r->transform().auto_augment(), v1::AUTO_AUGMENT_RAND_AUGMENT);
+  auto bad = Parse({"--dataset", "d", "--auto-augment", "augmix"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--auto-augment"), std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(Parse({"--dataset", "d", "--erase-value", "1", "2"}).ok());
+}
+
 TEST(RequestFlagsTest, Defaults) {
   auto r = Parse({"--dataset", "d"});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -272,16 +303,17 @@ TEST(RequestFlagsTest, EveryTransformFieldHasAFlag) {
   // The fields before issue 36 have flags of their own (the older names
   // kept); issue 36's scalar fields come from the descriptor (the generic
   // mechanism), color_ops and erase_value (repeated) have their own
-  // --color-ops and --erase-value.
+  // --color-ops and --erase-value, and auto_augment, erase_probability and
+  // rand_augment_* explicit flags that also take torchvision's reference
+  // spellings (--auto-augment ta_wide, --random-erase, --ra-magnitude).
   std::vector<std::string> generic;
   for (const auto& [name, value] : flags.more_transform) generic.push_back(name);
   EXPECT_EQ(generic,
             (std::vector<std::string>{
-                "auto_augment", "contrast_lower", "contrast_upper", "cutmix_alpha",
-                "erase_probability", "erase_ratio_max", "erase_ratio_min", "erase_scale_max",
-                "erase_scale_min", "gain", "gamma", "hue_max_delta", "jitter_brightness",
-                "jitter_contrast", "jitter_hue", "jitter_saturation", "mixup_alpha",
-                "rand_augment_magnitude", "rand_augment_num_ops"}));
+                "contrast_lower", "contrast_upper", "cutmix_alpha", "erase_ratio_max",
+                "erase_ratio_min", "erase_scale_max", "erase_scale_min", "gain", "gamma",
+                "hue_max_delta", "jitter_brightness", "jitter_contrast", "jitter_hue",
+                "jitter_saturation", "mixup_alpha"}));
   const google::protobuf::Descriptor* d = v1::Transform::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     std::string name = d->field(i)->name();
