@@ -86,6 +86,13 @@ def main():
     ap.add_argument("--recipe", choices=["torchvision", "tf"], default="torchvision")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 batches (--recipe tf)")
     ap.add_argument("--width", type=int, default=16, help="ResNet base width (64: standard)")
+    # torchvision's classification reference flags (references/classification/train.py).
+    ap.add_argument("--auto-augment", default=None, help="ta_wide, ra or imagenet")
+    ap.add_argument("--ra-magnitude", type=int, default=9)
+    ap.add_argument("--random-erase", type=float, default=0.0)
+    ap.add_argument("--mixup-alpha", type=float, default=0.0)
+    ap.add_argument("--cutmix-alpha", type=float, default=0.0)
+    ap.add_argument("--label-smoothing", type=float, default=0.0)
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -94,7 +101,12 @@ def main():
     if args.recipe == "torchvision":
         ds = nearprep.torch.imagenet_train(args.target, args.dataset,
                                            batch_size=args.batch_size, size=args.size,
-                                           seed=42, pin_memory=pin)
+                                           seed=42, pin_memory=pin,
+                                           auto_augment=args.auto_augment,
+                                           ra_magnitude=args.ra_magnitude,
+                                           random_erase=args.random_erase,
+                                           mixup=args.mixup_alpha, cutmix=args.cutmix_alpha,
+                                           num_classes=num_classes)
     else:
         ds = nearprep.torch.IterableDataset(
             args.target, args.dataset, batch_size=args.batch_size, shuffle=True, seed=42,
@@ -128,7 +140,9 @@ def main():
             wait += time.monotonic() - mark
             images = images.to(device, non_blocking=True).float()
             labels = labels.to(device, non_blocking=True)
-            loss = F.cross_entropy(model(images), labels)
+            # Soft targets [n, classes] with MixUp / CutMix, else labels.
+            loss = F.cross_entropy(model(images), labels,
+                                   label_smoothing=args.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
