@@ -147,7 +147,26 @@ class BuildNative(build_ext):
         except ImportError:
             return "pybind11 (a build requirement) is not importable"
         build_dir = os.path.abspath(os.path.join(self.build_temp, "nearprep_native"))
+        # A build folder left by an older proto is thrown away: its client
+        # objects do not all depend on the generated headers, and objects of
+        # the old message layout linked with the new ones read garbage.
+        import hashlib
+        stamp = hashlib.sha256()
+        for rel in [f for f in EXTERNAL_FILES if f.endswith(".proto")]:
+            path = os.path.join(root, rel)
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    stamp.update(f.read())
+        stamp_file = os.path.join(build_dir, "nearprep-proto.sha256")
+        old_stamp = None
+        if os.path.exists(stamp_file):
+            with open(stamp_file) as f:
+                old_stamp = f.read().strip()
+        if old_stamp != stamp.hexdigest() and os.path.isdir(build_dir):
+            shutil.rmtree(build_dir)
         os.makedirs(build_dir, exist_ok=True)
+        with open(stamp_file, "w") as f:
+            f.write(stamp.hexdigest())
         args = [cmake, "-S", os.path.join(HERE, "native", "wheel"), "-B", build_dir,
                 "-DCMAKE_BUILD_TYPE=Release",
                 f"-DNEARPREP_SRC={root}",

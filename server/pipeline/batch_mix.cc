@@ -266,6 +266,26 @@ BatchMixParams DrawBatchMix(const BatchMixSpec& spec, uint64_t seed,
   return p;
 }
 
+namespace {
+
+// own[k] = own[k] * w_own + partner[k] * w_partner over float32 elements
+// (each product rounded to float32, then the sum: no fused multiply-add,
+// the project compiles with -ffp-contract=off).
+void MixFloat32(uint8_t* own, const uint8_t* partner, size_t elems,
+                float w_own, float w_partner) {
+  constexpr size_t kChunk = 1024;
+  float a[kChunk], b[kChunk];
+  for (size_t k0 = 0; k0 < elems; k0 += kChunk) {
+    const size_t m = std::min(kChunk, elems - k0);
+    std::memcpy(a, own + k0 * 4, m * 4);
+    std::memcpy(b, partner + k0 * 4, m * 4);
+    for (size_t k = 0; k < m; ++k) a[k] = a[k] * w_own + b[k] * w_partner;
+    std::memcpy(own + k0 * 4, a, m * 4);
+  }
+}
+
+}  // namespace
+
 void ApplyBatchMix(const BatchMixParams& p, DType dtype, Layout layout, int n,
                    int height, int width, uint8_t* tensor,
                    std::vector<uint8_t>* scratch) {
@@ -290,6 +310,12 @@ void ApplyBatchMix(const BatchMixParams& p, DType dtype, Layout layout, int n,
     const uint8_t* partner =
         i == 0 ? scratch->data()
                : tensor + static_cast<size_t>(BatchMixPartner(i, n)) * image_bytes;
+    if (p.kind == BatchMixKind::kMixUp && dtype == DType::kFloat32) {
+      // The same arithmetic without the per-element dtype switch, so that
+      // the compiler vectorizes it (float32 is the common case; ~10x).
+      MixFloat32(own, partner, elems, w_own, w_partner);
+      continue;
+    }
     if (p.kind == BatchMixKind::kMixUp) {
       for (size_t k = 0; k < elems; ++k) {
         const float a = BatchMixLoad(own + k * es, dtype);
