@@ -98,6 +98,18 @@ void CollectServerMetrics(NearprepServer& server,
                static_cast<double>(server.authorizer().reloads_ok()))
           .Add({{"kind", "failed"}},
                static_cast<double>(server.authorizer().reloads_failed())));
+  out->push_back(
+      CounterFamily("nearprep_authz_audit_write_failures_total",
+                    "Audit records that could not be written to "
+                    "authorization.audit_log (disk full, I/O error): lost.")
+          .Add({}, static_cast<double>(
+                       server.authorizer().audit_write_failures())));
+  out->push_back(
+      CounterFamily("nearprep_authz_audit_refusals_total",
+                    "Streams the policy allowed but refused (UNAVAILABLE) "
+                    "because their audit record could not be written "
+                    "(authorization.audit_fail_closed).")
+          .Add({}, static_cast<double>(server.authorizer().audit_refusals())));
 
   // What was sent, per dataset.
   MetricFamily batches = CounterFamily(
