@@ -63,6 +63,19 @@ void CollectServerMetrics(NearprepServer& server,
                                "Connections closed at once: the cap reached, "
                                "or no descriptor left to accept them.")
                      .Add({}, static_cast<double>(conns.rejected)));
+  out->push_back(
+      CounterFamily("nearprep_grpc_connections_closed_total",
+                    "Connections the daemon shut down (plaintext): "
+                    "handshake_timeout (no HTTP/2 preface within "
+                    "limits.handshake_timeout_seconds), idle_timeout "
+                    "(nothing received for limits.idle_timeout_seconds), "
+                    "evicted (no preface yet, closed at the cap to admit a "
+                    "new connection).")
+          .Add({{"kind", "handshake_timeout"}},
+               static_cast<double>(conns.closed_handshake_timeout))
+          .Add({{"kind", "idle_timeout"}},
+               static_cast<double>(conns.closed_idle_timeout))
+          .Add({{"kind", "evicted"}}, static_cast<double>(conns.evicted)));
 
   // Streams.
   out->push_back(GaugeFamily("nearprep_streams_active",
