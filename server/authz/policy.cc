@@ -137,9 +137,9 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
     const YAML::Node a = root["authorization"];
     config.enabled = true;
     if (a.IsNull()) return config;  // "authorization:" alone: deny all.
-    if (absl::Status st = CheckKeys(a, source, "authorization",
-                                    {"rules", "token_file", "audit_log",
-                                     "audit_fail_closed"});
+    if (absl::Status st = CheckKeys(
+            a, source, "authorization",
+            {"rules", "token_file", "audit_log", "audit_fail_closed"});
         !st.ok()) {
       return st;
     }

@@ -475,8 +475,7 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
         NP_RETURN_IF_ERROR(GetInt(l, key, source, "limits.", out, 0));
         if (*out > 86400) {
           return Bad(Where(source, std::string("limits.") + key, l[key]),
-                     absl::StrCat("must be at most 86400 (a day), got ",
-                                  *out));
+                     absl::StrCat("must be at most 86400 (a day), got ", *out));
         }
       }
     }

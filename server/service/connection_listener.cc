@@ -194,9 +194,8 @@ bool ConnectionListener::Activity(int fd, Conn* c, uint32_t* idle_ms) const {
   socklen_t len = sizeof(info);
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
   *idle_ms = info.tcpi_last_data_recv;
-  const socklen_t need =
-      offsetof(struct tcp_info, tcpi_bytes_received) +
-      sizeof(info.tcpi_bytes_received);
+  const socklen_t need = offsetof(struct tcp_info, tcpi_bytes_received) +
+                         sizeof(info.tcpi_bytes_received);
   if (len < need) {
     c->handshaked = true;  // an old kernel: only the idle timeout applies
   } else if (info.tcpi_bytes_received >= kHandshakeBytes) {
@@ -365,8 +364,8 @@ void ConnectionListener::Sweep() {
       it = live_.erase(it);
       continue;
     }
-    const bool hs_due = hs.count() > 0 && !c.handshaked &&
-                        now - c.accepted >= hs;
+    const bool hs_due =
+        hs.count() > 0 && !c.handshaked && now - c.accepted >= hs;
     if (!c.shut && (hs_due || check_idle)) {
       uint32_t idle_ms = 0;
       if (Activity(it->first, &c, &idle_ms)) {
@@ -385,12 +384,13 @@ void ConnectionListener::Sweep() {
   closed_idle_ += closed_idle;
   if (closed_hs + closed_idle > 0) {
     Warn(&last_timeout_log_,
-         absl::StrCat("gRPC port: closed ", closed_hs,
-                      " connection(s) that sent no HTTP/2 preface within ",
-                      hs.count(), " ms (limits.handshake_timeout) and ",
-                      closed_idle, " from which nothing came for ",
-                      idle.count(), " ms (limits.idle_timeout); "
-                      "nearprep_grpc_connections_closed_total counts them"));
+         absl::StrCat(
+             "gRPC port: closed ", closed_hs,
+             " connection(s) that sent no HTTP/2 preface within ", hs.count(),
+             " ms (limits.handshake_timeout_seconds) and ", closed_idle,
+             " from which nothing came for ", idle.count(),
+             " ms (limits.idle_timeout_seconds); "
+             "nearprep_grpc_connections_closed_total counts them"));
   }
   active_ = OpenCount();
   limit_ = CapNow();
