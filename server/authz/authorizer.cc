@@ -1,6 +1,11 @@
 #include "server/authz/authorizer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -47,14 +52,17 @@ void AppendJsonString(std::string* out, const std::string& s) {
   out->push_back('"');
 }
 
-absl::StatusOr<std::FILE*> OpenAuditLog(const std::string& path) {
-  if (path.empty()) return nullptr;
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (f == nullptr) {
+// -1 for no path.
+absl::StatusOr<int> OpenAuditLog(const std::string& path) {
+  if (path.empty()) return -1;
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
     return absl::InvalidArgumentError(
-        "authorization.audit_log: cannot open '" + path + "' for appending");
+        "authorization.audit_log: cannot open '" + path +
+        "' for appending: " + std::strerror(errno));
   }
-  return f;
+  return fd;
 }
 
 }  // namespace
@@ -96,23 +104,24 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
   a->datasets_ = std::move(datasets);
   absl::StatusOr<std::shared_ptr<const Policy>> p = LoadPolicy(config);
   if (!p.ok()) return p.status();
-  absl::StatusOr<std::FILE*> f = OpenAuditLog(config.audit_log);
+  absl::StatusOr<int> f = OpenAuditLog(config.audit_log);
   if (!f.ok()) return f.status();
   absl::MutexLock l(&a->mu_);
   a->policy_ = std::move(*p);
-  a->audit_file_ = *f;
+  a->audit_fd_ = *f;
+  a->audit_path_ = config.audit_log;
   return a;
 }
 
 Authorizer::~Authorizer() {
   absl::MutexLock l(&mu_);
-  if (audit_file_ != nullptr) std::fclose(audit_file_);
+  if (audit_fd_ >= 0) ::close(audit_fd_);
 }
 
 absl::Status Authorizer::Reload(const PolicyConfig& config) {
   absl::StatusOr<std::shared_ptr<const Policy>> p = LoadPolicy(config);
-  absl::StatusOr<std::FILE*> f =
-      p.ok() ? OpenAuditLog(config.audit_log) : absl::StatusOr<std::FILE*>();
+  absl::StatusOr<int> f =
+      p.ok() ? OpenAuditLog(config.audit_log) : absl::StatusOr<int>(-1);
   absl::MutexLock l(&mu_);
   if (!p.ok() || !f.ok()) {
     ++reloads_failed_;
@@ -123,8 +132,9 @@ absl::Status Authorizer::Reload(const PolicyConfig& config) {
                  "section: every client may now read every dataset");
   }
   policy_ = std::move(*p);
-  if (audit_file_ != nullptr) std::fclose(audit_file_);
-  audit_file_ = *f;
+  if (audit_fd_ >= 0) ::close(audit_fd_);
+  audit_fd_ = *f;
+  audit_path_ = config.audit_log;
   ++reloads_ok_;
   return absl::OkStatus();
 }
@@ -136,9 +146,68 @@ std::shared_ptr<const Policy> Authorizer::policy() const {
 
 bool Authorizer::enabled() const { return policy()->enabled(); }
 
-void Authorizer::Record(const Credentials& c, const std::string& identity,
+bool Authorizer::WriteAuditLine(const std::string& line) {
+  std::string buf = line;
+  buf.push_back('\n');
+  size_t done = 0;
+  int error = 0;
+  while (done < buf.size()) {
+    const ssize_t n = ::write(audit_fd_, buf.data() + done, buf.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      break;
+    }
+    if (n == 0) {
+      error = ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  const absl::Time now = absl::Now();
+  if (error == 0) {
+    if (audit_failures_in_run_ > 0) {
+      spdlog::warn(
+          "audit log '{}' written again; {} audit record(s) were lost "
+          "(nearprep_authz_audit_write_failures_total)",
+          audit_path_, audit_failures_in_run_);
+      audit_failures_in_run_ = 0;
+      audit_failures_unlogged_ = 0;
+      audit_error_logged_ = absl::InfinitePast();
+    }
+    return true;
+  }
+  // O_APPEND: the offset is the end of what this call wrote. Cut a partial
+  // line away so that every line of the file stays one JSON record.
+  if (done > 0) {
+    const off_t end = ::lseek(audit_fd_, 0, SEEK_CUR);
+    if (end >= static_cast<off_t>(done)) {
+      (void)::ftruncate(audit_fd_, end - static_cast<off_t>(done));
+    }
+  }
+  ++audit_write_failures_;
+  ++audit_failures_in_run_;
+  ++audit_failures_unlogged_;
+  if (now - audit_error_logged_ >= kAuditErrorLogInterval) {
+    const bool closed = policy_->config().audit_fail_closed;
+    spdlog::error(
+        "audit log '{}' cannot be written ({}): {} audit record(s) lost "
+        "since the last report; {} (nearprep_authz_audit_write_failures_"
+        "total counts every one, this is logged at most every {}s)",
+        audit_path_, std::strerror(error), audit_failures_unlogged_,
+        closed ? "streams are refused (audit_fail_closed)"
+               : "streams are served unaudited",
+        absl::ToInt64Seconds(kAuditErrorLogInterval));
+    audit_failures_unlogged_ = 0;
+    audit_error_logged_ = now;
+  }
+  return false;
+}
+
+bool Authorizer::Record(const Credentials& c, const std::string& identity,
                         Operation op, const std::string& dataset,
-                        const std::string& decision, const std::string& rule) {
+                        const std::string& decision, const std::string& rule,
+                        bool refuse_if_lost) {
   AuditRecord r;
   r.time = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                             absl::UTCTimeZone());
@@ -157,14 +226,18 @@ void Authorizer::Record(const Credentials& c, const std::string& identity,
                 : "(other)";
   }
   absl::MutexLock l(&mu_);
-  ++counts_[{decision, label}];
-  if (audit_file_ != nullptr) {
-    std::fputs(line.c_str(), audit_file_);
-    std::fputc('\n', audit_file_);
-    std::fflush(audit_file_);
+  bool written = true;
+  if (audit_fd_ >= 0) {
+    written = WriteAuditLine(line);
   } else {
     spdlog::info("audit {}", line);
   }
+  if (!written && refuse_if_lost) {
+    ++audit_refusals_;  // not opened: not an "allow" decision
+  } else {
+    ++counts_[{decision, label}];
+  }
+  return written;
 }
 
 absl::Status Authorizer::Authorize(const Credentials& c, Operation op,
@@ -191,8 +264,14 @@ absl::Status Authorizer::Authorize(const Credentials& c, Operation op,
         " dataset '", dataset,
         "' (no authorization rule allows it)"));
   }
-  if (op == Operation::kStream) {
-    Record(c, *identity, op, shown, "allow", d.rule);
+  const bool fail_closed = p->config().audit_fail_closed;
+  if (op == Operation::kStream &&
+      !Record(c, *identity, op, shown, "allow", d.rule, fail_closed) &&
+      fail_closed) {
+    return absl::UnavailableError(absl::StrCat(
+        "the audit log cannot be written and authorization.audit_fail_closed "
+        "is set: stream of dataset '",
+        dataset, "' refused (try again later)"));
   }
   return absl::OkStatus();
 }
@@ -229,6 +308,16 @@ uint64_t Authorizer::reloads_failed() const {
 uint64_t Authorizer::reloads_ok() const {
   absl::MutexLock l(&mu_);
   return reloads_ok_;
+}
+
+uint64_t Authorizer::audit_write_failures() const {
+  absl::MutexLock l(&mu_);
+  return audit_write_failures_;
+}
+
+uint64_t Authorizer::audit_refusals() const {
+  absl::MutexLock l(&mu_);
+  return audit_refusals_;
 }
 
 }  // namespace authz

@@ -17,12 +17,21 @@
 // authorization.audit_log (reopened by each reload, for log rotation), else
 // written to the daemon's log as "audit {...}". Tokens never appear.
 //
+// Audit write failures (a full disk, an I/O error): each record is one
+// write(2) of the whole line; a record cut short is truncated away, so the
+// file holds whole lines only. Every lost record is counted
+// (audit_write_failures, metric nearprep_authz_audit_write_failures_total)
+// and the daemon's log says so at once, then at most once per
+// kAuditErrorLogInterval (how many were lost since), then once when a
+// write succeeds again. With authorization.audit_fail_closed a stream
+// whose "allow" record was lost is refused (UNAVAILABLE) and counted in
+// audit_refusals instead of being served unaudited.
+//
 // Thread-safety: every method may be called concurrently.
 #ifndef NEARPREP_SERVER_AUTHZ_AUTHORIZER_H_
 #define NEARPREP_SERVER_AUTHZ_AUTHORIZER_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/authz/policy.h"
 
 namespace nearprep {
@@ -93,18 +103,42 @@ class Authorizer {
   uint64_t reloads_failed() const;
   uint64_t reloads_ok() const;
 
+  // Audit records that could not be written to authorization.audit_log,
+  // and streams refused because of it (audit_fail_closed).
+  uint64_t audit_write_failures() const;
+  uint64_t audit_refusals() const;
+
+  // How often a run of audit write failures is logged.
+  static constexpr absl::Duration kAuditErrorLogInterval = absl::Seconds(60);
+
  private:
   Authorizer() = default;
 
   std::shared_ptr<const Policy> policy() const;
-  void Record(const Credentials& c, const std::string& identity, Operation op,
+  // Audits one decision and counts it. Returns false when the record could
+  // not be written; with `refuse_if_lost` the caller then refuses the call,
+  // counted as an audit refusal instead of a decision.
+  bool Record(const Credentials& c, const std::string& identity, Operation op,
               const std::string& dataset, const std::string& decision,
-              const std::string& rule);
+              const std::string& rule, bool refuse_if_lost = false);
+  // Appends `line` and a newline to audit_fd_ in one write; on failure
+  // leaves no partial line behind, counts and (rate-limited) logs it.
+  bool WriteAuditLine(const std::string& line)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::vector<std::string> datasets_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
-  std::FILE* audit_file_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // authorization.audit_log, open for appending; -1 when unset.
+  int audit_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string audit_path_ ABSL_GUARDED_BY(mu_);
+  uint64_t audit_write_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t audit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  // Failures not yet reported in the daemon's log, and when the last report
+  // was made (InfinitePast: none in this run of failures).
+  uint64_t audit_failures_unlogged_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t audit_failures_in_run_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time audit_error_logged_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<std::pair<std::string, std::string>, uint64_t> counts_
       ABSL_GUARDED_BY(mu_);
   uint64_t reloads_failed_ ABSL_GUARDED_BY(mu_) = 0;

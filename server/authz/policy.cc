@@ -137,8 +137,9 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
     const YAML::Node a = root["authorization"];
     config.enabled = true;
     if (a.IsNull()) return config;  // "authorization:" alone: deny all.
-    if (absl::Status st = CheckKeys(a, source, "authorization",
-                                    {"rules", "token_file", "audit_log"});
+    if (absl::Status st = CheckKeys(
+            a, source, "authorization",
+            {"rules", "token_file", "audit_log", "audit_fail_closed"});
         !st.ok()) {
       return st;
     }
@@ -153,6 +154,21 @@ absl::StatusOr<PolicyConfig> ParsePolicyYaml(const std::string& yaml,
           Scalar(n, source, "authorization.audit_log");
       if (!s.ok()) return s.status();
       config.audit_log = *s;
+    }
+    if (const YAML::Node n = a["audit_fail_closed"]) {
+      absl::StatusOr<std::string> s =
+          Scalar(n, source, "authorization.audit_fail_closed");
+      if (!s.ok()) return s.status();
+      if (*s != "true" && *s != "false") {
+        return Bad(source, n, "authorization.audit_fail_closed",
+                   "must be true or false");
+      }
+      config.audit_fail_closed = *s == "true";
+      if (config.audit_fail_closed && config.audit_log.empty()) {
+        return Bad(source, n, "authorization.audit_fail_closed",
+                   "needs authorization.audit_log (records written to the "
+                   "daemon's log are not checked)");
+      }
     }
     const YAML::Node rules = a["rules"];
     if (rules && !rules.IsNull()) {

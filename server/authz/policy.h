@@ -76,6 +76,10 @@ struct PolicyConfig {
   std::string token_file;
   // JSON lines of the audit log are appended here; empty = the daemon's log.
   std::string audit_log;
+  // A stream whose audit record cannot be written to audit_log (a full
+  // disk, an I/O error) is refused (UNAVAILABLE) instead of served
+  // unaudited. Denials are refused either way.
+  bool audit_fail_closed = false;
 };
 
 // Parses the `authorization` key of the YAML document `yaml` (a whole daemon

@@ -443,7 +443,8 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
           CheckKeys(l, source, "limits.",
                     {"max_batch_size", "max_output_pixels",
                      "max_decoded_pixels", "max_concurrent_streams",
-                     "per_stream_memory", "grpc_memory", "max_connections"}));
+                     "per_stream_memory", "grpc_memory", "max_connections",
+                     "handshake_timeout_seconds", "idle_timeout_seconds"}));
       ServiceLimits& o = c->server.limits;
       NP_RETURN_IF_ERROR(
           GetInt(l, "max_batch_size", source, "limits.", &o.max_batch_size, 1));
@@ -462,6 +463,21 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       // 0: from the descriptor limit (server/service/connection_listener.h).
       NP_RETURN_IF_ERROR(GetInt(l, "max_connections", source, "limits.",
                                 &c->server.max_connections, 0));
+      // Silent connections (connection_listener.h); 0: never closed.
+      // At most a day: a longer one protects nothing, and the milliseconds
+      // handed to gRPC are an int.
+      for (const auto& [key, out] :
+           {std::pair<const char*, int64_t*>{
+                "handshake_timeout_seconds",
+                &c->server.handshake_timeout_seconds},
+            std::pair<const char*, int64_t*>{
+                "idle_timeout_seconds", &c->server.idle_timeout_seconds}}) {
+        NP_RETURN_IF_ERROR(GetInt(l, key, source, "limits.", out, 0));
+        if (*out > 86400) {
+          return Bad(Where(source, std::string("limits.") + key, l[key]),
+                     absl::StrCat("must be at most 86400 (a day), got ", *out));
+        }
+      }
     }
     if (const YAML::Node ds = root["datasets"]) {
       if (!ds.IsSequence()) {

@@ -28,6 +28,13 @@ absl::StatusOr<Block> BlockCache::GetOrLoad(const Key& key, const Loader& load,
       it->second.touched = now;
       result = it->second.result;
     } else {
+      // Room is made, and the block charged, before it is read and under
+      // the same lock: concurrent misses never overshoot the capacity
+      // together. A block that still does not fit (the rest is being read
+      // or is bigger than the capacity) is not read: the caller reads its
+      // sample alone.
+      EvictLocked(key.size);
+      if (resident_ + key.size > capacity_) return Block{};
       lru_.push_front(key);
       Entry& e = entries_[key];
       e.lru = lru_.begin();
@@ -36,7 +43,7 @@ absl::StatusOr<Block> BlockCache::GetOrLoad(const Key& key, const Loader& load,
       *loaded = true;
     }
   }
-  if (*loaded) FinishLoad(key, gen, load, &promise, /*evict=*/true);
+  if (*loaded) FinishLoad(key, gen, load, &promise);
   return result.get();
 }
 
@@ -51,17 +58,16 @@ BlockCache::Result BlockCache::BeginLoadLocked(const Key& key, Entry* e,
 }
 
 void BlockCache::FinishLoad(const Key& key, uint64_t gen, const Loader& load,
-                            std::promise<absl::StatusOr<Block>>* promise, bool evict) {
+                            std::promise<absl::StatusOr<Block>>* promise) {
   absl::StatusOr<Block> block = load();
   const bool ok = block.ok();
   promise->set_value(std::move(block));
-  if (ok && !evict) return;
+  if (ok) return;
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
-  if (!ok && it != entries_.end() && it->second.gen == gen) {
+  if (it != entries_.end() && it->second.gen == gen) {
     EraseLocked(it);  // Do not cache failures.
   }
-  if (evict) EvictLocked();
 }
 
 size_t BlockCache::DropOldestLocked(const std::function<bool(const Entry&)>& drop,
@@ -133,9 +139,10 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
     };
     *idle_drops += DropOldestLocked(
         [&](const Entry& e) { return !e.record && now - e.touched >= idle; }, no_room);
-    if (no_room() && resident_ > 0) {
-      // Drop the oldest records beyond the bound (never this one: it is
-      // the most recent).
+    if (no_room()) {
+      // Not read, also when the cache is empty: a block bigger than the
+      // whole capacity would overshoot it. Drop the oldest records beyond
+      // the bound (never this one: it is the most recent).
       DropOldestLocked([](const Entry& e) { return e.record; },
                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_ > kMaxRecords; });
       *outcome = Once::kNoRoom;
@@ -148,7 +155,7 @@ absl::StatusOr<Block> BlockCache::GetOrLoadOnce(
     result = BeginLoadLocked(key, &e, &promise, &gen);
     *outcome = Once::kLoaded;
   }
-  FinishLoad(key, gen, load, &promise, /*evict=*/false);
+  FinishLoad(key, gen, load, &promise);
   return result.get();
 }
 
@@ -159,11 +166,17 @@ void BlockCache::EraseLocked(std::map<Key, Entry>::iterator it) {
   entries_.erase(it);
 }
 
-void BlockCache::EvictLocked() {
-  // Keep at least the most recent block, whatever its size.
-  while (resident_ > capacity_ && lru_.size() > 1) {
-    EraseLocked(entries_.find(lru_.back()));
-  }
+void BlockCache::EvictLocked(uint64_t incoming) {
+  // Blocks still being read are not dropped: their bytes are allocated
+  // whether the entry stays or not, so they stay charged until read.
+  DropOldestLocked(
+      [](const Entry& e) {
+        return !e.record && e.result.wait_for(std::chrono::seconds(0)) ==
+                                std::future_status::ready;
+      },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return resident_ + incoming > capacity_;
+      });
 }
 
 uint64_t BlockCache::resident_bytes() const {

@@ -4,7 +4,10 @@
 // (the byte range of its records in one shard: one aligned read, O_DIRECT
 // where the file system allows) into a buffer held here, and the block's
 // other samples are copied out of that buffer instead of being read one by
-// one. Blocks are dropped least-recently-used beyond a byte capacity.
+// one. Blocks are dropped least-recently-used to stay within a byte
+// capacity, a hard bound on resident_bytes(): a block is charged before it
+// is read, under the lock that checked the room, and one that does not fit
+// is not read at all (the caller reads its sample alone).
 //
 // Consumption mode (GetOrLoadOnce; the fleet's explicit-id requests, where
 // each sample of a block is asked for once per epoch but the block's samples
@@ -89,7 +92,11 @@ class BlockCache {
   explicit BlockCache(uint64_t capacity_bytes, Clock clock = nullptr);
 
   // The block for `key`, loaded with `load` on a miss (*loaded = true then).
-  // A failed load is not cached.
+  // A failed load is not cached. On a miss the least recently used blocks
+  // are dropped to make room first; when the block still does not fit
+  // (blocks being read hold the rest, or it is bigger than the capacity)
+  // it is not loaded: an empty Block (data null, *loaded false), read the
+  // sample alone. So resident_bytes() never exceeds the capacity.
   absl::StatusOr<Block> GetOrLoad(const Key& key, const Loader& load,
                                   bool* loaded);
 
@@ -139,17 +146,19 @@ class BlockCache {
     std::chrono::steady_clock::time_point touched;
     uint64_t gen = 0;  // tells a reloaded entry of the same key apart
   };
-  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops least recently used entries, except blocks still being read,
+  // until `incoming` more bytes fit the capacity (or nothing is left).
+  void EvictLocked(uint64_t incoming) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes *e the entry of `key`'s block, loaded now by the caller through
   // FinishLoad: its result is *promise's future (returned); *gen tells it
   // apart from a later entry of the same key.
   Result BeginLoadLocked(const Key& key, Entry* e,
                          std::promise<absl::StatusOr<Block>>* promise, uint64_t* gen)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `load` (without the lock), fulfils *promise, drops the entry again
-  // if the load failed, and with `evict` trims the LRU to the capacity.
+  // Runs `load` (without the lock), fulfils *promise, and drops the entry
+  // again if the load failed. The entry was charged before (BeginLoadLocked).
   void FinishLoad(const Key& key, uint64_t gen, const Loader& load,
-                  std::promise<absl::StatusOr<Block>>* promise, bool evict)
+                  std::promise<absl::StatusOr<Block>>* promise)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Erases, from the least recently used end, the entries `drop` picks,
   // while `more()` holds. Returns how many.

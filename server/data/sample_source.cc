@@ -73,6 +73,10 @@ absl::StatusOr<SampleView> SampleSource::ViewFromBlock(uint64_t id) const {
     return absl::Status(block.status().code(),
                         d.Where(id, block.status().message()));
   }
+  if (block->data == nullptr) {  // no room in block_cache_bytes: alone
+    d.counters_.block_bypasses.fetch_add(1, std::memory_order_relaxed);
+    return SampleView{};
+  }
   (loaded ? d.counters_.block_misses : d.counters_.block_hits)
       .fetch_add(1, std::memory_order_relaxed);
   return d.ViewInBlock(id, *block);

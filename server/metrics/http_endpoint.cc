@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -39,6 +40,8 @@ struct Conn {
   int fd = -1;
   ConnState state = ConnState::kReading;
   uint64_t seq = 0;  // accept order
+  Clock::time_point accepted;
+  bool silent_at_accept = false;  // nothing to read when it was accepted
   std::string in;
   int lines = 0;
   bool head = false;
@@ -48,6 +51,11 @@ struct Conn {
 };
 
 constexpr auto kLinger = std::chrono::milliseconds(1000);
+// At the cap, a connection still reading its request is evicted for a new
+// one only once it is this old: a scraper's request follows its connect
+// within a round trip, so a younger one is probably a scrape on its way.
+constexpr auto kEvictAfter = std::chrono::milliseconds(500);
+constexpr int kDeferAcceptSeconds = 2;
 constexpr auto kLogEvery = std::chrono::seconds(10);
 
 const char* Reason(int code) {
@@ -118,6 +126,7 @@ class MetricsHttpServer::Loop {
     s.rejected_header_too_large = too_large_.load();
     s.rejected_timeout = timeouts_.load();
     s.rejected_bad_request = bad_.load();
+    s.accept_waits = accept_waits_.load();
     return s;
   }
 
@@ -136,6 +145,17 @@ class MetricsHttpServer::Loop {
   void ExpireDeadlines();
   int NextTimeoutMs() const;
   void CapReached(bool evicted);
+  // How readily a connection is closed to make room: 0 never (answering,
+  // or a request that may still be arriving), 1 unfinished for kEvictAfter,
+  // 2 silent although deferred, 3 lingering.
+  int EvictRank(const Conn& c, Clock::time_point now) const;
+  // At the cap: closes a lingering connection, else the oldest one still
+  // reading that is at least kEvictAfter old. False when there is none.
+  bool MakeRoom();
+  // Stops (and restarts) watching the listening socket: while every slot
+  // is taken, new connections wait in the kernel's listen backlog.
+  void PauseAccepting();
+  void ResumeAccepting();
 
   const MetricsRegistry* const registry_;
   MetricsHttpOptions options_;
@@ -145,13 +165,16 @@ class MetricsHttpServer::Loop {
   int spare_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::unordered_map<int, Conn> conns_;
+  bool accept_paused_ = false;
+  bool deferred_ = false;  // TCP_DEFER_ACCEPT took
   uint64_t next_seq_ = 0;
   Clock::time_point last_cap_log_{};
   uint64_t cap_since_log_ = 0;
   Clock::time_point last_emfile_log_{};
+  Clock::time_point last_wait_log_{};
   std::atomic<int64_t> active_{0};
   std::atomic<uint64_t> accepted_{0}, rejected_{0}, served_{0},
-      too_large_{0}, timeouts_{0}, bad_{0};
+      too_large_{0}, timeouts_{0}, bad_{0}, accept_waits_{0};
 };
 
 absl::Status MetricsHttpServer::Loop::Bind(const std::string& host, int port,
@@ -184,6 +207,14 @@ absl::Status MetricsHttpServer::Loop::Bind(const std::string& host, int port,
     // silently share (and split) one metrics port.
     int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // nginx's "listen ... deferred": the kernel hands a connection to
+    // accept only once its first bytes (the request) arrived, or after
+    // kDeferAcceptSeconds. Scrapes then never hold a slot while their
+    // request is on its way, and idle connections wait in the kernel
+    // instead of taking slots. Best effort (not every kernel has it).
+    int defer = kDeferAcceptSeconds;
+    deferred_ = ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer,
+                             sizeof(defer)) == 0;
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
         ::listen(fd, SOMAXCONN) != 0) {
       why = std::strerror(errno);
@@ -232,12 +263,28 @@ void MetricsHttpServer::Loop::Run() {
       }
     }
     ExpireDeadlines();
+    // A connection old enough to be evicted: look at the backlog again.
+    if (accept_paused_ &&
+        static_cast<int>(conns_.size()) >= options_.max_connections) {
+      const auto now = Clock::now();
+      for (const auto& [fd, c] : conns_) {
+        if (EvictRank(c, now) > 0) {
+          ResumeAccepting();
+          break;
+        }
+      }
+    }
   }
 }
 
 int MetricsHttpServer::Loop::NextTimeoutMs() const {
   auto first = Clock::now() + std::chrono::seconds(1);
-  for (const auto& [fd, c] : conns_) first = std::min(first, c.deadline);
+  for (const auto& [fd, c] : conns_) {
+    first = std::min(first, c.deadline);
+    if (accept_paused_ && c.state == ConnState::kReading) {
+      first = std::min(first, c.accepted + kEvictAfter);
+    }
+  }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       first - Clock::now())
                       .count();
@@ -248,6 +295,18 @@ void MetricsHttpServer::Loop::AcceptSome() {
   // A bounded number per wake-up, so that a flood of connections cannot
   // starve the requests already open.
   for (int i = 0; i < 64; ++i) {
+    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+      // Only when a connection is waiting: never evict for nothing.
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 0) != 1) return;
+      if (!MakeRoom()) {
+        // Every slot holds a request being read (young), answered or
+        // lingering: the new ones wait in the backlog instead of evicting
+        // a scrape whose request has not arrived yet (issue 37 item 9).
+        PauseAccepting();
+        return;
+      }
+    }
     const int fd = ::accept4(listen_fd_, nullptr, nullptr,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
@@ -309,35 +368,85 @@ void MetricsHttpServer::Loop::CapReached(bool evicted) {
   }
 }
 
+int MetricsHttpServer::Loop::EvictRank(const Conn& c,
+                                       Clock::time_point now) const {
+  switch (c.state) {
+    case ConnState::kWriting:
+      return 0;  // answering: never
+    case ConnState::kLingering:
+      return 3;  // its answer is out
+    case ConnState::kReading:
+      break;
+  }
+  // Accepted with nothing sent although the kernel deferred it until data
+  // came: it was silent for kDeferAcceptSeconds already, an idle one.
+  if (deferred_ && c.in.empty() && c.silent_at_accept) return 2;
+  // A request still arriving: only once it is old enough.
+  return now - c.accepted >= kEvictAfter ? 1 : 0;
+}
+
+bool MetricsHttpServer::Loop::MakeRoom() {
+  const auto now = Clock::now();
+  int victim = -1;
+  int rank = 0;
+  uint64_t best = UINT64_MAX;
+  for (const auto& [cfd, c] : conns_) {
+    const int r = EvictRank(c, now);
+    if (r == 0) continue;
+    if (r > rank || (r == rank && c.seq < best)) {
+      victim = cfd;
+      rank = r;
+      best = c.seq;
+    }
+  }
+  if (victim < 0) return false;
+  if (rank < 3) CapReached(true);
+  Close(victim);
+  return true;
+}
+
+void MetricsHttpServer::Loop::PauseAccepting() {
+  if (accept_paused_) return;
+  accept_paused_ = true;
+  ++accept_waits_;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  const auto now = Clock::now();
+  if (now - last_wait_log_ >= kLogEvery) {
+    last_wait_log_ = now;
+    options_.log_warning(absl::StrCat(
+        "metrics: ", options_.max_connections,
+        " connections open (the cap), all with a request on its way or "
+        "being answered: new connections wait in the listen backlog "
+        "(nearprep_metrics_http_accept_waits_total)"));
+  }
+}
+
+void MetricsHttpServer::Loop::ResumeAccepting() {
+  if (!accept_paused_) return;
+  accept_paused_ = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+}
+
 void MetricsHttpServer::Loop::Admit(int fd) {
   ++accepted_;
   if (static_cast<int>(conns_.size()) >= options_.max_connections) {
-    // Evict a lingering connection first, else the oldest still reading.
-    int victim = -1;
-    uint64_t best = UINT64_MAX;
-    bool lingering = false;
-    for (const auto& [cfd, c] : conns_) {
-      if (c.state == ConnState::kWriting) continue;
-      const bool l = c.state == ConnState::kLingering;
-      if ((l && !lingering) || (l == lingering && c.seq < best)) {
-        victim = cfd;
-        best = c.seq;
-        lingering = l;
-      }
-    }
-    if (victim < 0) {
-      ::close(fd);
-      CapReached(false);
-      return;
-    }
-    if (!lingering) CapReached(true);
-    Close(victim);
+    ::close(fd);  // AcceptSome made room first: not reached
+    CapReached(false);
+    return;
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   Conn c;
   c.fd = fd;
-  c.seq = next_seq_++;
+  const uint64_t seq = next_seq_++;
+  c.seq = seq;
+  c.accepted = Clock::now();
   c.deadline = Clock::now() + options_.request_timeout;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
@@ -352,6 +461,12 @@ void MetricsHttpServer::Loop::Admit(int fd) {
   // before the accept: read now, so that a scrape accepted in a flood of
   // idle connections is answered before newer arrivals could evict it.
   ReadRequest(it->second);
+  auto again = conns_.find(fd);  // ReadRequest may have answered and closed
+  if (again != conns_.end() && again->second.seq == seq &&
+      again->second.state == ConnState::kReading &&
+      again->second.in.empty()) {
+    again->second.silent_at_accept = true;
+  }
 }
 
 void MetricsHttpServer::Loop::Close(int fd) {
@@ -359,6 +474,9 @@ void MetricsHttpServer::Loop::Close(int fd) {
   ::close(fd);
   conns_.erase(fd);
   active_ = static_cast<int64_t>(conns_.size());
+  if (static_cast<int>(conns_.size()) < options_.max_connections) {
+    ResumeAccepting();
+  }
 }
 
 void MetricsHttpServer::Loop::OnEvent(int fd, uint32_t events) {
@@ -656,6 +774,12 @@ void MetricsHttpServer::Collect(std::vector<MetricFamily>* out) const {
                     "refused, unfinished ones evicted) or for want of "
                     "descriptors.")
           .Add({}, static_cast<double>(s.connections_rejected)));
+  out->push_back(
+      CounterFamily(p + "accept_waits_total",
+                    "Times every slot held a request on its way or being "
+                    "answered: new connections waited in the listen backlog "
+                    "instead of evicting one.")
+          .Add({}, static_cast<double>(s.accept_waits)));
   out->push_back(CounterFamily(p + "requests_total",
                                "Requests answered (any path, any status but "
                                "the rejections).")

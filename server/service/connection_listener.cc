@@ -4,7 +4,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+// The kernel's struct tcp_info (glibc's lacks tcpi_bytes_received).
+#include <linux/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -177,7 +179,61 @@ ConnectionStats ConnectionListener::stats() const {
   s.limit = limit_.load();
   s.accepted = accepted_.load();
   s.rejected = rejected_.load();
+  s.closed_handshake_timeout = closed_handshake_.load();
+  s.closed_idle_timeout = closed_idle_.load();
+  s.evicted = evicted_.load();
   return s;
+}
+
+int64_t ConnectionListener::OpenCount() const {
+  return static_cast<int64_t>(live_.size()) - shut_count_;
+}
+
+bool ConnectionListener::Activity(int fd, Conn* c, uint32_t* idle_ms) const {
+  struct tcp_info info {};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  *idle_ms = info.tcpi_last_data_recv;
+  const socklen_t need = offsetof(struct tcp_info, tcpi_bytes_received) +
+                         sizeof(info.tcpi_bytes_received);
+  if (len < need) {
+    c->handshaked = true;  // an old kernel: only the idle timeout applies
+  } else if (info.tcpi_bytes_received >= kHandshakeBytes) {
+    c->handshaked = true;
+  }
+  return true;
+}
+
+void ConnectionListener::Shut(int fd, Conn* c) {
+  // gRPC owns the descriptor: shutdown(2) ends the connection (the peer
+  // sees it closed, gRPC reads EOF and closes the descriptor), close(2)
+  // here would let gRPC use a number that may be reused.
+  ::shutdown(fd, SHUT_RDWR);
+  c->shut = true;
+  ++shut_count_;
+}
+
+bool ConnectionListener::EvictOne() {
+  const auto now = Clock::now();
+  int victim = -1;
+  Clock::time_point oldest = now;
+  for (auto& [fd, c] : live_) {
+    if (c.shut || c.handshaked || now - c.accepted < kMinEvictAge) continue;
+    // Still the socket we handed over (gRPC may have closed it and the
+    // number been reused): never shut down someone else's descriptor.
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_ino != c.inode) continue;
+    uint32_t idle_ms = 0;
+    if (!Activity(fd, &c, &idle_ms) || c.handshaked) continue;
+    if (c.accepted < oldest) {
+      oldest = c.accepted;
+      victim = fd;
+    }
+  }
+  if (victim < 0) return false;
+  Shut(victim, &live_[victim]);
+  ++evicted_;
+  return true;
 }
 
 int64_t ConnectionListener::CapNow() const {
@@ -215,16 +271,27 @@ void ConnectionListener::Run() {
         ++accepted_;
         const int64_t cap = CapNow();
         limit_ = cap;
-        if (static_cast<int64_t>(live_.size()) >= cap &&
+        if (OpenCount() >= cap &&
             Clock::now() - last_sweep_ >= kSweepAtCapEvery) {
           Sweep();
         }
-        if (static_cast<int64_t>(live_.size()) >= cap) {
+        // At the cap a connection that never completed its handshake makes
+        // room (nginx drains idle keepalive connections the same way).
+        if (OpenCount() >= cap && EvictOne()) {
+          Warn(&last_evict_log_,
+               absl::StrCat("gRPC port: at the cap (", cap,
+                            "): closing connections that sent no HTTP/2 "
+                            "preface for new ones (",
+                            evicted_.load(),
+                            " so far; nearprep_grpc_connections_closed_"
+                            "total{kind=\"evicted\"})"));
+        }
+        if (OpenCount() >= cap) {
           ::close(fd);
           ++rejected_;
           ++rejected_since_log_;
           Warn(&last_cap_log_,
-               absl::StrCat("gRPC port: ", live_.size(),
+               absl::StrCat("gRPC port: ", OpenCount(),
                             " connections open, the cap (", cap,
                             "): closing new connections (",
                             rejected_since_log_,
@@ -235,8 +302,15 @@ void ConnectionListener::Run() {
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         struct stat st {};
-        if (::fstat(fd, &st) == 0) live_[fd] = st.st_ino;
-        active_ = static_cast<int64_t>(live_.size());
+        if (::fstat(fd, &st) == 0) {
+          auto old = live_.find(fd);  // a number gRPC closed and we reused
+          if (old != live_.end() && old->second.shut) --shut_count_;
+          Conn& c = live_[fd];
+          c = Conn{};
+          c.inode = st.st_ino;
+          c.accepted = Clock::now();
+        }
+        active_ = OpenCount();
         handoff_(fd);
         continue;
       }
@@ -255,7 +329,7 @@ void ConnectionListener::Run() {
         Warn(&last_emfile_log_,
              absl::StrCat("gRPC port: accept failed (", std::strerror(saved),
                           "): closing new connections until descriptors "
-                          "are free (", live_.size(), " open)"));
+                          "are free (", OpenCount(), " open)"));
         Sweep();
         if (drop < 0) {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -269,17 +343,56 @@ void ConnectionListener::Run() {
 }
 
 void ConnectionListener::Sweep() {
-  last_sweep_ = Clock::now();
+  const auto now = Clock::now();
+  last_sweep_ = now;
+  const auto hs = options_.handshake_timeout;
+  const auto idle = options_.idle_timeout;
+  // The idle check (one getsockopt per connection) at most every tenth of
+  // the timeout; the handshake check only for connections still owing it.
+  const bool check_idle =
+      idle.count() > 0 &&
+      now - last_idle_check_ >=
+          std::max<Clock::duration>(std::chrono::seconds(1), idle / 10);
+  if (check_idle) last_idle_check_ = now;
+  uint64_t closed_hs = 0, closed_idle = 0;
   for (auto it = live_.begin(); it != live_.end();) {
+    Conn& c = it->second;
     struct stat st {};
     if (::fstat(it->first, &st) != 0 || !S_ISSOCK(st.st_mode) ||
-        st.st_ino != it->second) {
+        st.st_ino != c.inode) {
+      if (c.shut) --shut_count_;
       it = live_.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    const bool hs_due =
+        hs.count() > 0 && !c.handshaked && now - c.accepted >= hs;
+    if (!c.shut && (hs_due || check_idle)) {
+      uint32_t idle_ms = 0;
+      if (Activity(it->first, &c, &idle_ms)) {
+        if (hs_due && !c.handshaked) {
+          Shut(it->first, &c);
+          ++closed_hs;
+        } else if (check_idle && idle_ms >= idle.count()) {
+          Shut(it->first, &c);
+          ++closed_idle;
+        }
+      }
+    }
+    ++it;
   }
-  active_ = static_cast<int64_t>(live_.size());
+  closed_handshake_ += closed_hs;
+  closed_idle_ += closed_idle;
+  if (closed_hs + closed_idle > 0) {
+    Warn(&last_timeout_log_,
+         absl::StrCat(
+             "gRPC port: closed ", closed_hs,
+             " connection(s) that sent no HTTP/2 preface within ", hs.count(),
+             " ms (limits.handshake_timeout_seconds) and ", closed_idle,
+             " from which nothing came for ", idle.count(),
+             " ms (limits.idle_timeout_seconds); "
+             "nearprep_grpc_connections_closed_total counts them"));
+  }
+  active_ = OpenCount();
   limit_ = CapNow();
 }
 

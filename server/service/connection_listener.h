@@ -19,7 +19,22 @@
 //   - gRPC closes the connections it was given without telling us: the
 //     listener remembers each one's descriptor and socket inode, and a
 //     sweep (every second, and before refusing at the cap) drops those whose
-//     descriptor no longer names that socket.
+//     descriptor no longer names that socket;
+//   - silent connections do not hold the port (issue 37 item 2; the way
+//     Envoy's and nginx's header and idle timeouts do): the sweep reads each
+//     connection's TCP_INFO (bytes received, time since the last data came
+//     in; it reads no data, gRPC's descriptor stays gRPC's) and shuts down
+//     (shutdown(2): gRPC then closes it) a connection that has not sent the
+//     HTTP/2 preface and a frame header (kHandshakeBytes) within
+//     handshake_timeout, and one from which nothing came for idle_timeout.
+//     At the cap, a new connection evicts the oldest one that has not
+//     completed that handshake (open for at least kMinEvictAge) instead of
+//     being refused, so sockets that connect and send nothing (or only the
+//     preface) cannot lock other clients out even for handshake_timeout.
+//     A live gRPC connection always sends something within idle_timeout
+//     when the server pings it (server.cc sets keepalive pings on
+//     connections with calls, and gRPC's max_connection_idle to close ones
+//     without calls gracefully first).
 // TLS stays on gRPC's own listener (1.51 cannot take an accepted TLS
 // socket): there neither guarantee holds, and the watchdog's probe through
 // the port is what notices a dead listener (systemd then restarts the
@@ -53,7 +68,20 @@ struct ConnectionStats {
   int64_t limit = 0;     // the cap now
   uint64_t accepted = 0;
   uint64_t rejected = 0;  // closed at the cap or for want of descriptors
+  // Shut down by the listener: no handshake within handshake_timeout,
+  // nothing received for idle_timeout, evicted at the cap (no handshake).
+  uint64_t closed_handshake_timeout = 0;
+  uint64_t closed_idle_timeout = 0;
+  uint64_t evicted = 0;
 };
+
+// What a connection must have sent to count as having completed its
+// handshake: the HTTP/2 client preface (24 bytes) and one frame header (9;
+// a client sends its SETTINGS right after the preface).
+inline constexpr uint64_t kHandshakeBytes = 24 + 9;
+// At the cap only connections at least this old are evicted: a client that
+// just connected has its preface in flight.
+inline constexpr std::chrono::milliseconds kMinEvictAge{1000};
 
 // The cap for a descriptor limit: what is left after a reserve of
 // max(64, limit / 8) descriptors for files and the like and 64 for the
@@ -65,6 +93,12 @@ class ConnectionListener {
   struct Options {
     // 0: ConnectionCapForDescriptorLimit(the soft RLIMIT_NOFILE now).
     int64_t max_connections = 0;
+    // A connection that has not sent kHandshakeBytes this long after it
+    // was accepted is shut down. 0: never.
+    std::chrono::milliseconds handshake_timeout{10000};
+    // A connection from which no byte came for this long is shut down.
+    // 0: never.
+    std::chrono::milliseconds idle_timeout{300000};
     // Where warnings go (the cap reached, accept failing); default stderr.
     std::function<void(const std::string&)> log_warning;
   };
@@ -94,7 +128,21 @@ class ConnectionListener {
   explicit ConnectionListener(Options options);
   void Run();
   void AcceptOne();
+  struct Conn {
+    ino_t inode = 0;
+    std::chrono::steady_clock::time_point accepted;
+    bool handshaked = false;  // sent kHandshakeBytes (never reset)
+    bool shut = false;        // shut down by us; gRPC closes it
+  };
   void Sweep();
+  // Shuts down the oldest connection that has not completed its handshake
+  // and is at least kMinEvictAge old; false when there is none.
+  bool EvictOne();
+  // Updates c->handshaked; *idle_ms: milliseconds since data last came in.
+  // False when TCP_INFO cannot be read (then nothing is enforced).
+  bool Activity(int fd, Conn* c, uint32_t* idle_ms) const;
+  void Shut(int fd, Conn* c);
+  int64_t OpenCount() const;
   int64_t CapNow() const;
   void Warn(std::chrono::steady_clock::time_point* last,
             const std::string& message);
@@ -107,16 +155,23 @@ class ConnectionListener {
   Handoff handoff_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  // Listener thread only: descriptor -> socket inode of what was handed over.
-  std::unordered_map<int, ino_t> live_;
+  // Listener thread only: descriptor -> what was handed over.
+  std::unordered_map<int, Conn> live_;
+  int64_t shut_count_ = 0;  // entries of live_ with shut set
   std::chrono::steady_clock::time_point last_sweep_{};
   std::chrono::steady_clock::time_point last_cap_log_{};
   std::chrono::steady_clock::time_point last_emfile_log_{};
+  std::chrono::steady_clock::time_point last_evict_log_{};
+  std::chrono::steady_clock::time_point last_timeout_log_{};
+  std::chrono::steady_clock::time_point last_idle_check_{};
   uint64_t rejected_since_log_ = 0;
   std::atomic<int64_t> active_{0};
   std::atomic<int64_t> limit_{0};
   std::atomic<uint64_t> accepted_{0};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> closed_handshake_{0};
+  std::atomic<uint64_t> closed_idle_{0};
+  std::atomic<uint64_t> evicted_{0};
 };
 
 // Connects to host:port ("0.0.0.0" / "::" / "" mean this host's loopback),

@@ -1,5 +1,6 @@
 #include "server/service/server.h"
 
+#include <algorithm>
 #include <future>
 #include <thread>
 #include <utility>
@@ -106,6 +107,8 @@ absl::StatusOr<std::unique_ptr<NearprepServer>> NearprepServer::Create(
   s->tls_ = options.tls;
   s->grpc_memory_bytes_ = options.grpc_memory_bytes;
   s->max_connections_ = options.max_connections;
+  s->handshake_timeout_seconds_ = options.handshake_timeout_seconds;
+  s->idle_timeout_seconds_ = options.idle_timeout_seconds;
   return s;
 }
 
@@ -152,6 +155,9 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
     // connections), bound before gRPC starts so a port in use fails here.
     ConnectionListener::Options lo;
     lo.max_connections = max_connections_;
+    lo.handshake_timeout =
+        std::chrono::milliseconds(handshake_timeout_seconds_ * 1000);
+    lo.idle_timeout = std::chrono::milliseconds(idle_timeout_seconds_ * 1000);
     lo.log_warning = [](const std::string& m) { spdlog::warn("{}", m); };
     absl::StatusOr<std::unique_ptr<ConnectionListener>> listener =
         ConnectionListener::Listen(address, port, std::move(lo));
@@ -175,6 +181,22 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  // Silent connections (issue 37 item 2). TLS: gRPC's own handshake
+  // deadline (default 120 s). Idle: connections without calls get a GOAWAY
+  // after idle_timeout (clients reconnect on their next call), and those
+  // with calls are pinged often enough that a live client (its transport
+  // answers pings) is never idle for the plaintext listener's hard check.
+  if (handshake_timeout_seconds_ > 0) {
+    builder.AddChannelArgument(
+        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+        static_cast<int>(handshake_timeout_seconds_ * 1000));
+  }
+  if (idle_timeout_seconds_ > 0) {
+    const int idle_ms = static_cast<int>(idle_timeout_seconds_ * 1000);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                               std::max(1000, idle_ms / 3));
+  }
   // One port, one daemon: gRPC sets SO_REUSEPORT by default, which lets a
   // second daemon bind the same port and take half of the connections.
   // Without it a port in use fails here (BuildAndStart returns null).

@@ -63,6 +63,14 @@ struct ServerOptions {
   // Most connections open on the gRPC port at once (plaintext only:
   // connection_listener.h); 0: derived from the descriptor limit.
   int64_t max_connections = 0;
+  // Connections that have not sent the HTTP/2 preface this long after they
+  // were accepted are closed (plaintext: connection_listener.h; TLS: gRPC's
+  // server handshake timeout). 0: never.
+  int64_t handshake_timeout_seconds = 10;
+  // Connections from which nothing came for this long are closed (gRPC
+  // first closes those without calls gracefully, GOAWAY; the plaintext
+  // listener then shuts down any still silent). 0: never.
+  int64_t idle_timeout_seconds = 300;
   // Who may read what (server/authz/policy.h; the config's authorization
   // section). Disabled (the default): every caller may do everything.
   authz::PolicyConfig authorization;
@@ -133,6 +141,8 @@ class NearprepServer {
   ServerOptions::TlsOptions tls_;
   uint64_t grpc_memory_bytes_ = 0;
   int64_t max_connections_ = 0;
+  int64_t handshake_timeout_seconds_ = 0;
+  int64_t idle_timeout_seconds_ = 0;
   std::string probe_host_;  // where CheckServing connects
   // Plaintext only; set by Start, stopped by Shutdown before gRPC is.
   std::unique_ptr<ConnectionListener> listener_;

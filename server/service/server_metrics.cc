@@ -63,6 +63,19 @@ void CollectServerMetrics(NearprepServer& server,
                                "Connections closed at once: the cap reached, "
                                "or no descriptor left to accept them.")
                      .Add({}, static_cast<double>(conns.rejected)));
+  out->push_back(
+      CounterFamily("nearprep_grpc_connections_closed_total",
+                    "Connections the daemon shut down (plaintext): "
+                    "handshake_timeout (no HTTP/2 preface within "
+                    "limits.handshake_timeout_seconds), idle_timeout "
+                    "(nothing received for limits.idle_timeout_seconds), "
+                    "evicted (no preface yet, closed at the cap to admit a "
+                    "new connection).")
+          .Add({{"kind", "handshake_timeout"}},
+               static_cast<double>(conns.closed_handshake_timeout))
+          .Add({{"kind", "idle_timeout"}},
+               static_cast<double>(conns.closed_idle_timeout))
+          .Add({{"kind", "evicted"}}, static_cast<double>(conns.evicted)));
 
   // Streams.
   out->push_back(GaugeFamily("nearprep_streams_active",
@@ -98,6 +111,18 @@ void CollectServerMetrics(NearprepServer& server,
                static_cast<double>(server.authorizer().reloads_ok()))
           .Add({{"kind", "failed"}},
                static_cast<double>(server.authorizer().reloads_failed())));
+  out->push_back(
+      CounterFamily("nearprep_authz_audit_write_failures_total",
+                    "Audit records that could not be written to "
+                    "authorization.audit_log (disk full, I/O error): lost.")
+          .Add({}, static_cast<double>(
+                       server.authorizer().audit_write_failures())));
+  out->push_back(
+      CounterFamily("nearprep_authz_audit_refusals_total",
+                    "Streams the policy allowed but refused (UNAVAILABLE) "
+                    "because their audit record could not be written "
+                    "(authorization.audit_fail_closed).")
+          .Add({}, static_cast<double>(server.authorizer().audit_refusals())));
 
   // What was sent, per dataset.
   MetricFamily batches = CounterFamily(

@@ -158,7 +158,8 @@ def _one_batch(client, dataset):
 def _metric(d, name, **labels):
     port = int(open(d.metrics_file).read())
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+                   if labels else "")
     for line in text.splitlines():
         if line.startswith(want + " "):
             return float(line.split()[-1])
@@ -397,6 +398,46 @@ def test_sighup_revokes_a_team_mid_stream_and_bad_reload_keeps_policy(
         with _client(d, certs, "team-a") as a2:
             with pytest.raises(nearprep.PermissionDeniedError):
                 _one_batch(a2, "alpha")
+    finally:
+        d.stop()
+
+
+def test_audit_log_on_a_full_disk_is_counted_logged_and_may_fail_closed(
+        tmp_path, sample_dir, certs):
+    # /dev/full: every write is ENOSPC, as on a full disk. Fail-open (the
+    # default): streams are served, every lost record counted, the daemon's
+    # log says so once (not once per record, not never). Reloaded with
+    # audit_fail_closed: streams are refused with UNAVAILABLE.
+    d = Daemon(tmp_path, {}, name="audit-full", workers=1,
+               extra=["--metrics-listen", "127.0.0.1:0",
+                      "--metrics-port-file", str(tmp_path / "metrics-port")])
+    d.metrics_file = tmp_path / "metrics-port"
+    _write_config(d, sample_dir, _policy("/dev/full"), tls=certs)
+    d.start()
+    try:
+        with _client(d, certs, "team-a") as a:
+            for _ in range(3):
+                assert len(_one_batch(a, "alpha").sample_ids) == 4
+        assert _metric(d, "nearprep_authz_audit_write_failures_total") == 3
+        assert _metric(d, "nearprep_authz_audit_refusals_total") == 0
+        log = _wait_log(d, "cannot be written")
+        assert log.count("cannot be written") == 1
+        assert "No space left on device" in log and "served unaudited" in log
+
+        text = open(d.config).read().replace(
+            "  audit_log: /dev/full\n",
+            "  audit_log: /dev/full\n  audit_fail_closed: true\n", 1)
+        open(d.config, "w").write(text)
+        mark = _log_size(d)
+        d.proc.send_signal(signal.SIGHUP)
+        _wait_log(d, "authorization policy reloaded", mark)
+        with _client(d, certs, "team-a") as a:
+            with pytest.raises(nearprep.NearprepError) as e:
+                _one_batch(a, "alpha")
+            assert e.value.code == "UNAVAILABLE"
+            assert "audit log cannot be written" in str(e.value)
+        assert _metric(d, "nearprep_authz_audit_refusals_total") >= 1
+        assert d.proc.poll() is None
     finally:
         d.stop()
 

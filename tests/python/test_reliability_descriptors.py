@@ -66,8 +66,8 @@ def test_daemon_accepts_again_after_descriptors_ran_out(daemon_factory, sample_d
     try:
         held = hold_connections(d.port, 400) + hold_connections(mport, 300)
         time.sleep(1.0)  # the daemon accepts, counts and closes what is over
-        # While they are held the metrics port still answers (it closes the
-        # oldest idle connection for a new one).
+        # While they are held the metrics port still answers (idle ones wait
+        # in the kernel until they send, or are closed for a new one).
         try:
             during = run_bounded(lambda: scrape(mport), 20)
         except OSError as e:
@@ -87,7 +87,10 @@ def test_daemon_accepts_again_after_descriptors_ran_out(daemon_factory, sample_d
     assert not isinstance(during, Exception), f"no scrape while held: {during}"
     assert value(during, "nearprep_grpc_connections_rejected_total") > 0
     assert value(during, "nearprep_grpc_connections_limit") < 256
-    assert value(during, "nearprep_metrics_http_connections_rejected_total") > 0
+    # The metrics port's idle connections sent nothing: the kernel holds them
+    # (TCP_DEFER_ACCEPT) instead of a slot, or the cap closed them.
+    assert value(during, "nearprep_metrics_http_connections_active") <= \
+        value(during, "nearprep_metrics_http_connections_limit")
     # The count follows gRPC closing the connections (a sweep a second).
     deadline = time.monotonic() + 10
     while True:
@@ -154,3 +157,70 @@ def test_watchdog_stops_when_the_tls_listener_no_longer_accepts(
     assert pings(3.0) == 0, "the watchdog kept pinging with a dead listener"
     assert "watchdog: serving check failed" in open(d.log, errors="replace").read()
     notify.close()
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _closed_by_peer(s, timeout):
+    """Whether the daemon closes `s` within `timeout` (what gRPC sent
+    before, its SETTINGS, is read and dropped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        s.settimeout(left)
+        try:
+            if s.recv(4096) == b"":
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+
+def test_silent_connections_do_not_lock_clients_out(daemon_factory, sample_dir, tmp_path):
+    """Issue 37 item 2: max_connections TCP connections that send nothing,
+    or only the HTTP/2 preface, locked every other client out for as long as
+    they were held (70 s tested). Now a real client is served at once (a
+    connection without a handshake makes room at the cap) and the silent
+    ones are closed after limits.handshake_timeout_seconds."""
+    port_file = str(tmp_path / "metrics_port")
+    d = daemon_factory({"sample": sample_dir}, "silent",
+                       extra=["--metrics-listen", "127.0.0.1:0",
+                              "--metrics-port-file", port_file])
+    with open(d.config, "a") as f:
+        f.write("limits:\n  max_connections: 8\n  handshake_timeout_seconds: 3\n")
+    d.start()
+    mport = wait_for_file(port_file, d.proc)
+    held = []
+    for i in range(8):
+        s = socket.create_connection(("127.0.0.1", d.port))
+        if i % 2:
+            s.sendall(PREFACE)  # only the preface, then nothing
+        held.append(s)
+    time.sleep(1.5)  # older than the listener's minimum eviction age
+    start = time.monotonic()
+    c = nearprep.Client(d.target, rpc_timeout=5, reconnect_deadline=2)
+    info = run_bounded(c.info, 10)
+    served_after = time.monotonic() - start
+    assert info.version
+    got = run_bounded(lambda: list(c.batches("sample", batch_size=4, max_batches=1,
+                                             height=16, width=16)), 10)
+    assert sum(len(b) for b in got) == 4
+    assert served_after < 3.0, served_after  # within the handshake deadline
+    # Every silent connection is closed by the deadline (3 s, swept each
+    # second), evicted or timed out.
+    assert all(_closed_by_peer(s, 5.0) for s in held)
+    for s in held:
+        s.close()
+    m = scrape(mport)
+    closed = (value(m, "nearprep_grpc_connections_closed_total", kind="evicted") +
+              value(m, "nearprep_grpc_connections_closed_total",
+                    kind="handshake_timeout"))
+    assert value(m, "nearprep_grpc_connections_closed_total", kind="evicted") >= 1
+    assert closed >= 8, m
+    # The client that spoke is still connected and served.
+    assert run_bounded(c.info, 10).version
+    c.close()

@@ -3,8 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -415,6 +422,148 @@ TEST(AuthorizerTest, ReloadReplacesPolicyAndBadReloadKeepsOld) {
   EXPECT_EQ(a->reloads_ok(), 1u);
   EXPECT_EQ(a->Authorize(c, Operation::kStream, "d").code(),
             absl::StatusCode::kPermissionDenied);
+}
+
+// Captures what the daemon's log gets while it lives.
+class LogCapture {
+ public:
+  LogCapture()
+      : previous_(spdlog::default_logger()),
+        logger_(std::make_shared<spdlog::logger>(
+            "capture",
+            std::make_shared<spdlog::sinks::ostream_sink_mt>(out_))) {
+    spdlog::set_default_logger(logger_);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() {
+    logger_->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// A full disk (/dev/full: every write is ENOSPC): the stream is still
+// served by default, but each lost record is counted and the daemon's log
+// says so once per interval, not once per record, and not never.
+TEST(AuthorizerTest, AuditWriteFailuresAreCountedAndLoggedOncePerInterval) {
+  LogCapture log;
+  auto a = *Authorizer::Create(
+      Parse(std::string(kTwoTeams) + "  audit_log: /dev/full\n"),
+      {"imagenet-train", "librispeech"});
+  Credentials vision;
+  vision.san_uris = {"spiffe://corp/team-vision/j"};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(
+        a->Authorize(vision, Operation::kStream, "imagenet-train").ok());
+  }
+  EXPECT_EQ(a->Authorize(vision, Operation::kStream, "librispeech").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(a->audit_write_failures(), 6u);
+  EXPECT_EQ(a->audit_refusals(), 0u);
+  EXPECT_EQ(a->decision_counts().at({"allow", "imagenet-train"}), 5u);
+  const std::string text = log.text();
+  EXPECT_EQ(CountOf(text, "cannot be written"), 1) << text;
+  EXPECT_THAT(text, HasSubstr("'/dev/full'"));
+  EXPECT_THAT(text, HasSubstr("No space left on device"));
+  EXPECT_THAT(text, HasSubstr("served unaudited"));
+}
+
+// authorization.audit_fail_closed: a stream whose record is lost is
+// refused (UNAVAILABLE), counted apart from the policy's decisions.
+TEST(AuthorizerTest, AuditFailClosedRefusesStreamsItCannotAudit) {
+  LogCapture log;
+  auto a = *Authorizer::Create(
+      Parse(std::string(kTwoTeams) +
+            "  audit_log: /dev/full\n  audit_fail_closed: true\n"),
+      {"imagenet-train"});
+  Credentials vision;
+  vision.san_uris = {"spiffe://corp/team-vision/j"};
+  absl::Status st = a->Authorize(vision, Operation::kStream, "imagenet-train");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_THAT(st.message(), HasSubstr("audit log cannot be written"));
+  EXPECT_EQ(a->audit_write_failures(), 1u);
+  EXPECT_EQ(a->audit_refusals(), 1u);
+  EXPECT_EQ(a->decision_counts().count({"allow", "imagenet-train"}), 0u);
+  EXPECT_THAT(log.text(), HasSubstr("streams are refused"));
+
+  // A reload to a writable log: served (and audited) again, and the log
+  // says how many records were lost.
+  const std::string audit = ::testing::TempDir() + "/authz_audit_back.jsonl";
+  std::remove(audit.c_str());
+  ASSERT_TRUE(a->Reload(Parse(std::string(kTwoTeams) + "  audit_log: " +
+                              audit + "\n  audit_fail_closed: true\n"))
+                  .ok());
+  EXPECT_TRUE(a->Authorize(vision, Operation::kStream, "imagenet-train").ok());
+  EXPECT_THAT(ReadAll(audit), HasSubstr(R"("decision":"allow")"));
+  EXPECT_THAT(log.text(), HasSubstr("written again; 1 audit record(s)"));
+}
+
+// A record cut short (here by RLIMIT_FSIZE, as a disk that fills mid-line)
+// leaves no partial line: every line of the file stays one JSON record.
+TEST(AuthorizerTest, AuditRecordCutShortIsRemoved) {
+  LogCapture log;
+  const std::string audit = ::testing::TempDir() + "/authz_audit_cut.jsonl";
+  std::remove(audit.c_str());
+  auto a = *Authorizer::Create(
+      Parse(std::string(kTwoTeams) + "  audit_log: " + audit + "\n"),
+      {"imagenet-train"});
+  Credentials vision;
+  vision.san_uris = {"spiffe://corp/team-vision/j"};
+  ASSERT_TRUE(a->Authorize(vision, Operation::kStream, "imagenet-train").ok());
+  struct stat st;
+  ASSERT_EQ(::stat(audit.c_str(), &st), 0);
+  const off_t one = st.st_size;
+
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit small = old_limit;
+  small.rlim_cur = static_cast<rlim_t>(one + one / 2);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const bool ok =
+      a->Authorize(vision, Operation::kStream, "imagenet-train").ok();
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(a->audit_write_failures(), 1u);
+  ASSERT_EQ(::stat(audit.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, one);
+
+  ASSERT_TRUE(a->Authorize(vision, Operation::kStream, "imagenet-train").ok());
+  const std::string text = ReadAll(audit);
+  EXPECT_EQ(CountOf(text, "\n"), 2);
+  EXPECT_EQ(CountOf(text, "{\"time\""), 2);
+}
+
+TEST(ParsePolicyYamlTest, AuditFailClosedNeedsAFileAndABool) {
+  EXPECT_TRUE(Parse("authorization:\n  audit_log: /a\n"
+                    "  audit_fail_closed: true\n")
+                  .audit_fail_closed);
+  EXPECT_FALSE(Parse("authorization:\n  audit_log: /a\n").audit_fail_closed);
+  auto err = [](const std::string& yaml) {
+    absl::StatusOr<PolicyConfig> c = ParsePolicyYaml(yaml, "n.yaml");
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  EXPECT_THAT(err("authorization:\n  audit_log: /a\n"
+                  "  audit_fail_closed: maybe\n"),
+              HasSubstr("n.yaml:3: authorization.audit_fail_closed: must be "
+                        "true or false"));
+  EXPECT_THAT(err("authorization:\n  audit_fail_closed: true\n"),
+              HasSubstr("needs authorization.audit_log"));
 }
 
 TEST(AuditJsonTest, EscapesEveryNonPrintableByte) {

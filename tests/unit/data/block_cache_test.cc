@@ -5,10 +5,14 @@
 // not cached. The LRU mode keeps its behaviour next to it.
 #include "server/data/block_cache.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -173,6 +177,83 @@ TEST(BlockCacheLru, KeepsTheMostRecentBlocksWithinTheCapacity) {
   EXPECT_FALSE(loaded);
   ASSERT_TRUE(f.cache->GetOrLoad(K(0), f.Loader(K(0)), &loaded).ok());
   EXPECT_TRUE(loaded);
+}
+
+// Issue 37 item 12: a plan block bigger than the whole capacity (64 JPEGs of
+// ~100 KB against block_cache_bytes: 4M) was read into an empty cache and
+// held: the gauge peaked at 6.1 MiB. It is read sample by sample instead.
+TEST(BlockCacheOnce, ABlockBiggerThanTheCapacityIsNotReadEvenIntoAnEmptyCache) {
+  Fixture f(250);
+  EXPECT_EQ(f.Serve(K(0, 300), 0, 3), "noroom");
+  EXPECT_EQ(f.Serve(K(0, 300), 1, 3), "noroom");
+  EXPECT_EQ(f.cache->resident_bytes(), 0u);
+  EXPECT_EQ(f.loads, 0);
+  EXPECT_EQ(f.Serve(K(300, 250), 0, 3), "load");  // exactly the capacity
+  EXPECT_EQ(f.cache->resident_bytes(), 250u);
+}
+
+TEST(BlockCacheLru, ABlockBiggerThanTheCapacityIsNotHeld) {
+  Fixture f(250);
+  bool loaded = true;
+  absl::StatusOr<Block> b = f.cache->GetOrLoad(K(0, 300), f.Loader(K(0, 300)), &loaded);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(loaded);
+  EXPECT_EQ(b->data, nullptr);  // read the sample alone
+  EXPECT_EQ(f.cache->resident_bytes(), 0u);
+  EXPECT_EQ(f.loads, 0);
+}
+
+// Many streams missing different blocks at once (64 fleet-read trainers):
+// each miss was charged, and the LRU trimmed only after its read, so the
+// cache held capacity + one block per concurrent read. Room is made and
+// charged before the read now: the gauge never exceeds the capacity.
+TEST(BlockCacheLru, ConcurrentMissesNeverExceedTheCapacity) {
+  constexpr uint64_t kCapacity = 250;
+  BlockCache cache(kCapacity);
+  std::atomic<uint64_t> peak{0};
+  std::atomic<int> loads{0}, bypasses{0};
+  const auto watch = [&] {
+    const uint64_t now = cache.resident_bytes();
+    uint64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  };
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int round = 0; round < 20; ++round) {
+        const BlockCache::Key key = K(uint64_t(t * 1000 + round % 5) * 100);
+        bool loaded = false;
+        absl::StatusOr<Block> b = cache.GetOrLoad(
+            key,
+            [&, key]() -> absl::StatusOr<Block> {
+              ++loads;
+              watch();
+              // A slow read: the other threads miss meanwhile.
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              watch();
+              Block block;
+              block.offset = key.offset;
+              block.size = key.size;
+              block.data = std::shared_ptr<uint8_t>(
+                  new uint8_t[key.size], std::default_delete<uint8_t[]>());
+              return block;
+            },
+            &loaded);
+        ASSERT_TRUE(b.ok());
+        if (b->data == nullptr) ++bypasses;
+        watch();
+      }
+    });
+  }
+  go = true;
+  for (auto& th : threads) th.join();
+  EXPECT_GT(loads.load(), 0);
+  EXPECT_LE(peak.load(), kCapacity);
+  EXPECT_LE(cache.resident_bytes(), kCapacity);
+  EXPECT_GT(bypasses.load(), 0);
 }
 
 }  // namespace

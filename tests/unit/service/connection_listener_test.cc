@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -168,6 +169,119 @@ TEST(ConnectionListenerTest, AcceptsAgainAfterDescriptorsRanOut) {
   EXPECT_TRUE(WaitFor([&] { return taken.size() == 1; }));
   ::close(starved);
   ::close(later);
+  taken.CloseAll();
+}
+
+// The HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client
+// sends as soon as it is connected.
+constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr char kSettings[] = "\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+void Send(int fd, const char* data, size_t n) {
+  ASSERT_EQ(::send(fd, data, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+}
+
+std::unique_ptr<ConnectionListener> Started(ConnectionListener::Options o,
+                                            Taken* taken) {
+  o.log_warning = [](const std::string&) {};
+  auto l = ConnectionListener::Listen("127.0.0.1", 0, std::move(o));
+  EXPECT_TRUE(l.ok()) << l.status();
+  (*l)->Start([taken](int fd) {
+    std::lock_guard<std::mutex> g(taken->mu);
+    taken->fds.push_back(fd);
+  });
+  return std::move(*l);
+}
+
+// Issue 37 item 2: connections that send nothing, or only the preface, are
+// shut down after handshake_timeout; one that sent its SETTINGS stays.
+TEST(ConnectionListenerTest, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
+  ConnectionListener::Options o;
+  o.handshake_timeout = milliseconds(500);
+  o.idle_timeout = milliseconds(0);
+  Taken taken;
+  auto l = Started(o, &taken);
+  const int silent = Socket(), preface_only = Socket(), real = Socket();
+  ASSERT_TRUE(ConnectTo(silent, l->port()));
+  ASSERT_TRUE(ConnectTo(preface_only, l->port()));
+  ASSERT_TRUE(ConnectTo(real, l->port()));
+  Send(preface_only, kPreface, sizeof(kPreface) - 1);
+  Send(real, kPreface, sizeof(kPreface) - 1);
+  Send(real, kSettings, sizeof(kSettings) - 1);
+  ASSERT_TRUE(WaitFor([&] { return taken.size() == 3; }));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ClosedByServer(silent));
+  EXPECT_TRUE(ClosedByServer(preface_only));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2500));
+  EXPECT_TRUE(WaitFor([&] { return l->stats().closed_handshake_timeout == 2; }));
+  EXPECT_TRUE(WaitFor([&] { return l->stats().active == 1; }));
+  // The one that spoke is left alone (recv times out: nothing, no EOF).
+  timeval tv{0, 300000};
+  ::setsockopt(real, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  EXPECT_FALSE(ClosedByServer(real));
+  EXPECT_EQ(l->stats().closed_idle_timeout, 0u);
+  for (int fd : {silent, preface_only, real}) ::close(fd);
+  taken.CloseAll();
+}
+
+TEST(ConnectionListenerTest, ConnectionsSilentForTheIdleTimeoutAreClosed) {
+  ConnectionListener::Options o;
+  o.handshake_timeout = milliseconds(0);
+  o.idle_timeout = milliseconds(1000);
+  Taken taken;
+  auto l = Started(o, &taken);
+  const int quiet = Socket(), chatty = Socket();
+  ASSERT_TRUE(ConnectTo(quiet, l->port()));
+  ASSERT_TRUE(ConnectTo(chatty, l->port()));
+  Send(quiet, kPreface, sizeof(kPreface) - 1);
+  Send(quiet, kSettings, sizeof(kSettings) - 1);
+  ASSERT_TRUE(WaitFor([&] { return taken.size() == 2; }));
+  // chatty sends a frame header every 200 ms (as pings would).
+  for (int i = 0; i < 15; ++i) {
+    Send(chatty, kSettings, sizeof(kSettings) - 1);
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_TRUE(WaitFor([&] { return l->stats().closed_idle_timeout == 1; }));
+  EXPECT_TRUE(ClosedByServer(quiet));
+  timeval tv{0, 100000};
+  ::setsockopt(chatty, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  EXPECT_FALSE(ClosedByServer(chatty));
+  ::close(quiet);
+  ::close(chatty);
+  taken.CloseAll();
+}
+
+// max_connections silent sockets no longer lock a real client out: at the
+// cap, the oldest connection without a handshake makes room at once.
+TEST(ConnectionListenerTest, AtTheCapSilentConnectionsMakeRoomForNewOnes) {
+  ConnectionListener::Options o;
+  o.max_connections = 3;
+  o.handshake_timeout = milliseconds(60000);  // not what frees the room
+  Taken taken;
+  auto l = Started(o, &taken);
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    silent.push_back(Socket());
+    ASSERT_TRUE(ConnectTo(silent.back(), l->port()));
+  }
+  Send(silent[2], kPreface, sizeof(kPreface) - 1);  // only the preface
+  ASSERT_TRUE(WaitFor([&] { return taken.size() == 3; }));
+  std::this_thread::sleep_for(kMinEvictAge + milliseconds(100));
+  const int real = Socket();
+  ASSERT_TRUE(ConnectTo(real, l->port()));
+  Send(real, kPreface, sizeof(kPreface) - 1);
+  Send(real, kSettings, sizeof(kSettings) - 1);
+  EXPECT_TRUE(WaitFor([&] { return taken.size() == 4; }, milliseconds(1000)));
+  EXPECT_EQ(l->stats().rejected, 0u);
+  EXPECT_EQ(l->stats().evicted, 1u);
+  EXPECT_TRUE(ClosedByServer(silent[0]));  // the oldest
+  // A connection that completed its handshake is never evicted: with every
+  // slot held by one, new connections are refused as before.
+  timeval tv{0, 300000};
+  ::setsockopt(real, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  EXPECT_FALSE(ClosedByServer(real));
+  for (int fd : silent) ::close(fd);
+  ::close(real);
   taken.CloseAll();
 }
 

@@ -211,6 +211,40 @@ TEST(DaemonConfigTest, MaxConnections) {
   std::filesystem::remove(bad_yaml);
 }
 
+// Silent connections (issue 37 item 2): 10 s to send the HTTP/2 preface and
+// 300 s of silence by default; 0 turns either off; over a day or negative
+// is refused naming the key.
+TEST(DaemonConfigTest, HandshakeAndIdleTimeouts) {
+  CommandLine def = Parse({"--dataset", "a=/a"});
+  ASSERT_FALSE(def.exit_now) << def.message;
+  EXPECT_EQ(def.config.server.handshake_timeout_seconds, 10);
+  EXPECT_EQ(def.config.server.idle_timeout_seconds, 300);
+  const std::string path = WriteTemp(
+      "nearprepd_timeouts.yaml",
+      "limits: {handshake_timeout_seconds: 3, idle_timeout_seconds: 0}\n"
+      "datasets: [{name: a, root: /a}]\n");
+  CommandLine set = Parse({"--config", path});
+  ASSERT_FALSE(set.exit_now) << set.message;
+  EXPECT_EQ(set.config.server.handshake_timeout_seconds, 3);
+  EXPECT_EQ(set.config.server.idle_timeout_seconds, 0);
+  std::filesystem::remove(path);
+  for (const char* bad_value :
+       {"handshake_timeout_seconds: 86401", "idle_timeout_seconds: -1",
+        "idle_timeout_seconds: 1e300"}) {
+    const std::string bad_yaml = WriteTemp(
+        "nearprepd_timeouts_bad.yaml",
+        std::string("limits: {") + bad_value +
+            "}\ndatasets: [{name: a, root: /a}]\n");
+    CommandLine bad = Parse({"--config", bad_yaml});
+    EXPECT_EQ(bad.exit_code, 2) << bad_value;
+    const std::string key =
+        std::string("limits.") +
+        std::string(bad_value).substr(0, std::string(bad_value).find(':'));
+    EXPECT_NE(bad.message.find(key), std::string::npos) << bad.message;
+    std::filesystem::remove(bad_yaml);
+  }
+}
+
 // gRPC's memory quota: 1G by default, from the config and the flag (the
 // flag wins), 0 allowed (no quota), a bad size names its key or flag.
 TEST(DaemonConfigTest, GrpcMemoryQuota) {
