@@ -18,7 +18,19 @@
 //     hue F (double), posterize BITS, solarize T (double), autocontrast,
 //     equalize, invert, hflip, rotate A (double),
 //     affine ANGLE TX TY SCALE SHEARX SHEARY (torchvision's default centre).
+//   nearprep_pil_ops_apply time IN.raw REPEAT < JOBS
+//     The same jobs (and inputs) as run, for bench/python/augment_ops_bench.py:
+//     each job runs REPEAT times, each time on a fresh copy of its input (the
+//     copy is outside the timed interval), and the driver prints
+//       TIME JOB MEDIAN MIN     (seconds per run over the REPEAT runs)
+//     One more OP exists here only: erase Y X EH EW V, RandomErasing's fill
+//     of the box [Y, Y+EH) x [X, X+EW) with V on the image as the 3xHxW
+//     float32 NCHW tensor (input / 255), the loop of EraseBox in
+//     server/image/torchvision_preprocess.cc (which the daemon runs on the
+//     stored output, so there is no copy of the image in its cost).
 //   Numbers are parsed with strtod, so Python's repr() round-trips exactly.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +42,7 @@
 #include <vector>
 
 #include "server/image/pil_ops.h"
+#include "server/image/tf_ops_internal.h"
 #include "server/image/torchvision_augment.h"
 
 namespace {
@@ -175,6 +188,114 @@ int Run(const char* in_path, const char* out_path) {
   return out ? 0 : 1;
 }
 
+// torchvision_preprocess.cc's EraseBox (file-local there), restated: the
+// daemon's RandomErasing on its output tensor.
+void EraseBox(int by, int bx, int bh, int bw, const float value[3], int h,
+              int w, nearprep::DType dtype, nearprep::Layout layout,
+              uint8_t* out) {
+  const size_t es = nearprep::DTypeSize(dtype);
+  uint8_t bytes[3][4];
+  for (int c = 0; c < 3; ++c) {
+    nearprep::internal::StoreElement(value[c], dtype, bytes[c]);
+  }
+  for (int y = by; y < by + bh; ++y) {
+    for (int x = bx; x < bx + bw; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const size_t index = layout == nearprep::Layout::kNHWC
+                                 ? (static_cast<size_t>(y) * w + x) * 3 + c
+                                 : (static_cast<size_t>(c) * h + y) * w + x;
+        std::memcpy(out + index * es, bytes[c], es);
+      }
+    }
+  }
+}
+
+int Time(const char* in_path, int repeat) {
+  std::ifstream in(in_path, std::ios::binary);
+  if (!in || repeat < 1) {
+    std::fprintf(stderr, "cannot open %s or REPEAT < 1\n", in_path);
+    return 1;
+  }
+  using Clock = std::chrono::steady_clock;
+  std::string line;
+  size_t job = 0;
+  std::vector<double> runs(static_cast<size_t>(repeat));
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    int h = 0, w = 0, fr = 0, fg = 0, fb = 0;
+    std::string op;
+    if (!(fields >> h >> w >> fr >> fg >> fb >> op) || h < 0 || w < 0) {
+      std::fprintf(stderr, "bad job line %zu: %s\n", job, line.c_str());
+      return 2;
+    }
+    std::vector<std::string> args;
+    for (std::string s; fields >> s;) args.push_back(s);
+    RgbImage src;
+    src.height = h;
+    src.width = w;
+    src.data.resize(static_cast<size_t>(h) * static_cast<size_t>(w) * 3);
+    if (!in.read(reinterpret_cast<char*>(src.data.data()),
+                 static_cast<std::streamsize>(src.data.size()))) {
+      std::fprintf(stderr, "input ends before job %zu\n", job);
+      return 1;
+    }
+    const uint8_t fill[3] = {static_cast<uint8_t>(fr), static_cast<uint8_t>(fg),
+                             static_cast<uint8_t>(fb)};
+    if (op == "erase") {
+      const int by = static_cast<int>(Arg(args, 0));
+      const int bx = static_cast<int>(Arg(args, 1));
+      const int bh = static_cast<int>(Arg(args, 2));
+      const int bw = static_cast<int>(Arg(args, 3));
+      const float v = static_cast<float>(Arg(args, 4));
+      const float value[3] = {v, v, v};
+      if (by < 0 || bx < 0 || bh < 0 || bw < 0 || by + bh > h || bx + bw > w) {
+        std::fprintf(stderr, "erase box outside the image (job %zu)\n", job);
+        return 2;
+      }
+      const size_t plane = static_cast<size_t>(h) * static_cast<size_t>(w);
+      std::vector<float> chw(plane * 3), work(plane * 3);
+      for (size_t i = 0; i < plane; ++i) {
+        for (size_t c = 0; c < 3; ++c) {
+          chw[c * plane + i] = static_cast<float>(src.data[i * 3 + c]) / 255.0f;
+        }
+      }
+      for (int r = 0; r < repeat; ++r) {
+        std::copy(chw.begin(), chw.end(), work.begin());
+        const auto t0 = Clock::now();
+        EraseBox(by, bx, bh, bw, value, h, w, nearprep::DType::kFloat32,
+                 nearprep::Layout::kNCHW,
+                 reinterpret_cast<uint8_t*>(work.data()));
+        const auto t1 = Clock::now();
+        runs[static_cast<size_t>(r)] =
+            std::chrono::duration<double>(t1 - t0).count();
+      }
+    } else {
+      RgbImage img;
+      for (int r = 0; r < repeat; ++r) {
+        img = src;  // Same size after the first run: no allocation.
+        const auto t0 = Clock::now();
+        const bool known = RunOne(&img, op, args, fill);
+        const auto t1 = Clock::now();
+        if (!known) {
+          std::fprintf(stderr, "unknown op %s (job %zu)\n", op.c_str(), job);
+          return 2;
+        }
+        runs[static_cast<size_t>(r)] =
+            std::chrono::duration<double>(t1 - t0).count();
+      }
+    }
+    std::vector<double> sorted = runs;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t m = sorted.size();
+    const double median =
+        m % 2 == 1 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+    std::printf("TIME %zu %.9g %.9g\n", job, median, sorted[0]);
+    ++job;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,9 +313,11 @@ int main(int argc, char** argv) {
   }
   if (argc == 4 && std::strcmp(argv[1], "run") == 0)
     return Run(argv[2], argv[3]);
+  if (argc == 4 && std::strcmp(argv[1], "time") == 0)
+    return Time(argv[2], std::atoi(argv[3]));
   std::fprintf(stderr,
                "usage: %s tables H W [avx2|default|avx512] | run IN.raw "
-               "OUT.raw < JOBS\n",
+               "OUT.raw < JOBS | time IN.raw REPEAT < JOBS\n",
                argv[0]);
   return 2;
 }

@@ -14,6 +14,12 @@
 //       Applies ApplyBatchMix to the raw tensor in file IN (N images of
 //       DTYPE 0 f32 | 1 f16 | 2 bf16 | 3 u8, LAYOUT 0 NHWC | 1 NCHW, native
 //       byte order) and writes the result to OUT.
+//   nearprep_batch_mix_apply time KIND LAMBDA_BITS Y1 X1 Y2 X2 DTYPE LAYOUT
+//                                 N H W IN REPEAT
+//       For bench/python/augment_ops_bench.py: runs the same ApplyBatchMix
+//       REPEAT times, each on a fresh copy of IN's tensor (the copy is
+//       outside the timed interval), and prints
+//       "TIME MEDIAN MIN" (seconds per call over the REPEAT calls).
 //   nearprep_batch_mix_apply convcheck
 //       Compares BatchMixStore with server/image's StoreElement on ~1.1M
 //       float32 bit patterns (a stride over all 2^32 and the neighbourhoods
@@ -21,6 +27,8 @@
 //       BatchMixStore round-trip every float16, bfloat16 and uint8 value.
 //       Prints the number of checks; exit status 1 on the first mismatch.
 // Exit status 2 on bad usage or I/O errors.
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -76,7 +84,8 @@ int Draw() {
   return 0;
 }
 
-int Apply(char** argv) {
+// apply (repeat 0: writes argv[12]) or time (repeat > 0).
+int Apply(char** argv, int repeat) {
   nearprep::BatchMixParams p;
   p.kind = static_cast<nearprep::BatchMixKind>(std::atoi(argv[0]));
   p.lambda = ParseFloat(argv[1]);
@@ -100,6 +109,24 @@ int Apply(char** argv) {
     return 2;
   }
   std::vector<uint8_t> scratch;
+  if (repeat > 0) {
+    using Clock = std::chrono::steady_clock;
+    std::vector<uint8_t> work(bytes);
+    std::vector<double> runs;
+    for (int r = 0; r < repeat; ++r) {
+      std::memcpy(work.data(), tensor.data(), bytes);
+      const auto t0 = Clock::now();
+      nearprep::ApplyBatchMix(p, dtype, layout, n, h, w, work.data(), &scratch);
+      const auto t1 = Clock::now();
+      runs.push_back(std::chrono::duration<double>(t1 - t0).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    const size_t m = runs.size();
+    const double median =
+        m % 2 == 1 ? runs[m / 2] : 0.5 * (runs[m / 2 - 1] + runs[m / 2]);
+    std::printf("TIME %.9g %.9g\n", median, runs[0]);
+    return 0;
+  }
   nearprep::ApplyBatchMix(p, dtype, layout, n, h, w, tensor.data(), &scratch);
   f = std::fopen(argv[12], "wb");
   if (f == nullptr) return 2;
@@ -197,10 +224,16 @@ int ConvCheck() {
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "draw") == 0) return Draw();
   if (argc == 2 && std::strcmp(argv[1], "convcheck") == 0) return ConvCheck();
-  if (argc == 15 && std::strcmp(argv[1], "apply") == 0) return Apply(argv + 2);
-  std::fprintf(stderr,
-               "usage: %s draw < lines | convcheck | apply KIND LAMBDA_BITS Y1 X1 Y2 X2 "
-               "DTYPE LAYOUT N H W IN OUT\n",
-               argv[0]);
+  if (argc == 15 && std::strcmp(argv[1], "apply") == 0)
+    return Apply(argv + 2, 0);
+  if (argc == 15 && std::strcmp(argv[1], "time") == 0) {
+    const int repeat = std::atoi(argv[14]);
+    return repeat > 0 ? Apply(argv + 2, repeat) : 2;
+  }
+  std::fprintf(
+      stderr,
+      "usage: %s draw < lines | convcheck | apply KIND LAMBDA_BITS Y1 X1 Y2 X2 "
+      "DTYPE LAYOUT N H W IN OUT | time ... N H W IN REPEAT\n",
+      argv[0]);
   return 2;
 }
