@@ -86,26 +86,6 @@ void StoreRow(const uint8_t* rgb, int y, int h, int w, bool flip,
   }
 }
 
-// RandomErasing on the stored tensor: the box's elements become the
-// value, converted to the output dtype as every element is.
-void EraseBox(const CropBox& box, const float value[3], int h, int w,
-              DType dtype, Layout layout, uint8_t* out) {
-  const size_t es = DTypeSize(dtype);
-  uint8_t bytes[3][4];
-  for (int c = 0; c < 3; ++c) internal::StoreElement(value[c], dtype, bytes[c]);
-  for (int y = box.y; y < box.y + box.height; ++y) {
-    for (int x = box.x; x < box.x + box.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        const size_t index =
-            layout == Layout::kNHWC
-                ? (static_cast<size_t>(y) * w + x) * 3 + c
-                : (static_cast<size_t>(c) * h + y) * w + x;
-        std::memcpy(out + index * es, bytes[c], es);
-      }
-    }
-  }
-}
-
 // ColorJitter then the auto-augment ops on the resized, flipped image, as
 // torchvision applies them to the PIL image.
 // A disabled ColorJitter factor is skipped (torchvision's None): even a
@@ -151,6 +131,28 @@ Scratch& ThreadScratch() {
 }
 
 }  // namespace
+
+namespace internal {
+
+void EraseBox(const CropBox& box, const float value[3], int h, int w,
+              DType dtype, Layout layout, uint8_t* out) {
+  const size_t es = DTypeSize(dtype);
+  uint8_t bytes[3][4];
+  for (int c = 0; c < 3; ++c) internal::StoreElement(value[c], dtype, bytes[c]);
+  for (int y = box.y; y < box.y + box.height; ++y) {
+    for (int x = box.x; x < box.x + box.width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const size_t index =
+            layout == Layout::kNHWC
+                ? (static_cast<size_t>(y) * w + x) * 3 + c
+                : (static_cast<size_t>(c) * h + y) * w + x;
+        std::memcpy(out + index * es, bytes[c], es);
+      }
+    }
+  }
+}
+
+}  // namespace internal
 
 absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
                                        const TransformSpec& spec,
@@ -282,8 +284,8 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
     }
   }
   if (p.erased) {
-    EraseBox(p.erase_box, spec.erase_value, spec.height, spec.width,
-             output.dtype, output.layout, out);
+    internal::EraseBox(p.erase_box, spec.erase_value, spec.height,
+                       spec.width, output.dtype, output.layout, out);
   }
   internal::ReportSample(p, t0, t1, params, times);
   return absl::OkStatus();

@@ -43,6 +43,15 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
                                        SampleParams* params, uint8_t* out,
                                        StageTimes* times);
 
+namespace internal {
+
+// RandomErasing on a stored h x w output tensor: the box's elements become
+// value[c], converted to `dtype` as every element is. (Exposed for the
+// benchmark driver.)
+void EraseBox(const CropBox& box, const float value[3], int h, int w,
+              DType dtype, Layout layout, uint8_t* out);
+
+}  // namespace internal
 }  // namespace nearprep
 
 #endif  // NEARPREP_SERVER_IMAGE_TORCHVISION_PREPROCESS_H_

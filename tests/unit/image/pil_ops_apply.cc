@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "server/image/pil_ops.h"
-#include "server/image/tf_ops_internal.h"
 #include "server/image/torchvision_augment.h"
+#include "server/image/torchvision_preprocess.h"
 
 namespace {
 
@@ -146,6 +146,34 @@ bool RunOne(RgbImage* img, const std::string& op,
   return true;
 }
 
+// One job line of `run` / `time`: "H W FR FG FB OP [ARGS...]" and its
+// H*W*3 input bytes from `in`. Returns 0, or the exit code after printing
+// why (2: a bad line; 1: the input ends).
+int ReadJob(const std::string& line, size_t job, std::istream& in,
+            RgbImage* img, std::string* op, std::vector<std::string>* args,
+            uint8_t fill[3]) {
+  std::istringstream fields(line);
+  int h = 0, w = 0, fr = 0, fg = 0, fb = 0;
+  if (!(fields >> h >> w >> fr >> fg >> fb >> *op) || h < 0 || w < 0) {
+    std::fprintf(stderr, "bad job line %zu: %s\n", job, line.c_str());
+    return 2;
+  }
+  args->clear();
+  for (std::string s; fields >> s;) args->push_back(s);
+  img->height = h;
+  img->width = w;
+  img->data.resize(static_cast<size_t>(h) * static_cast<size_t>(w) * 3);
+  if (!in.read(reinterpret_cast<char*>(img->data.data()),
+               static_cast<std::streamsize>(img->data.size()))) {
+    std::fprintf(stderr, "input ends before job %zu\n", job);
+    return 1;
+  }
+  fill[0] = static_cast<uint8_t>(fr);
+  fill[1] = static_cast<uint8_t>(fg);
+  fill[2] = static_cast<uint8_t>(fb);
+  return 0;
+}
+
 int Run(const char* in_path, const char* out_path) {
   std::ifstream in(in_path, std::ios::binary);
   std::ofstream out(out_path, std::ios::binary);
@@ -155,28 +183,15 @@ int Run(const char* in_path, const char* out_path) {
   }
   std::string line;
   size_t job = 0;
+  RgbImage img;
+  std::string op;
+  std::vector<std::string> args;
+  uint8_t fill[3];
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
-    std::istringstream fields(line);
-    int h = 0, w = 0, fr = 0, fg = 0, fb = 0;
-    std::string op;
-    if (!(fields >> h >> w >> fr >> fg >> fb >> op) || h < 0 || w < 0) {
-      std::fprintf(stderr, "bad job line %zu: %s\n", job, line.c_str());
-      return 2;
+    if (int rc = ReadJob(line, job, in, &img, &op, &args, fill); rc != 0) {
+      return rc;
     }
-    std::vector<std::string> args;
-    for (std::string s; fields >> s;) args.push_back(s);
-    RgbImage img;
-    img.height = h;
-    img.width = w;
-    img.data.resize(static_cast<size_t>(h) * static_cast<size_t>(w) * 3);
-    if (!in.read(reinterpret_cast<char*>(img.data.data()),
-                 static_cast<std::streamsize>(img.data.size()))) {
-      std::fprintf(stderr, "input ends before job %zu\n", job);
-      return 1;
-    }
-    const uint8_t fill[3] = {static_cast<uint8_t>(fr), static_cast<uint8_t>(fg),
-                             static_cast<uint8_t>(fb)};
     if (!RunOne(&img, op, args, fill)) {
       std::fprintf(stderr, "unknown op %s (job %zu)\n", op.c_str(), job);
       return 2;
@@ -186,28 +201,6 @@ int Run(const char* in_path, const char* out_path) {
     ++job;
   }
   return out ? 0 : 1;
-}
-
-// torchvision_preprocess.cc's EraseBox (file-local there), restated: the
-// daemon's RandomErasing on its output tensor.
-void EraseBox(int by, int bx, int bh, int bw, const float value[3], int h,
-              int w, nearprep::DType dtype, nearprep::Layout layout,
-              uint8_t* out) {
-  const size_t es = nearprep::DTypeSize(dtype);
-  uint8_t bytes[3][4];
-  for (int c = 0; c < 3; ++c) {
-    nearprep::internal::StoreElement(value[c], dtype, bytes[c]);
-  }
-  for (int y = by; y < by + bh; ++y) {
-    for (int x = bx; x < bx + bw; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        const size_t index = layout == nearprep::Layout::kNHWC
-                                 ? (static_cast<size_t>(y) * w + x) * 3 + c
-                                 : (static_cast<size_t>(c) * h + y) * w + x;
-        std::memcpy(out + index * es, bytes[c], es);
-      }
-    }
-  }
 }
 
 int Time(const char* in_path, int repeat) {
@@ -220,28 +213,16 @@ int Time(const char* in_path, int repeat) {
   std::string line;
   size_t job = 0;
   std::vector<double> runs(static_cast<size_t>(repeat));
+  RgbImage src;
+  std::string op;
+  std::vector<std::string> args;
+  uint8_t fill[3];
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
-    std::istringstream fields(line);
-    int h = 0, w = 0, fr = 0, fg = 0, fb = 0;
-    std::string op;
-    if (!(fields >> h >> w >> fr >> fg >> fb >> op) || h < 0 || w < 0) {
-      std::fprintf(stderr, "bad job line %zu: %s\n", job, line.c_str());
-      return 2;
+    if (int rc = ReadJob(line, job, in, &src, &op, &args, fill); rc != 0) {
+      return rc;
     }
-    std::vector<std::string> args;
-    for (std::string s; fields >> s;) args.push_back(s);
-    RgbImage src;
-    src.height = h;
-    src.width = w;
-    src.data.resize(static_cast<size_t>(h) * static_cast<size_t>(w) * 3);
-    if (!in.read(reinterpret_cast<char*>(src.data.data()),
-                 static_cast<std::streamsize>(src.data.size()))) {
-      std::fprintf(stderr, "input ends before job %zu\n", job);
-      return 1;
-    }
-    const uint8_t fill[3] = {static_cast<uint8_t>(fr), static_cast<uint8_t>(fg),
-                             static_cast<uint8_t>(fb)};
+    const int h = src.height, w = src.width;
     if (op == "erase") {
       const int by = static_cast<int>(Arg(args, 0));
       const int bx = static_cast<int>(Arg(args, 1));
@@ -263,9 +244,10 @@ int Time(const char* in_path, int repeat) {
       for (int r = 0; r < repeat; ++r) {
         std::copy(chw.begin(), chw.end(), work.begin());
         const auto t0 = Clock::now();
-        EraseBox(by, bx, bh, bw, value, h, w, nearprep::DType::kFloat32,
-                 nearprep::Layout::kNCHW,
-                 reinterpret_cast<uint8_t*>(work.data()));
+        nearprep::internal::EraseBox(nearprep::CropBox{by, bx, bh, bw}, value, h,
+                                     w, nearprep::DType::kFloat32,
+                                     nearprep::Layout::kNCHW,
+                                     reinterpret_cast<uint8_t*>(work.data()));
         const auto t1 = Clock::now();
         runs[static_cast<size_t>(r)] =
             std::chrono::duration<double>(t1 - t0).count();
