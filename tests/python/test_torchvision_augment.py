@@ -8,7 +8,8 @@ own functions (F.resized_crop, F.hflip, F.adjust_*, autoaugment._apply_op,
 F.erase, and the reference script's MixUp / CutMix formulas run in torch).
 
 Images compared: the 200 real ImageNet JPEGs of ../shared once per case
-(10 cases, 2,000 images), plus the MixUp / CutMix batches.
+(8 cases, 1,600 images), plus 15 MixUp / CutMix batches of 48 and a recipe
+run of 4 training steps.
 """
 
 import collections
