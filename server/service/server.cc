@@ -1,6 +1,7 @@
 #include "server/service/server.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <future>
 #include <thread>
 #include <utility>
@@ -186,10 +187,16 @@ absl::Status NearprepServer::Start(const std::string& address, int port) {
   // after idle_timeout (clients reconnect on their next call), and those
   // with calls are pinged often enough that a live client (its transport
   // answers pings) is never idle for the plaintext listener's hard check.
+  // Plaintext: the listener closes (and counts) connections that owe the
+  // preface, sweeping each second; gRPC's deadline is only a backstop there,
+  // set later so that it never takes the listener's place (it closed them
+  // first under load, uncounted).
   if (handshake_timeout_seconds_ > 0) {
+    const int64_t hs_ms = int64_t{handshake_timeout_seconds_} * 1000;
     builder.AddChannelArgument(
         GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-        static_cast<int>(handshake_timeout_seconds_ * 1000));
+        static_cast<int>(std::min<int64_t>(
+            tls ? hs_ms : 2 * hs_ms + 5000, INT32_MAX)));
   }
   if (idle_timeout_seconds_ > 0) {
     const int idle_ms = static_cast<int>(idle_timeout_seconds_ * 1000);
