@@ -69,6 +69,11 @@ struct ReadCounters {
   // (another inode, size or mtime: replaced in place) or a record's CRC is
   // not the indexed one.
   std::atomic<uint64_t> shard_changed{0};
+  // Fleet manifests with per-sample digests: samples whose bytes were
+  // checked against their SHA-256, and those refused because they differ
+  // (a shard rewritten in place with its size and mtime restored).
+  std::atomic<uint64_t> digest_checks{0};
+  std::atomic<uint64_t> digest_mismatches{0};
 };
 
 class BlockCache {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/data/block_shuffle.h"
 #include "server/fleet/manifest.h"
+#include "server/records/tf_example.h"
 #include "server/records/tfrecord.h"
 #include "server/storage/posix_storage.h"
 #include "spdlog/spdlog.h"
@@ -182,6 +183,26 @@ absl::StatusOr<size_t> Dataset::CheckRecord(uint64_t id, const uint8_t* record,
       start + where.size > records::kTfRecordHeaderBytes + *length) {
     return at("image bytes outside the record");
   }
+  // No index entry is trusted before it is checked: the index's own
+  // checksum is a CRC anyone can recompute, so where the image lies and the
+  // label are read again from the record itself (a light scan of the
+  // Example's wire format, no copy) and must be what the index says.
+  absl::StatusOr<records::ExampleFields> fields = records::LocateExampleFields(
+      data, *length, config_.image_key, config_.label_key);
+  if (!fields.ok()) return at(fields.status().message());
+  const int64_t label =
+      fields->has_label ? fields->label + config_.label_offset : -1;
+  if (fields->image_offset + records::kTfRecordHeaderBytes != start ||
+      fields->image_size != where.size || label != where.label) {
+    counters_.shard_changed.fetch_add(1, std::memory_order_relaxed);
+    return at(absl::StrCat(
+        "the index does not hold for this record (index: image at ",
+        start - records::kTfRecordHeaderBytes, " size ", where.size,
+        " label ", where.label, "; record: image at ", fields->image_offset,
+        " size ", fields->image_size, " label ", label,
+        "): the index was edited or the shard rewritten; none of it is "
+        "trusted until the daemon re-indexes it (delete the index, restart)"));
+  }
   return static_cast<size_t>(start);
 }
 
@@ -332,6 +353,7 @@ absl::StatusOr<std::vector<BlockSample>> Dataset::ReadBlockInto(
       if (start.ok()) {
         b.offset = rec + *start;
         b.size = w.size;
+        b.status = CheckDigest(i, dst + b.offset, b.size);
       } else {
         b.status = start.status();
       }
@@ -360,6 +382,7 @@ absl::StatusOr<SampleView> Dataset::ViewInBlock(uint64_t id,
     view.data += *start;
     view.size = where.size;
   }
+  if (absl::Status c = CheckDigest(id, view.data, view.size); !c.ok()) return c;
   return view;
 }
 
@@ -435,10 +458,30 @@ absl::StatusOr<SampleView> Dataset::ReadAlone(uint64_t id,
       return c;
     }
   }
+  if (absl::Status c = CheckDigest(id, scratch->data(), scratch->size()); !c.ok()) {
+    return c;
+  }
   SampleView view;
   view.data = scratch->data();
   view.size = scratch->size();
   return view;
+}
+
+absl::Status Dataset::CheckDigest(uint64_t id, const uint8_t* data, size_t n) const {
+  if (sample_digests_.empty()) return absl::OkStatus();
+  const char* want = sample_digests_.data() + id * fleet::kSampleDigestBytes;
+  static constexpr char kNone[fleet::kSampleDigestBytes] = {};
+  if (std::memcmp(want, kNone, sizeof(kNone)) == 0) return absl::OkStatus();
+  uint8_t got[fleet::kSampleDigestBytes];
+  fleet::Sha256(data, n, got);
+  counters_.digest_checks.fetch_add(1, std::memory_order_relaxed);
+  if (std::memcmp(got, want, sizeof(got)) == 0) return absl::OkStatus();
+  counters_.digest_mismatches.fetch_add(1, std::memory_order_relaxed);
+  return absl::DataLossError(Where(
+      id, absl::StrCat("the image bytes read from shard ", listed_[id].file,
+                       " are not the manifest's (their SHA-256 differs from the "
+                       "per-sample digest): the shard was rewritten since the "
+                       "manifest was made; not served")));
 }
 
 }  // namespace nearprep

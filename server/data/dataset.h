@@ -235,6 +235,11 @@ class Dataset {
   // says which bytes are which sample, so nothing of it is served.
   absl::Status CheckShardIdentity(const std::string& file,
                                   const RandomAccessFile& f) const;
+  // With a manifest that has per-sample digests: DATA_LOSS naming the
+  // sample and its shard (counted) unless the SHA-256 of [data, data + n) is
+  // the manifest's digest of sample `id`; OK without digests, or for a
+  // sample the manifest recorded as bad (an all-zero digest).
+  absl::Status CheckDigest(uint64_t id, const uint8_t* data, size_t n) const;
   // "dataset 'NAME': PATH: " + what.
   std::string Where(uint64_t id, absl::string_view what) const;
 
@@ -256,6 +261,8 @@ class Dataset {
   mutable ReadCounters counters_;
   std::unique_ptr<BlockCache> block_cache_;
   std::shared_ptr<const fleet::Manifest> manifest_;
+  // The manifest's per-sample digests: 32 bytes per sample id; empty without.
+  std::string sample_digests_;
   std::vector<uint32_t> held_;
   std::vector<bool> held_mask_;  // per partition
   std::shared_ptr<const fleet::Placement> placement_;

@@ -53,6 +53,24 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
     return fail(absl::StrCat("is for format ", m->format, ", the dataset is ", c.format));
   }
   if (absl::Status s = ApplyPlacement(*m); !s.ok()) return s;
+  if (!m->digests_sha256.empty()) {
+    // Per-sample digests: a file beside the manifest, bound to it by its
+    // SHA-256 (which the manifest hash covers).
+    const size_t slash = c.manifest.rfind('/');
+    const std::string path =
+        (slash == std::string::npos ? "" : c.manifest.substr(0, slash + 1)) + m->digests_file;
+    std::string file;
+    if (absl::Status s = ReadFileToString(*storage_, path, &file); !s.ok()) {
+      return fail(absl::StrCat("its digest file ", path, ": ", s.message()));
+    }
+    if (fleet::Sha256Hex(file) != m->digests_sha256) {
+      return fail(absl::StrCat("its digest file ", path,
+                               " is not the one the manifest names (SHA-256 differs)"));
+    }
+    absl::StatusOr<std::string> digests = fleet::ParseSampleDigests(file, m->num_samples);
+    if (!digests.ok()) return fail(absl::StrCat(path, ": ", digests.status().message()));
+    sample_digests_ = std::move(digests).value();
+  }
   // Local shards: file -> [first, end) in listing->samples (contiguous).
   std::map<std::string, std::pair<size_t, size_t>> local;
   for (size_t i = 0; i < listing->samples.size(); ++i) {

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/match.h"
 
 namespace nearprep::fleet {
 namespace {
@@ -82,6 +84,28 @@ std::string Sha256Hex(absl::string_view data) {
   std::string hex;
   for (unsigned char c : digest) absl::StrAppendFormat(&hex, "%02x", c);
   return hex;
+}
+
+std::string SampleDigestsHeader(uint64_t n) {
+  return absl::StrCat("nearprep-digests 1 sha256 ", n, "\n");
+}
+
+void Sha256(const uint8_t* data, size_t n, uint8_t* out) { SHA256(data, n, out); }
+
+absl::StatusOr<std::string> ParseSampleDigests(absl::string_view file,
+                                               uint64_t num_samples) {
+  const std::string header = SampleDigestsHeader(num_samples);
+  if (!absl::StartsWith(file, header)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest file: expected the header '", absl::StripSuffix(header, "\n"),
+        "' (a digest file for this manifest's ", num_samples, " samples)"));
+  }
+  if (file.size() - header.size() != num_samples * kSampleDigestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest file: ", file.size() - header.size(), " bytes of digests, expected ",
+        num_samples * kSampleDigestBytes, " (", num_samples, " x 32)"));
+  }
+  return std::string(file.substr(header.size()));
 }
 
 std::vector<uint32_t> BalancePartitions(const std::vector<uint64_t>& records,
@@ -163,6 +187,9 @@ std::string SerializeManifest(const Manifest& m) {
   std::string out = absl::StrCat("nearprep-manifest 1\nformat ", m.format,
                                  "\npartitions ", m.num_partitions,
                                  "\nsamples ", m.num_samples, "\n");
+  if (!m.digests_sha256.empty()) {
+    absl::StrAppend(&out, "digests sha256 ", m.digests_sha256, " ", m.digests_file, "\n");
+  }
   for (const ManifestShard& s : m.shards) {
     absl::StrAppendFormat(&out, "shard %u %u %u %08x %s\n", s.partition,
                           s.records, s.bytes, s.crc32c, s.name);
@@ -201,7 +228,19 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
   if (c == 0) return Bad(3, "partitions must be >= 1");
   m.num_partitions = static_cast<uint32_t>(c);
   if (auto s = header(3, "samples", ~uint64_t{0}, &m.num_samples); !s.ok()) return s;
-  for (size_t i = 4; i < lines.size(); ++i) {
+  size_t first = 4;
+  if (lines.size() > 4 && absl::StartsWith(lines[4], "digests ")) {
+    std::vector<absl::string_view> f = absl::StrSplit(lines[4], ' ');
+    if (f.size() != 4 || f[1] != "sha256" || f[2].size() != 64 ||
+        f[2].find_first_not_of("0123456789abcdef") != absl::string_view::npos ||
+        f[3].empty() || f[3].find('/') != absl::string_view::npos) {
+      return Bad(5, "expected 'digests sha256 HEX64 NAME' (NAME a file beside the manifest)");
+    }
+    m.digests_sha256 = std::string(f[2]);
+    m.digests_file = std::string(f[3]);
+    first = 5;
+  }
+  for (size_t i = first; i < lines.size(); ++i) {
     std::vector<absl::string_view> f = absl::StrSplit(lines[i], ' ');
     ManifestShard s;
     uint64_t part = 0;

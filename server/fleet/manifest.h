@@ -14,10 +14,21 @@
 //   format FORMAT                  tfrecord | tar
 //   partitions C
 //   samples N
+//   digests sha256 HEX64 NAME      optional: per-sample digests (below)
 //   shard PARTITION RECORDS BYTES CRC32C NAME     one per shard, name order
 // CRC32C is the CRC-32C of the whole shard file, 8 lower-case hex digits.
 // The manifest hash (the dataset version) is the SHA-256 of the exact bytes
 // of the text form, in lower-case hex.
+//
+// Per-sample digests (`nearprep manifest --digests`): the file NAME beside
+// the manifest (no '/') holds one SHA-256 per sample id, of the sample's
+// image bytes as the daemon reads them (a TFRecord record's image feature,
+// a tar image member, a whole file); HEX64 is the SHA-256 of that file, so
+// the manifest hash covers every sample's bytes. Binary form:
+//   "nearprep-digests 1 sha256 N\n" then N x 32 bytes, in sample id order
+// (all-zero for a sample listed as bad when the manifest was made). A daemon
+// serving the manifest checks each sample it reads against it
+// (docs/protocol.md "Per-sample digests").
 //
 // Thread-safety: pure functions and plain values.
 #ifndef NEARPREP_SERVER_FLEET_MANIFEST_H_
@@ -54,6 +65,10 @@ struct Manifest {
   std::vector<uint64_t> partition_start;
   std::vector<uint32_t> partition_shard;
   std::string hash;  // SHA-256 (hex) of Serialize()
+  // Per-sample digests: the digest file's SHA-256 (hex) and name, beside the
+  // manifest; both empty without.
+  std::string digests_sha256;
+  std::string digests_file;
 
   uint64_t PartitionSize(uint32_t p) const {
     return partition_start[p + 1] - partition_start[p];
@@ -85,6 +100,16 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text);
 
 // SHA-256 of `data`, lower-case hex.
 std::string Sha256Hex(absl::string_view data);
+
+inline constexpr size_t kSampleDigestBytes = 32;
+// The digest file's text header for `n` samples (before the n x 32 bytes).
+std::string SampleDigestsHeader(uint64_t n);
+// The SHA-256 of [data, data + n) into out[0..32).
+void Sha256(const uint8_t* data, size_t n, uint8_t* out);
+// Parses a digest file for a manifest of `num_samples` samples: the n x 32
+// bytes after the header. INVALID_ARGUMENT naming what is wrong.
+absl::StatusOr<std::string> ParseSampleDigests(absl::string_view file,
+                                               uint64_t num_samples);
 
 }  // namespace nearprep::fleet
 

@@ -42,6 +42,34 @@ absl::StatusOr<Manifest> ScanManifest(const ScanOptions& o) {
   if (o.refused) *o.refused = listing->refused;
   std::map<std::string, uint64_t> records;
   for (const ListedSample& s : listing->samples) ++records[s.file];
+  if (o.digests != nullptr) {
+    o.digests->assign(listing->samples.size() * kSampleDigestBytes, '\0');
+    std::unique_ptr<RandomAccessFile> file;
+    std::string open_name;
+    std::vector<uint8_t> bytes;
+    for (size_t i = 0; i < listing->samples.size(); ++i) {
+      const ListedSample& s = listing->samples[i];
+      if (!s.error.empty()) continue;  // all-zero: served as an error anyway
+      if (s.file != open_name) {
+        OpenOptions oo;
+        absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = (*storage)->Open(s.file, oo);
+        if (!f.ok()) return f.status();
+        file = std::move(f).value();
+        open_name = s.file;
+      }
+      bytes.resize(s.size);
+      size_t got = 0;
+      if (absl::Status st = file->Read(s.offset, s.size, bytes.data(), &got); !st.ok()) {
+        return st;
+      }
+      if (got != s.size) {
+        return absl::DataLossError(absl::StrCat(s.file, ": sample ", s.key,
+                                                " is cut short (the shard shrank)"));
+      }
+      Sha256(bytes.data(), bytes.size(),
+             reinterpret_cast<uint8_t*>(o.digests->data()) + i * kSampleDigestBytes);
+    }
+  }
   std::vector<ManifestShard> shards;
   for (const auto& [name, n] : records) {
     ManifestShard s;

@@ -24,6 +24,10 @@ struct ScanOptions {
   std::string label_key = "image/class/label";
   uint32_t partitions = kDefaultPartitions;
   uint64_t* refused = nullptr;  // optional out: shards/tails refused
+  // Optional out: the per-sample digests (manifest.h): one SHA-256 per
+  // sample id of its image bytes (all-zero for a sample listed as bad),
+  // N x 32 bytes. Reads every sample once more.
+  std::string* digests = nullptr;
 };
 
 absl::StatusOr<Manifest> ScanManifest(const ScanOptions& options);

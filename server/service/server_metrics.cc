@@ -173,9 +173,22 @@ void CollectServerMetrics(NearprepServer& server,
   MetricFamily changed = CounterFamily(
       "nearprep_shard_changed_reads_total",
       "Record datasets: reads refused because the shard is no longer the "
-      "file that was indexed (replaced or rewritten while the daemon runs).");
+      "file that was indexed (replaced or rewritten while the daemon runs), "
+      "or because a TFRecord record does not hold what its index entry says "
+      "(an edited index: image location or label).");
+  MetricFamily digests = CounterFamily(
+      "nearprep_sample_digests_total",
+      "Fleet datasets whose manifest has per-sample digests: samples checked "
+      "against their SHA-256 when read (result=ok) and refused because their "
+      "bytes differ (result=mismatch: the shard was rewritten since the "
+      "manifest was made).");
   for (const auto& d : server.datasets()) {
     const ReadCounters& c = d->read_counters();
+    const uint64_t mism = c.digest_mismatches.load(std::memory_order_relaxed);
+    const uint64_t checks = c.digest_checks.load(std::memory_order_relaxed);
+    digests.Add({{"dataset", d->name()}, {"result", "ok"}},
+                static_cast<double>(checks >= mism ? checks - mism : 0))
+        .Add({{"dataset", d->name()}, {"result", "mismatch"}}, static_cast<double>(mism));
     rebuilt.Add({{"dataset", d->name()}}, static_cast<double>(d->indexes_rebuilt()));
     changed.Add({{"dataset", d->name()}}, Load(c.shard_changed));
     aligned.Add({{"dataset", d->name()}, {"kind", "direct"}}, Load(c.direct_reads))
@@ -220,6 +233,7 @@ void CollectServerMetrics(NearprepServer& server,
   out->push_back(std::move(aligned));
   out->push_back(std::move(rebuilt));
   out->push_back(std::move(changed));
+  out->push_back(std::move(digests));
 
   // The pipeline's production.
   out->push_back(CounterFamily("nearprep_batches_produced_total",

@@ -586,6 +586,16 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     // killed) grows to this at most: a node that comes back answers a probe
     // within about a second, as with the Python client.
     co.max_backoff = std::chrono::milliseconds(1000);
+    // A node answers at most a trainer's slice of a global batch per request,
+    // in messages of at most response_batch (else 256) samples: a message
+    // larger than that request allows is refused when received
+    // (RESOURCE_EXHAUSTED: fail over) before it is parsed or copied.
+    {
+      const uint64_t slice = impl->o.plan.global_batch / std::max<uint32_t>(1, impl->o.trainers);
+      const uint64_t per_message = impl->o.response_batch > 0 ? impl->o.response_batch : 256;
+      co.max_receive_message_bytes = MaxBatchMessageBytes(
+          impl->o.request, std::max<uint64_t>(1, std::min(slice, per_message)));
+    }
     Node n;
     n.target = t;
     n.client = std::make_unique<Client>(co);

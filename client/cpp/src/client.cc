@@ -149,14 +149,45 @@ void AddCallCredentials(const ClientOptions& o, grpc::ClientContext* ctx) {
   }
 }
 
+}  // namespace
+
+int64_t MaxBatchMessageBytes(const v1::StreamBatchesRequest& request,
+                             uint64_t samples) {
+  const uint64_t h = request.transform().height();
+  const uint64_t w = request.transform().width();
+  if (h == 0 || w == 0) return -1;
+  uint64_t elem = 4;
+  switch (request.output().dtype()) {
+    case v1::DTYPE_UINT8: elem = 1; break;
+    case v1::DTYPE_FLOAT16:
+    case v1::DTYPE_BFLOAT16: elem = 2; break;
+    default: elem = 4; break;
+  }
+  // Each factor is at most 2^32 (proto uint32), the product far below 2^63
+  // for any real request; the daemon itself refuses sizes past its limits.
+  const long double tensor = static_cast<long double>(samples) * h * w * 3 * elem;
+  // A compressed tensor can exceed the raw bytes by a little (incompressible
+  // rows stored in codec frames): 1/64 and 64 KiB cover zstd's and LZ4's
+  // worst cases.
+  const long double bound = tensor + tensor / 64 + (64 << 10) +
+                            static_cast<long double>(samples) * (16 << 10) + (1 << 20);
+  return bound >= static_cast<long double>(INT64_MAX) ? -1 : static_cast<int64_t>(bound);
+}
+
+namespace {
+
 std::shared_ptr<grpc::Channel> MakeChannel(
     const ClientOptions& o, std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ChannelArguments args;
   if (!o.tls_target_name_override.empty()) {
     args.SetSslTargetNameOverride(o.tls_target_name_override);
   }
-  // Batches are large (a 256x224x224x3 float32 batch is 154 MB).
-  args.SetMaxReceiveMessageSize(-1);
+  // Batches are large (a 256x224x224x3 float32 batch is 154 MB): no limit
+  // unless the caller sized one from its request.
+  args.SetMaxReceiveMessageSize(
+      o.max_receive_message_bytes < 0 || o.max_receive_message_bytes > INT32_MAX
+          ? -1
+          : static_cast<int>(o.max_receive_message_bytes));
   // The channel's own reconnect backoff follows ours, so that a restarted
   // daemon is found within max_backoff rather than gRPC's default 2 min.
   const int init_ms =

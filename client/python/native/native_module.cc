@@ -135,10 +135,12 @@ class PyStream {
 class PyChannel {
  public:
   PyChannel(const std::string& target, double keepalive_time_s,
-            double keepalive_timeout_s, const std::string& token)
+            double keepalive_timeout_s, const std::string& token,
+            int64_t max_receive_bytes)
       : client_([&] {
           ClientOptions o;
           o.target = target;
+          o.max_receive_message_bytes = max_receive_bytes;  // -1: none
           o.bearer_token = token;  // "" = none
           o.reconnect_deadline = std::chrono::milliseconds(0);
           o.keepalive_time = std::chrono::milliseconds(
@@ -229,9 +231,10 @@ PYBIND11_MODULE(_native, m) {
       .def("status", &nearprep::PyStream::Status);
 
   py::class_<nearprep::PyChannel>(m, "Channel")
-      .def(py::init<const std::string&, double, double, const std::string&>(),
+      .def(py::init<const std::string&, double, double, const std::string&, int64_t>(),
            py::arg("target"), py::arg("keepalive_time") = 60.0,
-           py::arg("keepalive_timeout") = 20.0, py::arg("token") = "")
+           py::arg("keepalive_timeout") = 20.0, py::arg("token") = "",
+           py::arg("max_receive_bytes") = -1)
       .def("stream", &nearprep::PyChannel::Stream, py::arg("request"),
            py::arg("pool"), py::arg("timeout") = py::none());
 }

@@ -364,6 +364,11 @@ class Client:
     chunk_batches        batches per request when splitting over targets
     prefetch             batches read ahead of the caller per stream
     channel_options      extra grpc channel options
+    max_receive_bytes    gRPC's receive limit per message in bytes (None: no
+                         limit); a larger batch message ends its stream with
+                         RESOURCE_EXHAUSTED before it is parsed. FleetClient
+                         sizes it from its request
+                         (nearprep.request.max_batch_message_bytes)
     native               receive streams with the native module (None: when
                          built and the channel is plaintext; see
                          nearprep.transport)
@@ -388,7 +393,7 @@ class Client:
                  reconnect_deadline=60.0, initial_backoff=0.1, max_backoff=5.0,
                  chunk_batches=16, prefetch=2, channel_options=(), native=None,
                  lock_memory=False, on_wait=None, wait_report_interval=5.0,
-                 fail_fast=False):
+                 fail_fast=False, max_receive_bytes=None):
         targets = [target] if isinstance(target, str) else list(target)
         if not targets or not all(isinstance(t, str) and t for t in targets):
             raise InvalidArgumentError(
@@ -444,8 +449,17 @@ class Client:
                 root_certificates, private_key, certificate_chain)
         else:
             self._creds = None
+        if max_receive_bytes is not None and (
+                not isinstance(max_receive_bytes, int) or max_receive_bytes < 1):
+            raise InvalidArgumentError(
+                f"max_receive_bytes: must be a positive int or None (no limit), "
+                f"got {max_receive_bytes!r}", field="max_receive_bytes")
+        # None: -1 (no limit), gRPC's own for "unlimited"; above 2^31 - 1
+        # gRPC cannot express a limit either.
+        self.max_receive_bytes = (-1 if max_receive_bytes is None or max_receive_bytes > 2**31 - 1
+                                  else max_receive_bytes)
         self._options = [
-            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_receive_message_length", self.max_receive_bytes),
             ("grpc.max_send_message_length", -1),
             # Reconnect soon after a daemon restarts (first retry after
             # 0.1 s, then at most every 1 s)...

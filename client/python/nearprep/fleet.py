@@ -89,7 +89,8 @@ from nearprep import fleet_plan as fp
 from nearprep import transport as _transport
 from nearprep.client import CREDENTIAL_ARGS, Client, _at_exit
 from nearprep.errors import NearprepError, from_rpc_error
-from nearprep.request import build_request
+from nearprep import _stubs
+from nearprep.request import build_request, max_batch_message_bytes
 
 # FleetClients not yet closed, closed at interpreter exit.
 _live_clients = weakref.WeakSet()
@@ -326,8 +327,17 @@ class FleetClient:
         self._own_client = client is None
         # TLS and token keywords (nearprep.client.CREDENTIAL_ARGS) reach every node alike.
         creds = {k: request_kw.pop(k) for k in CREDENTIAL_ARGS if k in request_kw}
+        # A node answers at most a trainer's slice of a global batch per
+        # request, in messages of at most response_batch (else 256) samples:
+        # a message larger than the request allows is refused when received
+        # (RESOURCE_EXHAUSTED: fail over) before it is parsed or copied. A client=
+        # passed in keeps its own limit.
+        limit = max_batch_message_bytes(
+            build_request(_stubs.load()[0], dataset, batch_size=1, seed=seed,
+                          error_policy="skip", **request_kw),
+            max(1, min(global_batch // trainers, response_batch or 256)))
         self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout,
-                                        **creds)
+                                        max_receive_bytes=limit, **creds)
         # Probes use the client's grpcio channels; streams this transport.
         try:
             # The client's public connection object (nearprep.Connection):

@@ -43,6 +43,11 @@ class Manifest:
     partition_start: List[int]  # C + 1 sample ids
     partition_shard: List[int]  # C + 1 shard indexes
     hash: str
+    # Per-sample digests (docs/protocol.md "Per-sample digests"): the
+    # SHA-256 (hex) of the digest file and its name beside the manifest;
+    # empty without.
+    digests_sha256: str = ""
+    digests_file: str = ""
 
     def partition_size(self, p: int) -> int:
         return self.partition_start[p + 1] - self.partition_start[p]
@@ -70,6 +75,9 @@ def serialize_manifest(m: Manifest) -> bytes:
     """The canonical text of `m` (what `nearprep manifest` writes)."""
     out = [f"nearprep-manifest 1\nformat {m.format}\npartitions {m.num_partitions}\n"
            f"samples {m.num_samples}\n".encode()]
+    if m.digests_sha256:
+        out.append(f"digests sha256 {m.digests_sha256} ".encode()
+                   + name_bytes(m.digests_file) + b"\n")
     for s in m.shards:
         out.append(f"shard {s.partition} {s.records} {s.bytes} {s.crc32c:08x} ".encode()
                    + name_bytes(s.name) + b"\n")
@@ -104,8 +112,17 @@ def parse_manifest(data: bytes) -> Manifest:
     if c == 0:
         raise ManifestError("manifest line 3: partitions must be >= 1")
     n = header(3, "samples", (1 << 64) - 1)
+    digests_sha256, digests_file, first = "", "", 4
+    if len(lines) > 4 and lines[4].startswith("digests "):
+        f = lines[4].split(" ")
+        if (len(f) != 4 or f[1] != "sha256" or len(f[2]) != 64
+                or not all(ch in "0123456789abcdef" for ch in f[2]) or not f[3]
+                or "/" in f[3]):
+            raise ManifestError("manifest line 5: expected 'digests sha256 HEX64 NAME' "
+                                "(NAME a file beside the manifest)")
+        digests_sha256, digests_file, first = f[2], f[3], 5
     shards = []
-    for i in range(4, len(lines)):
+    for i in range(first, len(lines)):
         f = lines[i].split(" ")
         nums = [_number(x) for x in f[1:4]] if len(f) == 6 else [None]
         crc = f[4] if len(f) == 6 else ""
@@ -120,7 +137,7 @@ def parse_manifest(data: bytes) -> Manifest:
     nxt, expect = 0, 0
     for i, s in enumerate(shards):
         if i > 0 and name_bytes(s.name) <= name_bytes(shards[i - 1].name):
-            raise ManifestError(f"manifest line {i + 5}: shards must be listed once each, "
+            raise ManifestError(f"manifest line {i + first + 1}: shards must be listed once each, "
                                 "sorted by name")
         if s.partition not in (expect, expect + 1) or (i == 0 and s.partition != 0):
             raise ManifestError(f"manifest: shard {s.name}: partitions must be "
@@ -133,7 +150,8 @@ def parse_manifest(data: bytes) -> Manifest:
     if expect + 1 != c or nxt != n:
         raise ManifestError("manifest: partitions/samples disagree with the shards")
     starts[c], first_shard[c] = nxt, len(shards)
-    m = Manifest(fmt, c, n, shards, starts, first_shard, hashlib.sha256(data).hexdigest())
+    m = Manifest(fmt, c, n, shards, starts, first_shard, hashlib.sha256(data).hexdigest(),
+                 digests_sha256, digests_file)
     if serialize_manifest(m) != data:
         raise ManifestError("manifest: not in canonical form (write it with `nearprep manifest`)")
     return m

@@ -280,6 +280,24 @@ def build_request(pb2, dataset, **kw):
     return req
 
 
+def max_batch_message_bytes(req, samples):
+    """The largest Batch message a daemon can send for StreamBatchesRequest
+    `req` with at most `samples` samples per message, in bytes; None when the
+    request names no output size. The C++ client's MaxBatchMessageBytes, the
+    same bound: the tensor (3 x height x width elements of output.dtype per
+    sample, plus a compression's worst-case growth: 1/64 and 64 KiB), 16 KiB
+    per sample for its id, label, drawn parameters and a per-sample error,
+    and 1 MiB for the rest."""
+    h, w = int(req.transform.height), int(req.transform.width)
+    if h == 0 or w == 0:
+        return None
+    elem = {"DTYPE_UINT8": 1, "DTYPE_FLOAT16": 2, "DTYPE_BFLOAT16": 2}.get(
+        type(req).DESCRIPTOR.fields_by_name["output"].message_type
+        .fields_by_name["dtype"].enum_type.values_by_number[int(req.output.dtype)].name, 4)
+    tensor = int(samples) * h * w * 3 * elem
+    return tensor + tensor // 64 + (64 << 10) + int(samples) * (16 << 10) + (1 << 20)
+
+
 def _check_compression(output, pb2):
     if output.compression and output.dtype != pb2.DTYPE_UINT8:
         raise _bad("output.compression", "requires dtype 'uint8'",

@@ -227,7 +227,9 @@ class NativeTransport:
             if ch is None:
                 ch = self._native.Channel(conn.target, keepalive_time=self._keepalive[0],
                                           keepalive_timeout=self._keepalive[1],
-                                          token=conn.token or "")
+                                          token=conn.token or "",
+                                          max_receive_bytes=getattr(
+                                              self._client, "max_receive_bytes", -1))
                 self._channels[conn.target] = ch
             return ch
 

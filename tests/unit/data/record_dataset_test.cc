@@ -2,6 +2,7 @@
 // and bytes of TFRecord shards, block reads (one read per block, the same
 // bytes as sample reads), per-sample errors for damaged records, and a read
 // fault that is reported and not cached.
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "server/data/block_shuffle.h"
 #include "server/data/dataset.h"
 #include "server/data/sample_source.h"
+#include "server/records/crc32c.h"
 #include "server/records/tfrecord.h"
 #include "server/storage/fault_injection_storage.h"
 #include "server/storage/mem_storage.h"
@@ -243,6 +245,77 @@ TEST(RecordIndexTrustTest, ForgedLabelIsRebuiltNotServed) {
   auto again = Dataset::Open(Config(), storage);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->indexes_rebuilt(), 0u);
+}
+
+// The index's checksum is a CRC anyone can recompute: rewrite it after the
+// edit so that the index is reused as it is.
+void Reseal(std::vector<std::string>* lines) {
+  while (!lines->empty() && lines->back().empty()) lines->pop_back();
+  ASSERT_FALSE(lines->empty());
+  ASSERT_EQ(lines->back().rfind("checksum ", 0), 0u);
+  lines->pop_back();
+  std::string body = absl::StrJoin(*lines, "\n") + "\n";
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", records::Crc32c(body.data(), body.size()));
+  lines->push_back(std::string("checksum ") + hex);
+  lines->push_back("");
+}
+
+TEST(RecordIndexTrustTest, ForgedLabelWithResealedChecksumIsRefusedWhenRead) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t first) {
+    std::vector<std::string> f = absl::StrSplit((*lines)[first + 3], ' ');
+    f[f.size() - 2] = "6";  // the label (before the key '-'): was 4
+    (*lines)[first + 3] = absl::StrJoin(f, " ");
+    Reseal(lines);
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  // The forged index passed every check at open: it was reused as written
+  // (labels are served with Config()'s label_offset -1).
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 0u);
+  EXPECT_EQ((*ds)->samples()[3].label, 5);
+  // The record itself says 4 (3 served): reading it refuses the sample,
+  // named, counted.
+  const uint64_t changed = (*ds)->read_counters().shard_changed.load();
+  std::vector<uint8_t> bytes;
+  absl::Status st = (*ds)->ReadSample(3, &bytes);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("train-0.tfrecord#0000000003"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("label 5; record:"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("label 3)"), std::string::npos) << st;
+  EXPECT_EQ((*ds)->read_counters().shard_changed.load(), changed + 1);
+  // So does the block path a stream uses.
+  std::vector<uint8_t> a;
+  EXPECT_EQ(Source(**ds, 4).ReadInto(3, &a).code(), absl::StatusCode::kDataLoss);
+  // The other samples are served as before.
+  for (int i : {0, 1, 2, 4, 9}) {
+    ASSERT_TRUE((*ds)->ReadSample(i, &bytes).ok()) << i;
+    EXPECT_EQ(std::string(bytes.begin(), bytes.end()), Image(i)) << i;
+  }
+}
+
+TEST(RecordIndexTrustTest, ForgedImagePlaceWithResealedChecksumIsRefusedWhenRead) {
+  auto storage = Shards(10, 10);
+  ASSERT_TRUE(Dataset::Open(Config(), storage).ok());
+  EditIndex(storage.get(), [](std::vector<std::string>* lines, size_t first) {
+    // RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES ...: the image
+    // one byte later and one shorter, still inside the record.
+    std::vector<std::string> f = absl::StrSplit((*lines)[first + 5], ' ');
+    f[2] = std::to_string(std::stoull(f[2]) + 1);
+    f[3] = std::to_string(std::stoull(f[3]) - 1);
+    (*lines)[first + 5] = absl::StrJoin(f, " ");
+    Reseal(lines);
+  });
+  auto ds = Dataset::Open(Config(), storage);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->indexes_rebuilt(), 0u);
+  std::vector<uint8_t> bytes;
+  absl::Status st = (*ds)->ReadSample(5, &bytes);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("the index does not hold"), std::string::npos) << st;
+  ASSERT_TRUE((*ds)->ReadSample(6, &bytes).ok());
 }
 
 TEST(RecordIndexTrustTest, SwappedEntriesAreRebuiltNotServed) {

@@ -101,5 +101,54 @@ TEST(Manifest, ParseRefusesMalformedNamingTheLine) {
   EXPECT_FALSE(BuildManifest("tfrecord", dup, 4).ok());
 }
 
+TEST(Manifest, DigestsLineRoundTripsAndIsPartOfTheVersion) {
+  absl::StatusOr<Manifest> m = BuildManifest("tar", Shards(), 2);
+  ASSERT_TRUE(m.ok());
+  const std::string plain = SerializeManifest(*m);
+  Manifest d = *m;
+  d.digests_sha256 = std::string(64, 'a');
+  d.digests_file = "m.digests";
+  const std::string text = SerializeManifest(d);
+  // The line sits right after `samples`, before the first shard.
+  EXPECT_NE(text.find("samples 33\ndigests sha256 " + std::string(64, 'a') +
+                      " m.digests\nshard 0 "),
+            std::string::npos)
+      << text;
+  absl::StatusOr<Manifest> back = ParseManifest(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->digests_sha256, d.digests_sha256);
+  EXPECT_EQ(back->digests_file, "m.digests");
+  EXPECT_EQ(back->shards.size(), m->shards.size());
+  EXPECT_NE(back->hash, Sha256Hex(plain));
+  // Malformed: an upper-case or short hash, another algorithm, a path.
+  for (const std::string& line :
+       {"digests sha256 " + std::string(64, 'A') + " m.digests",
+        "digests sha256 " + std::string(63, 'a') + " m.digests",
+        "digests md5 " + std::string(64, 'a') + " m.digests",
+        "digests sha256 " + std::string(64, 'a') + " ../m.digests",
+        "digests sha256 " + std::string(64, 'a')}) {
+    std::string bad = text;
+    const size_t at = bad.find("digests ");
+    bad.replace(at, bad.find('\n', at) - at, line);
+    absl::StatusOr<Manifest> r = ParseManifest(bad);
+    ASSERT_FALSE(r.ok()) << line;
+    EXPECT_NE(r.status().message().find("line 5"), absl::string_view::npos) << r.status();
+  }
+}
+
+TEST(Manifest, SampleDigestFileIsCheckedForItsSampleCount) {
+  const std::string body(3 * kSampleDigestBytes, '\x5a');
+  absl::StatusOr<std::string> ok = ParseSampleDigests(SampleDigestsHeader(3) + body, 3);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, body);
+  EXPECT_FALSE(ParseSampleDigests(SampleDigestsHeader(3) + body, 4).ok());
+  EXPECT_FALSE(ParseSampleDigests(SampleDigestsHeader(3) + body.substr(1), 3).ok());
+  EXPECT_FALSE(ParseSampleDigests("nearprep-digests 1 md5 3\n" + body, 3).ok());
+  uint8_t abc[32];
+  Sha256(reinterpret_cast<const uint8_t*>("abc"), 3, abc);
+  EXPECT_EQ(abc[0], 0xba);
+  EXPECT_EQ(abc[31], 0xad);
+}
+
 }  // namespace
 }  // namespace nearprep::fleet

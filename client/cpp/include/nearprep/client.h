@@ -86,6 +86,18 @@ absl::Status ResumePoint(const std::string& token, uint64_t* batch,
 // The short reason ReconnectWait::reason gives for a gRPC status message.
 std::string ShortConnectReason(const std::string& grpc_message);
 
+// The largest response message (v1::Batch, serialized) a daemon can send
+// for `request` with at most `samples` samples per message: the tensor
+// (3 x transform.height x transform.width elements of output.dtype per
+// sample; with a compression, its worst-case growth), plus 16 KiB per
+// sample for its id, label, drawn parameters and a per-sample error, plus
+// 1 MiB for the rest (resume token, mix, counters). A receive limit sized
+// by this refuses an answer no honest daemon sends before the client parses
+// or copies it (ClientOptions::max_receive_message_bytes). -1 when the
+// request names no output size (nothing to size a limit from).
+int64_t MaxBatchMessageBytes(const v1::StreamBatchesRequest& request,
+                             uint64_t samples);
+
 struct ClientOptions {
   std::string target = "localhost:7070";
   // Total time a reader keeps retrying after the server went away (or
@@ -113,6 +125,11 @@ struct ClientOptions {
   // generous defaults.
   std::chrono::milliseconds keepalive_time{60000};
   std::chrono::milliseconds keepalive_timeout{20000};
+  // gRPC's receive limit for one message on this channel, in bytes; -1: no
+  // limit (a batch of 256 float32 224x224 images is 154 MB). A larger
+  // message ends its call with RESOURCE_EXHAUSTED before it is parsed. The
+  // fleet clients size it from their request (MaxBatchMessageBytes).
+  int64_t max_receive_message_bytes = -1;
   // TLS. Empty tls_root_ca_file = plaintext. Set = TLS, the server's
   // certificate verified against the CA certificates in this PEM file.
   std::string tls_root_ca_file{};

@@ -1,6 +1,7 @@
 // `nearprep manifest --root DIR --format tfrecord|tar [--partitions C]
-// [--shard-pattern GLOB] [--out FILE]`: writes the dataset manifest
-// (server/fleet/manifest.h) and prints its hash (the dataset version).
+// [--shard-pattern GLOB] [--out FILE] [--digests]`: writes the dataset
+// manifest (server/fleet/manifest.h) and prints its hash (the dataset
+// version); --digests also writes OUT.digests, one SHA-256 per sample.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -30,6 +31,9 @@ class ManifestCommand final : public Command {
     app->add_option("--shard-pattern", scan_.shard_pattern, "which files are shards (fnmatch)")
         ->capture_default_str();
     app->add_option("--out", out_, "manifest file (default ROOT/MANIFEST)");
+    app->add_flag("--digests", digests_,
+                  "also write per-sample SHA-256 digests (OUT.digests beside the "
+                  "manifest, named in it): daemons then check every sample read");
   }
 
   int Run() override;
@@ -37,24 +41,38 @@ class ManifestCommand final : public Command {
  private:
   fleet::ScanOptions scan_;
   std::string out_;
+  bool digests_ = false;
 };
+
+// Writes `bytes` to `path` through a temporary file renamed into place.
+bool WriteWhole(const std::string& path, const std::string& bytes) {
+  {
+    std::ofstream f(path + ".tmp", std::ios::binary | std::ios::trunc);
+    f << bytes;
+    if (!f.good()) return false;
+  }
+  return std::rename((path + ".tmp").c_str(), path.c_str()) == 0;
+}
 
 int ManifestCommand::Run() {
   uint64_t refused = 0;
   fleet::ScanOptions o = scan_;
   o.refused = &refused;
+  std::string digests;
+  if (digests_) o.digests = &digests;
   absl::StatusOr<fleet::Manifest> m = fleet::ScanManifest(o);
   if (!m.ok()) return FleetFail(std::string(m.status().message()));
-  const std::string text = fleet::SerializeManifest(*m);
   const std::string out = out_.empty() ? scan_.root + "/MANIFEST" : out_;
-  {
-    std::ofstream f(out + ".tmp", std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f.good()) return FleetFail(out + ": cannot write");
+  if (digests_) {
+    const size_t slash = out.rfind('/');
+    m->digests_file = (slash == std::string::npos ? out : out.substr(slash + 1)) + ".digests";
+    const std::string file = fleet::SampleDigestsHeader(m->num_samples) + digests;
+    m->digests_sha256 = fleet::Sha256Hex(file);
+    m->hash = fleet::Sha256Hex(fleet::SerializeManifest(*m));
+    if (!WriteWhole(out + ".digests", file)) return FleetFail(out + ".digests: cannot write");
   }
-  if (std::rename((out + ".tmp").c_str(), out.c_str()) != 0) {
-    return FleetFail(out + ": cannot rename into place");
-  }
+  const std::string text = fleet::SerializeManifest(*m);
+  if (!WriteWhole(out, text)) return FleetFail(out + ": cannot write or rename into place");
   if (m->num_partitions < o.partitions) {
     // A partition is whole shards: say so rather than cap quietly.
     std::fprintf(stderr,
