@@ -1065,6 +1065,23 @@ UNSURE_LOOP = (
     "    const uint64_t a = in.read();\n    if (a == start + m) {\n      ++m;\n    }\n  }\n}\n")
 
 
+# A carried 512-bit word written through 8 part selects at a run-time
+# position per iteration (8 dependent inserts: caught at II 1), and its clean
+# variant (one part select at a constant position per iteration).
+PART_SELECT_LOOP = (
+    "void P(hls::stream<uint8_t, 4>& in, hls::stream<ap_uint<512>, 4>& out, int n) {\n"
+    "  ap_uint<512> w = 0;\n  int pos = 0;\n  NEARPREP_SIM_LOOP(\"P.bytes\")\nloop:\n"
+    "  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+    "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64\n    const uint8_t x = in.read();\n"
+    "    for (int b = 0; b < 8; ++b) {\n#pragma HLS UNROLL\n"
+    "      w.range(8 * (pos + b) + 7, 8 * (pos + b)) = x;\n    }\n"
+    "    pos = (pos + 8) & 63;\n    if (pos == 0) out.write(w);\n  }\n}\n")
+PART_SELECT_CLEAN = PART_SELECT_LOOP.replace(
+    "    for (int b = 0; b < 8; ++b) {\n#pragma HLS UNROLL\n"
+    "      w.range(8 * (pos + b) + 7, 8 * (pos + b)) = x;\n    }\n",
+    "    w = w >> 8;\n    w.range(511, 504) = x;\n")
+
+
 def selftest_recurrence():
     failures = []
     mhz = 225.0
@@ -1095,6 +1112,10 @@ def selftest_recurrence():
     check("(r) unsure recurrence, columns equal", UNSURE_LOOP, {"U.gather": row(1, 1)}, True)
     check("(r) unsure recurrence, columns differ", UNSURE_LOOP, {"U.gather": row(1, 2)}, False)
     check("(r) loop without a table row", UNSURE_LOOP, {}, True)
+    check("(r) 8 part-select writes at a run-time position", PART_SELECT_LOOP,
+          {"P.bytes": row(1, 1)}, True)
+    check("(r) one part-select write at a constant position", PART_SELECT_CLEAN,
+          {"P.bytes": row(1, 1)}, False)
 
     # The csynth.xml parser on its hand-made fixture.
     rep = recur.parse_csynth(os.path.join(FIXTURES, "csynth_HuffmanDecode.xml"))

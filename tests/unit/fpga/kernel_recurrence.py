@@ -575,6 +575,17 @@ def do_assign(e, env, ctx):
 
 
 def assign(lhs, a, env, ctx):
+    if lhs[0] == "call" and lhs[1][0] == "member" and lhs[1][2] == "range":
+        # a part-select write w.range(hi, lo) = v: the carried word through a
+        # mux on every bit lane the (variable) position can select
+        base = lhs[1][1]
+        old = ev(base, env, ctx)
+        ia = amax(*[ev(x, env, ctx) for x in lhs[2]])
+        var = not all(is_const(x, ctx) for x in lhs[2])
+        m = amax(old, ia, a)
+        assign(base, m.plus(D_INSERT, "part-select write at a variable position")
+               if m and var else m, env, ctx)
+        return
     name, member = base_name(lhs)
     if name is None:
         return
@@ -738,6 +749,11 @@ def _writes(e, written):
             written.add(name)
     if e[0] == "call" and e[1][0] == "id" and e[1][1] == "SetWordByte":
         name, _ = base_name(e[2][0])
+        if name:
+            written.add(name)
+    if e[0] == "assign" and e[2][0] == "call" and e[2][1][0] == "member" and \
+            e[2][1][2] == "range":
+        name, _ = base_name(e[2][1][1])
         if name:
             written.add(name)
     for c in e[1:]:
