@@ -13,7 +13,7 @@
 // --ddr-latency=OPT,EXP); each run pays the network's fill and drain;
 // header parsing, Huffman table building and tap computation are counted.
 // A run's cycles are the latest end of any process; images/s per compute
-// unit = images / sum of run cycles at 250 MHz.
+// unit = images / sum of run cycles at the Makefile's KERNEL_MHZ (225 MHz).
 //
 // Output per crop mode: images/s (optimistic / expected), the bottleneck
 // (the process busy the most cycles), and per process its busy cycles and

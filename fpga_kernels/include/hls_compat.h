@@ -41,8 +41,47 @@ inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.range(8 * i + 7, 8 * 
 
 #include "hls_sim.h"
 
+// The C-simulation 512-bit word: 64 bytes, with the few ap_uint<512>
+// operators the kernel uses on whole words (PackWords' shift-and-mask
+// insert). Shifts move whole bytes only (a multiple of 8 bits; anything else
+// aborts) and, like ap_uint<512>, drop what passes either end.
 struct WideWord {
   uint8_t b[64];
+  WideWord operator<<(int bits) const {
+    WideWord r;
+    const int s = ByteShift(bits);
+    for (int i = 0; i < 64; ++i) r.b[i] = i >= s ? b[i - s] : 0;
+    return r;
+  }
+  WideWord operator>>(int bits) const {
+    WideWord r;
+    const int s = ByteShift(bits);
+    for (int i = 0; i < 64; ++i) r.b[i] = i + s < 64 ? b[i + s] : 0;
+    return r;
+  }
+  WideWord operator&(const WideWord& o) const {
+    WideWord r;
+    for (int i = 0; i < 64; ++i) r.b[i] = static_cast<uint8_t>(b[i] & o.b[i]);
+    return r;
+  }
+  WideWord operator|(const WideWord& o) const {
+    WideWord r;
+    for (int i = 0; i < 64; ++i) r.b[i] = static_cast<uint8_t>(b[i] | o.b[i]);
+    return r;
+  }
+  WideWord operator~() const {
+    WideWord r;
+    for (int i = 0; i < 64; ++i) r.b[i] = static_cast<uint8_t>(~b[i]);
+    return r;
+  }
+  static int ByteShift(int bits) {
+    if (bits < 0 || bits % 8 != 0) {
+      std::fprintf(stderr, "WideWord: shift by %d bits (C simulation supports whole bytes)\n",
+                   bits);
+      std::abort();
+    }
+    return bits / 8 < 64 ? bits / 8 : 64;
+  }
 };
 inline uint8_t WordByte(const WideWord& w, int i) { return w.b[i]; }
 inline void SetWordByte(WideWord& w, int i, uint8_t b) { w.b[i] = b; }

@@ -56,10 +56,12 @@ void CropResize(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
   // cycle. Entries are RGB packed in 24 bits (one memory word, not a struct
   // split per byte). The row being written is never one being read (an
   // output row is emitted while the source row after its lower row arrives).
+  // latency = 2: the URAM's output register (timing at 225 MHz on -2LV; one
+  // more cycle of pipeline depth, same II).
   uint32_t lines[4][3][kMaxWidth];
 #pragma HLS ARRAY_PARTITION variable = lines complete dim = 1
 #pragma HLS ARRAY_PARTITION variable = lines complete dim = 2
-#pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram
+#pragma HLS BIND_STORAGE variable = lines type = ram_2p impl = uram latency = 2
 #pragma HLS DEPENDENCE variable = lines inter false
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
@@ -307,6 +309,13 @@ images:
     // One chunk (at most 12 bytes) per iteration: its first n1 bytes finish
     // the plane's current word, the rest (if the word completed) start the
     // next; at most one word completes per chunk, so one stream write site.
+    // The loop-carried path (stage[p].w -> stage[p].w): a 3-way select of
+    // the plane's word, ONE shift-and-mask insert (an AND and an OR per bit:
+    // the shifted chunk and mask come from this iteration's chunk and the
+    // plane's byte position, not from the word), the 2-way select between
+    // it and the spill word: 4 dependent LUT levels. (Before the fourth
+    // pass: 12 dependent variable-position byte inserts into the carried
+    // word, II 3-8.)
     NEARPREP_SIM_LOOP("PackWords.chunks")
   chunks_loop:
     for (uint64_t k = 0; k < n_chunks; ++k) {
@@ -318,14 +327,24 @@ images:
       const int n = ch.n <= 12 ? ch.n : 12;
       const int pos = static_cast<int>(cur[p] & 63);
       const int n1 = n < 64 - pos ? n : 64 - pos;  // bytes into the current word
-      PartialWord cw = stage[p];
+      // The chunk's n bytes and their byte mask in the low bytes of a word
+      // (constant positions: wiring and one AND per bit; bytes >= n zero).
+      WideWord bits, ones;
+      ClearWord(&bits);
+      ClearWord(&ones);
       for (int b = 0; b < 12; ++b) {
 #pragma HLS UNROLL
-        if (b < n1) {
-          SetWordByte(cw.w, pos + b, ch.b[b]);
-          cw.mask |= uint64_t{1} << (pos + b);
+        if (b < n) {
+          SetWordByte(bits, b, ch.b[b]);
+          SetWordByte(ones, b, 0xFF);
         }
       }
+      const uint64_t bytes = (uint64_t{1} << n) - 1;
+      PartialWord cw = stage[p];
+      // One insert: what passes the word's top byte is dropped (it is the
+      // spill); the byte mask the same way.
+      cw.w = (cw.w & ~(ones << (8 * pos))) | (bits << (8 * pos));
+      cw.mask |= bytes << pos;
       cur[p] += static_cast<uint64_t>(n);
       if (pos + n1 == 64) {  // word complete
         if (!write) {
@@ -336,16 +355,9 @@ images:
           held[nheld++] = cw;  // the plane began inside this word
         }
         PartialWord nw;
-        ClearWord(&nw.w);
-        nw.mask = 0;
+        nw.w = bits >> (8 * n1);  // the spill: one shift
+        nw.mask = bytes >> n1;
         nw.addr = cw.addr + 1;
-        for (int b = 0; b < 12; ++b) {
-#pragma HLS UNROLL
-          if (b >= n1 && b < n) {
-            SetWordByte(nw.w, b - n1, ch.b[b]);
-            nw.mask |= uint64_t{1} << (b - n1);
-          }
-        }
         stage[p] = nw;
       } else {
         stage[p] = cw;
@@ -416,6 +428,10 @@ bursts:
     const uint64_t start = t.addr;
     buf[0] = t.w;
     int n = 1;
+    // The address the next word must have to join the burst, kept as a
+    // register next to n: the compare reads it directly (not start + n, an
+    // add and a 64-bit compare chained on n's recurrence).
+    uint64_t next_addr = start + 1;
     bool more = true;
     NEARPREP_SIM_LOOP("BurstWrite.gather")
   gather:
@@ -424,8 +440,9 @@ bursts:
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
       NEARPREP_SIM_ITER();
       t = words.read();
-      if (!t.end && n < kBurstWords && t.addr == start + static_cast<uint64_t>(n)) {
+      if (!t.end && n < kBurstWords && t.addr == next_addr) {
         buf[n++] = t.w;
+        ++next_addr;
       } else {
         more = false;
       }

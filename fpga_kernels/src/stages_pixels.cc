@@ -206,9 +206,11 @@ void RasterEmit(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in,
                 hls::stream<ImageJob, kJobDepth>& job_out,
                 hls::stream<uint8_t, kPixelDepth>& luma,
                 hls::stream<ChromaPair, kPixelDepth>& chroma) {
+  // latency = 2: a registered BRAM output (timing at 225 MHz on -2LV; one
+  // more cycle of EmitRow's pipeline depth, same II).
   uint8_t pend[3][kMcuRowWidth];
 #pragma HLS ARRAY_PARTITION variable = pend complete dim = 1
-#pragma HLS BIND_STORAGE variable = pend type = ram_2p impl = bram
+#pragma HLS BIND_STORAGE variable = pend type = ram_2p impl = bram latency = 2
 images:
   for (uint32_t i = 0; i < num_images; ++i) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 32 avg = 32

@@ -555,3 +555,37 @@ TEST(HlsSimTest, SequentialRunReportsOverReadsButNotShallowFifos) {
 }
 
 }  // namespace
+
+// The C-simulation WideWord's ap_uint<512>-style operators (PackWords'
+// shift-and-mask insert runs on them): whole-byte shifts that drop what
+// passes either end, byte-wise logic, and an abort on a shift the stand-in
+// cannot represent.
+TEST(HlsCompatTest, WideWordShiftsAndMasksLikeAp512) {
+  WideWord w;
+  for (int i = 0; i < 64; ++i) w.b[i] = static_cast<uint8_t>(i + 1);
+  const WideWord l = w << 8 * 3;
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(l.b[i], i < 3 ? 0 : i - 3 + 1) << i;
+  const WideWord r = w >> 8 * 5;
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(r.b[i], i + 5 < 64 ? i + 5 + 1 : 0) << i;
+  const WideWord gone = w << 512;
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(gone.b[i], 0) << i;
+  WideWord m;
+  for (int i = 0; i < 64; ++i) m.b[i] = i < 4 ? 0xFF : 0;
+  // The PackWords insert: 4 bytes at position 62 keep bytes < 62, replace
+  // 62 and 63, and drop the two that pass the top (the spill).
+  WideWord c;
+  for (int i = 0; i < 64; ++i) c.b[i] = i < 4 ? static_cast<uint8_t>(0xA0 + i) : 0;
+  const WideWord ins = (w & ~(m << 8 * 62)) | (c << 8 * 62);
+  for (int i = 0; i < 62; ++i) EXPECT_EQ(ins.b[i], i + 1) << i;
+  EXPECT_EQ(ins.b[62], 0xA0);
+  EXPECT_EQ(ins.b[63], 0xA1);
+  const WideWord spill = c >> 8 * 2;
+  EXPECT_EQ(spill.b[0], 0xA2);
+  EXPECT_EQ(spill.b[1], 0xA3);
+  for (int i = 2; i < 64; ++i) EXPECT_EQ(spill.b[i], 0) << i;
+}
+
+TEST(HlsCompatDeathTest, WideWordShiftByPartOfAByteAborts) {
+  WideWord w{};
+  EXPECT_DEATH({ const WideWord x = w << 4; (void)x; }, "whole bytes");
+}

@@ -28,9 +28,22 @@ silently get wrong, found without Vitis.
             and the ABI table's argument types against the top function's
             parameters, the clock set only in the Makefile.
             See the comment above structure_findings() for the limits.
+  recurrence (issue 33) every NEARPREP_SIM_LOOP-bracketed pipelined loop's
+            loop-carried recurrences (kernel_recurrence.py: values read,
+            transformed and written back in one iteration, through arrays,
+            struct members and wide-word part selects), their dependent
+            operators and delay against the clock budget of the Makefile's
+            KERNEL_MHZ: refuses a loop whose row in
+            fpga_kernels/host/loop_timing.cc expects II 1 while its
+            recurrence exceeds the budget, and a loop within 20 % of the
+            budget whose optimistic and expected II agree (unsure).
+  csynth REPORT.xml...  parses Vitis HLS csynth.xml reports (per-loop
+            achieved II and depth, estimated clock) and refuses where the
+            timing table is more optimistic than a report.
   selftest  plants one violation of each kind in a scratch source and checks
-            that `ir` / `lint` / `structure` catch it (and that the clean
-            variants pass).
+            that `ir` / `lint` / `structure` / `recurrence` catch it (and
+            that the clean variants pass), and parses a hand-made csynth.xml
+            fixture.
 
 Exit status 0 when clean; 1 with one line per finding otherwise.
 """
@@ -43,6 +56,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kernel_recurrence as recur  # noqa: E402
 STUBS = os.path.join(HERE, "kernel_checks_stubs")
 
 # LLVM intrinsics HLS implements (everything else must be defined in the
@@ -84,11 +99,15 @@ STATIC_FUNC = re.compile(r"\bstatic\s+(inline\s+)?[\w:<>,\s\*&]+?\b\w+\s*\(")
 
 
 def makefile_vars(makefile):
-    """HLS_CFLAGS and SRCS of the Makefile, as lists."""
+    """HLS_CFLAGS, SRCS and SYNTH_TOPS (optional: the per-process extern "C"
+    synthesis tops, compiled and linted like the kernel) of the Makefile."""
     text = open(makefile).read().replace("\\\n", " ")
     out = {}
-    for name in ("HLS_CFLAGS", "SRCS"):
+    for name in ("HLS_CFLAGS", "SRCS", "SYNTH_TOPS"):
         m = re.search(r"^%s\s*:?=\s*(.*)$" % name, text, re.M)
+        if not m and name == "SYNTH_TOPS":
+            out[name] = []
+            continue
         if not m:
             raise SystemExit("kernel_checks: %s not found in %s" % (name, makefile))
         out[name] = shlex.split(m.group(1))
@@ -144,7 +163,7 @@ def run_ir(clang, makefile):
     kdir = os.path.dirname(os.path.abspath(makefile))
     findings, modules = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for src in v["SRCS"]:
+        for src in v["SRCS"] + v["SYNTH_TOPS"]:
             ir, err = compile_ir(clang, v["HLS_CFLAGS"], src, tmp, kdir)
             if err:
                 findings.append("%s: %s" % (src, err))
@@ -247,7 +266,8 @@ def lint_streams(name, code):
 
 def run_lint(makefile):
     kdir = os.path.dirname(os.path.abspath(makefile))
-    files = [os.path.join(kdir, s) for s in makefile_vars(makefile)["SRCS"]]
+    v = makefile_vars(makefile)
+    files = [os.path.join(kdir, s) for s in v["SRCS"] + v["SYNTH_TOPS"]]
     inc = os.path.join(kdir, "include")
     files += [os.path.join(inc, f) for f in sorted(os.listdir(inc))
               if f.endswith(".h") and f not in LINT_SKIP]
@@ -998,6 +1018,139 @@ def selftest_structure():
     return failures
 
 
+def kernel_mhz(makefile):
+    """KERNEL_MHZ of the Makefile (its default when it is a ?= variable)."""
+    m = re.search(r"^KERNEL_MHZ\s*[?:]?=\s*([\d.]+)", open(makefile).read(), re.M)
+    if not m:
+        raise SystemExit("kernel_checks: KERNEL_MHZ not found in %s" % makefile)
+    return float(m.group(1))
+
+
+def timing_table_path(makefile):
+    return os.path.join(os.path.dirname(os.path.abspath(makefile)), "host", "loop_timing.cc")
+
+
+def run_recurrence(makefile):
+    texts = kernel_texts(makefile)
+    consts = constants("\n".join(c for _, c in texts))
+    table = recur.timing_table(open(timing_table_path(makefile)).read())
+    mhz = kernel_mhz(makefile)
+    print("recurrences at %g MHz (budget %.2f ns = period less %d%% uncertainty):"
+          % (mhz, recur.budget_ns(mhz), round(recur.UNCERTAINTY * 100)))
+    return recur.check_recurrences(texts, table, mhz, consts)
+
+
+def run_csynth(makefile, reports):
+    texts = kernel_texts(makefile)
+    table = recur.timing_table(open(timing_table_path(makefile)).read())
+    labels = recur.sim_labels(texts)
+    findings = []
+    for path in reports:
+        rep = recur.parse_csynth(path)
+        print("%s: top %s, part %s, target %.3f ns, estimated %.3f ns, %d loops"
+              % (path, rep["top"], rep["part"], rep["target_ns"], rep["estimated_ns"],
+                 len(rep["loops"])))
+        findings += recur.compare_report(rep, table, labels, mhz=kernel_mhz(makefile))
+    return findings
+
+
+FIXTURES = os.path.join(HERE, "recurrence_fixtures")
+
+# A loop whose recurrence (a 64-bit add, a 64-bit compare, a select) is just
+# under the budget at 225 MHz: unsure, so its table columns must differ.
+UNSURE_LOOP = (
+    "void U(hls::stream<uint64_t, 4>& in, int n) {\n  uint64_t start = 0;\n  int m = 0;\n"
+    "  NEARPREP_SIM_LOOP(\"U.gather\")\nloop:\n  for (int i = 0; i < n; ++i) {\n"
+    "#pragma HLS PIPELINE II = 1\n#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64\n"
+    "    const uint64_t a = in.read();\n    if (a == start + m) {\n      ++m;\n    }\n  }\n}\n")
+
+
+# A carried 512-bit word written through 8 part selects at a run-time
+# position per iteration (8 dependent inserts: caught at II 1), and its clean
+# variant (one part select at a constant position per iteration).
+PART_SELECT_LOOP = (
+    "void P(hls::stream<uint8_t, 4>& in, hls::stream<ap_uint<512>, 4>& out, int n) {\n"
+    "  ap_uint<512> w = 0;\n  int pos = 0;\n  NEARPREP_SIM_LOOP(\"P.bytes\")\nloop:\n"
+    "  for (int i = 0; i < n; ++i) {\n#pragma HLS PIPELINE II = 1\n"
+    "#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64\n    const uint8_t x = in.read();\n"
+    "    for (int b = 0; b < 8; ++b) {\n#pragma HLS UNROLL\n"
+    "      w.range(8 * (pos + b) + 7, 8 * (pos + b)) = x;\n    }\n"
+    "    pos = (pos + 8) & 63;\n    if (pos == 0) out.write(w);\n  }\n}\n")
+PART_SELECT_CLEAN = PART_SELECT_LOOP.replace(
+    "    for (int b = 0; b < 8; ++b) {\n#pragma HLS UNROLL\n"
+    "      w.range(8 * (pos + b) + 7, 8 * (pos + b)) = x;\n    }\n",
+    "    w = w >> 8;\n    w.range(511, 504) = x;\n")
+
+
+def selftest_recurrence():
+    failures = []
+    mhz = 225.0
+
+    def check(label, rel, table, want):
+        code = _strip_keep_strings(open(os.path.join(FIXTURES, rel)).read()) \
+            if rel.endswith(".cc") else _strip_keep_strings(rel)
+        texts = [(label, code)]
+        found = recur.check_recurrences(texts, table, mhz, constants(code), verbose=False)
+        print("%s %-45s -> %s" % ("planted" if want else "clean  ", label[:45],
+                                  "caught" if found else "passed"))
+        for f in found[:1]:
+            print("    " + f[:200])
+        if want and not found:
+            failures.append("planted recurrence not caught: " + label)
+        if not want and found:
+            failures.append("clean recurrence flagged (%s): %s" % (label, "; ".join(found)))
+
+    row = lambda ii_opt, ii_exp: (ii_opt, ii_exp, 4, 6)  # noqa: E731
+    check("(r) PackWords, third pass, declared II 1", "packwords_pass3.cc",
+          {"PackWords.chunks": row(1, 1)}, True)
+    check("(r) HuffmanDecode, third pass, declared II 1", "huffman_pass3.cc",
+          {"HuffmanDecode.symbols": row(1, 1)}, True)
+    check("(r) PackWords, fourth pass, declared II 1", "packwords_pass4.cc",
+          {"PackWords.chunks": row(1, 1)}, False)
+    check("(r) HuffmanDecode, third pass, declared II 2", "huffman_pass3.cc",
+          {"HuffmanDecode.symbols": row(1, 2)}, False)
+    check("(r) unsure recurrence, columns equal", UNSURE_LOOP, {"U.gather": row(1, 1)}, True)
+    check("(r) unsure recurrence, columns differ", UNSURE_LOOP, {"U.gather": row(1, 2)}, False)
+    check("(r) loop without a table row", UNSURE_LOOP, {}, True)
+    check("(r) 8 part-select writes at a run-time position", PART_SELECT_LOOP,
+          {"P.bytes": row(1, 1)}, True)
+    check("(r) one part-select write at a constant position", PART_SELECT_CLEAN,
+          {"P.bytes": row(1, 1)}, False)
+
+    # The csynth.xml parser on its hand-made fixture.
+    rep = recur.parse_csynth(os.path.join(FIXTURES, "csynth_HuffmanDecode.xml"))
+    want = {"top": "HuffmanDecode", "part": "xcku15p-ffva1156-2LV-e", "target_ns": 4.44,
+            "uncertainty_ns": 1.2, "estimated_ns": 3.105}
+    for k, v in want.items():
+        if rep[k] != v:
+            failures.append("csynth fixture: %s = %r, want %r" % (k, rep[k], v))
+    loops = rep["loops"]
+    if loops.get("symbols") != {"ii": 2, "depth": 9, "latency": 800007}:
+        failures.append("csynth fixture: symbols = %r" % loops.get("symbols"))
+    if loops.get("lookahead", {}).get("ii") != 1 or "images" in loops:
+        failures.append("csynth fixture: nested loops read wrong: %r" % sorted(loops))
+    labels = {("HuffmanDecode", "symbols"): "HuffmanDecode.symbols",
+              ("HuffmanDecode", "lookahead"): "HuffmanDecode.lookahead"}
+    cases = [
+        ("table expects II 1, report II 2", rep,
+         {"HuffmanDecode.symbols": (1, 1, 8, 10), "HuffmanDecode.lookahead": (1, 1, 6, 8)}, True),
+        ("table expects depth 8, report 9", rep,
+         {"HuffmanDecode.symbols": (1, 2, 8, 8), "HuffmanDecode.lookahead": (1, 1, 6, 8)}, True),
+        ("estimated clock over target less uncertainty",
+         dict(rep, estimated_ns=3.5),
+         {"HuffmanDecode.symbols": (1, 2, 8, 10), "HuffmanDecode.lookahead": (1, 1, 6, 8)}, True),
+        ("table agrees with the report", rep,
+         {"HuffmanDecode.symbols": (1, 2, 8, 10), "HuffmanDecode.lookahead": (1, 1, 6, 8)}, False),
+    ]
+    for label, r, table, want in cases:
+        found = recur.compare_report(r, table, labels, mhz=225.0)
+        print("%s csynth %-37s -> %s" % ("planted" if want else "clean  ", label[:37],
+                                          "caught" if found else "passed"))
+        if want != bool(found):
+            failures.append("csynth compare (%s): %r" % (label, found))
+    return failures
+
+
 def selftest(clang, makefile):
     v = makefile_vars(makefile)
     failures = []
@@ -1040,21 +1193,31 @@ def selftest(clang, makefile):
         bad += lint_loops("clean_loops.cc", code) + lint_streams("clean_loops.cc", code)
         if bad:
             failures.append("clean code flagged: " + "; ".join(bad))
-    return failures + selftest_structure()
+    return failures + selftest_structure() + selftest_recurrence()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["ir", "lint", "structure", "selftest"])
+    ap.add_argument("mode", choices=["ir", "lint", "structure", "recurrence", "csynth",
+                                     "selftest", "selftest-recurrence"])
+    ap.add_argument("reports", nargs="*", help="csynth.xml reports (mode csynth)")
     ap.add_argument("--makefile", required=True)
     ap.add_argument("--clang", default="clang++")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
+    if a.mode == "csynth" and not a.reports:
+        ap.error("csynth needs at least one report")
     if a.mode == "ir":
         findings = run_ir(a.clang, a.makefile)
     elif a.mode == "lint":
         findings = run_lint(a.makefile)
     elif a.mode == "structure":
         findings = run_structure(a.makefile)
+    elif a.mode == "recurrence":
+        findings = run_recurrence(a.makefile)
+    elif a.mode == "csynth":
+        findings = run_csynth(a.makefile, a.reports)
+    elif a.mode == "selftest-recurrence":
+        findings = selftest_recurrence()
     else:
         findings = selftest(a.clang, a.makefile)
     for f in findings:

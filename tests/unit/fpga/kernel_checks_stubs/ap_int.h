@@ -18,6 +18,11 @@ class ap_uint {
     range_ref& operator=(unsigned long long v);
     operator unsigned long long() const;
   };
+  ap_uint operator<<(int bits) const;
+  ap_uint operator>>(int bits) const;
+  ap_uint operator&(const ap_uint& o) const;
+  ap_uint operator|(const ap_uint& o) const;
+  ap_uint operator~() const;
   unsigned long long range(int hi, int lo) const;
   range_ref range(int hi, int lo);
 
