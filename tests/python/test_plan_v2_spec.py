@@ -175,3 +175,42 @@ def test_cpp_plan_is_the_text(tmp_path, sizes, seed, epoch, b, w, g, k, ll):
                         "24", "--plan-version", "2", "--slice-samples", "8",
                         "--slice-partitions", "3"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "slice_partitions: K = 3 must be >= 1 and divide" in r.stderr
+
+
+MANIFEST = ("nearprep-manifest 1\nformat tfrecord\npartitions 2\nsamples 24\n"
+            "shard 0 12 100 00000000 a\nshard 1 12 100 00000000 b\n").encode()
+
+
+def test_python_client_selects_v2_and_keeps_it_in_checkpoints():
+    """No node needed: the plan, its checks and the checkpoints."""
+    from nearprep.fleet import FleetClient
+    m = fp.parse_manifest(MANIFEST)
+    with FleetClient(["127.0.0.1:1"], "ds", manifest=m, global_batch=12, trainers=3,
+                     plan_version=2, slice_partitions=2, rpc_timeout=0.2) as fc:
+        ck = fc.checkpoint(0, 1)
+        assert (ck.algorithm, ck.slice_partitions, ck.slice_samples) == (fp.ALGORITHM_V2, 2, 4)
+        assert fc._plan(0).params.run == 2
+        v1 = fp.Checkpoint(m.hash, 0, 64, 256, 12, 2, 0, 1)
+        with pytest.raises(ValueError, match="differs"):
+            fc.resume(v1)
+    with pytest.raises(ValueError, match="slice_partitions: K = 3"):
+        FleetClient(["127.0.0.1:1"], "ds", manifest=m, global_batch=8, trainers=2,
+                    plan_version=2, slice_partitions=3)
+    with pytest.raises(ValueError, match="plan_version: must be 1 or 2"):
+        FleetClient(["127.0.0.1:1"], "ds", manifest=m, global_batch=8, plan_version=7)
+
+
+def test_torch_dataset_state_names_v2_and_keeps_its_slice():
+    pytest.importorskip("torch")
+    from nearprep.fleet_torch import FleetIterableDataset
+    m = fp.parse_manifest(MANIFEST)
+    kw = dict(manifest=m, rank=0, global_batch=8, plan_version=2, slice_partitions=2)
+    s = FleetIterableDataset(["127.0.0.1:1"], "ds", world_size=2, **kw).state_dict()
+    assert (s["algorithm"], s["slice_samples"]) == ("nearprep-fleet-plan/2", 4)
+    four = FleetIterableDataset(["127.0.0.1:1"], "ds", world_size=4, **kw)
+    four.load_state_dict(s)  # another world size resumes with the saved L
+    assert four.state_dict()["slice_samples"] == 4
+    v1 = FleetIterableDataset(["127.0.0.1:1"], "ds", manifest=m, rank=0, world_size=4,
+                              global_batch=8)
+    with pytest.raises(ValueError, match="differs"):
+        v1.load_state_dict(s)
