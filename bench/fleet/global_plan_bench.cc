@@ -2,6 +2,11 @@
 // per position of every batch a fleet trainer reads), in ns per call.
 //
 //   nearprep_bench_fleet_plan [--partitions C] [--samples N] [--repeat R]
+//                             [--plan-version V] [--slice-partitions K]
+//                             [--slice-samples L]
+//
+// (--plan-version 2: nearprep-fleet-plan/2 with K, default 4, and L, default
+// 128.)
 //
 // A plan over C partitions of about N samples each (sizes vary by +-10%),
 // G = 1024. Walks, each timed R times (the median is printed):
@@ -51,10 +56,15 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   uint64_t c = 64, per = 20000;
   int repeat = 5;
+  uint32_t version = 1;
+  uint64_t k_parts = 4, l_slice = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--partitions")) c = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--samples")) per = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--repeat")) repeat = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--plan-version")) version = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--slice-partitions")) k_parts = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--slice-samples")) l_slice = std::strtoull(argv[i + 1], nullptr, 10);
     else { std::fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
   }
   std::vector<uint64_t> starts = {0};
@@ -62,12 +72,16 @@ int main(int argc, char** argv) {
   nearprep::fleet::PlanParams params;
   params.seed = 1;
   params.global_batch = 1024;
+  params.version = version;
+  params.slice_partitions = k_parts;
+  params.slice_samples = l_slice;
   auto plan = GlobalPlan::Create(starts, params);
   if (!plan.ok()) { std::fprintf(stderr, "%s\n", plan.status().ToString().c_str()); return 1; }
   const uint64_t n = (*plan)->size();
   uint64_t jump = n / 7 + 1;
   while (std::gcd(jump, n) != 1) ++jump;
-  std::printf("plan: %llu partitions, %llu positions\n", static_cast<unsigned long long>(c),
+  std::printf("plan: %s, %llu partitions, %llu positions\n",
+              nearprep::fleet::PlanAlgorithm(params), static_cast<unsigned long long>(c),
               static_cast<unsigned long long>(n));
   struct Case { const char* name; int threads; uint64_t stride; uint64_t calls; };
   const Case cases[] = {{"seq", 1, 1, std::min<uint64_t>(n, 1000000)},

@@ -10,7 +10,9 @@ before its first request) and a whole epoch. Baseline in the same run: the
 plan by its definition, scalar Philox draws, whole partition streams and a
 walk over the round's partitions per position (what fleet_plan did before
 the windowed, vectorised plan); `--no-reference-epoch` skips its (slow)
-whole-epoch run. Figures are process CPU time.
+whole-epoch run. Figures are process CPU time. `--plan-version 2
+[--slice-partitions K]` times nearprep-fleet-plan/2 (L = G / T) instead, with
+no baseline (the definition above is v1's).
 """
 
 import argparse
@@ -78,12 +80,17 @@ def main():
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--no-reference-epoch", action="store_true")
+    ap.add_argument("--plan-version", type=int, default=1)
+    ap.add_argument("--slice-partitions", type=int, default=4)
     args = ap.parse_args()
     starts = [i * args.per_partition for i in range(args.partitions + 1)]
     args.n = starts[-1]
-    params = fp.PlanParams(seed=3, epoch=1, block_samples=args.block, window=args.window,
-                           global_batch=args.global_batch)
     fp.check_trainers(args.global_batch, args.trainers)
+    v2 = (dict(version=2, slice_partitions=args.slice_partitions,
+               slice_samples=args.global_batch // args.trainers)
+          if args.plan_version == 2 else {})
+    params = fp.PlanParams(seed=3, epoch=1, block_samples=args.block, window=args.window,
+                           global_batch=args.global_batch, **v2)
     num_batches = fp.GlobalPlan(starts, params).num_batches
 
     def new():
@@ -96,7 +103,13 @@ def main():
 
     print(f"plan: C={args.partitions} partitions x {args.per_partition} samples, "
           f"G={args.global_batch}, T={args.trainers} (trainer 0), B={args.block}, "
-          f"W={args.window}; CPU us per position of the trainer's slice")
+          f"W={args.window}, {params.algorithm}; CPU us per position of the trainer's slice")
+    if v2:
+        a, _ = run(new, [0], args)
+        print(f"  first global batch:  windowed+vectorised {a:9.1f}")
+        a, _ = run(new, range(num_batches), args)
+        print(f"  whole epoch ({num_batches} batches): windowed+vectorised {a:6.1f}")
+        return
     a, out_a = run(new, [0], args)
     b, out_b = run(ref, [0], args)
     assert out_a == out_b, "the plan differs from its definition"

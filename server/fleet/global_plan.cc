@@ -117,6 +117,30 @@ std::vector<uint64_t> PartitionStream(uint64_t n, uint32_t partition,
   return s;
 }
 
+uint64_t TailOrderDraw(uint64_t seed, uint64_t epoch, uint32_t i) {
+  return Draw(i, 0, 0, seed, epoch, kTagTailOrder);
+}
+
+std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params) {
+  std::vector<uint32_t> order(c);
+  for (uint32_t i = 0; i < c; ++i) order[i] = i;
+  PlanShuffle(order.data(), c, [&](uint64_t i) {
+    return TailOrderDraw(params.seed, params.epoch, static_cast<uint32_t>(i));
+  });
+  return order;
+}
+
+const char* PlanAlgorithm(const PlanParams& params) {
+  return params.version == 2 ? kFleetPlanAlgorithmV2 : kFleetPlanAlgorithm;
+}
+
+PlanParams ResolveSlice(PlanParams params, uint32_t trainers) {
+  if (params.version == 2 && params.slice_samples == 0 && trainers > 0) {
+    params.slice_samples = params.global_batch / trainers;
+  }
+  return params;
+}
+
 std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
                                  const PlanParams& params) {
   std::vector<uint32_t> order(c);
@@ -154,8 +178,29 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("window: must be <= 1048576, got ", params.window));
   }
+  if (params.version != 1 && params.version != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan_version: must be 1 or 2, got ", params.version));
+  }
+  uint64_t run = 1;
+  if (params.version == 2) {
+    const uint64_t g = params.global_batch, l = params.slice_samples,
+                   k = params.slice_partitions;
+    if (l == 0 || g % l != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice_samples: L = ", l, " must be >= 1 and divide the global batch G = ", g,
+          " (plan v2: at most K partitions per aligned slice of L)"));
+    }
+    if (k == 0 || l % k != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice_partitions: K = ", k, " must be >= 1 and divide the slice L = ", l,
+          " (plan v2: runs of L / K samples)"));
+    }
+    run = l / k;
+  }
   std::unique_ptr<GlobalPlan> plan(new GlobalPlan());
   plan->params_ = params;
+  plan->run_ = run;
   for (size_t p = 1; p < partition_start.size(); ++p) {
     if (partition_start[p] < partition_start[p - 1]) {
       return absl::InvalidArgumentError("partitions: starts must ascend");
@@ -165,14 +210,26 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
         (size + params.block_samples - 1) / params.block_samples >= (uint64_t{1} << 32)) {
       return absl::InvalidArgumentError("partitions: a partition must hold < 2^32 samples");
     }
-    plan->sizes_sorted_.push_back(size);
+    plan->runs_.push_back(size / run);
   }
+  plan->sizes_sorted_ = plan->runs_;
   plan->n_ = partition_start.back() - partition_start.front();
   plan->start_ = std::move(partition_start);
   std::sort(plan->sizes_sorted_.begin(), plan->sizes_sorted_.end());
   plan->sorted_prefix_.assign(plan->sizes_sorted_.size() + 1, 0);
   for (size_t i = 0; i < plan->sizes_sorted_.size(); ++i) {
     plan->sorted_prefix_[i + 1] = plan->sorted_prefix_[i] + plan->sizes_sorted_[i];
+  }
+  plan->n_main_ = run * plan->sorted_prefix_.back();
+  if (plan->n_main_ < plan->n_) {  // v2 tails: O(C) draws, once per plan
+    const uint32_t c = static_cast<uint32_t>(plan->runs_.size());
+    plan->tail_first_.push_back(0);
+    for (uint32_t p : TailOrder(c, params)) {
+      const uint64_t t = plan->start_[p + 1] - plan->start_[p] - run * plan->runs_[p];
+      if (t == 0) continue;
+      plan->tail_parts_.push_back(p);
+      plan->tail_first_.push_back(plan->tail_first_.back() + t);
+    }
   }
   return plan;
 }
@@ -198,16 +255,29 @@ const std::shared_ptr<const std::vector<uint32_t>>& GlobalPlan::RoundLocked(
 
 uint32_t GlobalPlan::Pick(const std::vector<uint32_t>& order, uint64_t r,
                           uint64_t offset) const {
-  const uint64_t* start = start_.data();
+  const uint64_t* runs = runs_.data();
   for (uint32_t p : order) {
-    if (start[p + 1] - start[p] <= r) continue;
+    if (runs[p] <= r) continue;
     if (offset-- == 0) return p;
   }
   return kNone;  // unreachable for position < size()
 }
 
+GlobalPlan::Entry GlobalPlan::TailAt(uint64_t position) const {
+  const uint64_t y = position - n_main_;
+  const size_t i = static_cast<size_t>(
+      std::upper_bound(tail_first_.begin(), tail_first_.end(), y) - tail_first_.begin() - 1);
+  if (i >= tail_parts_.size()) return Entry{};  // position >= size()
+  const uint32_t p = tail_parts_[i];
+  MutexLock lock(&mu_);
+  return Entry{start_[p] + StreamLocked(p)[run_ * runs_[p] + (y - tail_first_[i])], p};
+}
+
 GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
-  // Positions before round r: sum_p min(n_p, r).
+  if (position >= n_main_) return TailAt(position);
+  const uint64_t j = position % run_;  // offset in the run
+  position /= run_;                    // the run (v1: the position)
+  // Runs before round r: sum_p min(q_p, r).
   const auto before = [&](uint64_t r) {
     const size_t k = static_cast<size_t>(
         std::lower_bound(sizes_sorted_.begin(), sizes_sorted_.end(), r) -
@@ -229,7 +299,7 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
     MutexLock lock(&mu_);
     const uint32_t p = Pick(*RoundLocked(static_cast<uint32_t>(r)), r, offset);
     if (p == kNone) return Entry{};
-    return Entry{start_[p] + StreamLocked(p)[r], p};
+    return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
   }
   std::shared_ptr<const std::vector<uint32_t>> order;
   {
@@ -239,7 +309,7 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
   const uint32_t p = Pick(*order, r, offset);
   if (p == kNone) return Entry{};
   MutexLock lock(&mu_);
-  return Entry{start_[p] + StreamLocked(p)[r], p};
+  return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
 }
 
 std::pair<uint64_t, uint64_t> GlobalPlan::Slice(uint64_t batch, uint32_t k,

@@ -29,6 +29,19 @@
 //      [gG + k*G/T, gG + (k+1)*G/T) of it (clipped to N; may be empty).
 // Sample id at a position = partition_start[p] + stream_p[r].
 //
+// Version 2 (kFleetPlanAlgorithmV2, docs/protocol.md "Plan v2"): params add
+// L = slice_samples (L | G) and K = slice_partitions (K | L); run c = L / K.
+// Step 2 interleaves runs instead of positions: partition p has q_p =
+// floor(n_p / c) runs (run i = stream positions [ic, (i+1)c)); round r
+// emits run r of every partition with q_p > r in the round order of step 2
+// (tag 7, so c = 1 is v1 exactly). Positions < N_main = c * sum q_p: run
+// z = x / c, o = x % c, round by binary search over sum_p min(q_p, r),
+// sample = start_p + stream_p[r*c + o]. Then the tails (stream positions
+// [c q_p, n_p), t_p < c each), whole, in the order of a Fisher-Yates
+// permutation of [0, C) with draw Philox({i, 0, 0, w3(tag 9)}) (partitions
+// with t_p = 0 skipped). Every aligned slice of L positions below N_main
+// holds K runs, so at most K partitions.
+//
 // Thread-safety: GlobalPlan is immutable after Create except for its caches,
 // which are guarded by a mutex; any number of threads may call At() on one
 // plan (the C++ FleetClient's prefetch threads do).
@@ -49,6 +62,7 @@
 namespace nearprep::fleet {
 
 inline constexpr char kFleetPlanAlgorithm[] = "nearprep-fleet-plan/1";
+inline constexpr char kFleetPlanAlgorithmV2[] = "nearprep-fleet-plan/2";
 // Its counter tags (kTagPartitionBlocks, kTagPartitionWindow,
 // kTagRoundOrder) are in the plan core's registry (server/plan/philox.h).
 
@@ -58,7 +72,19 @@ struct PlanParams {
   uint64_t block_samples = 64; // B >= 1
   uint32_t window = 256;       // W >= 1
   uint64_t global_batch = 256; // G >= 1
+  uint32_t version = 1;        // 1 or 2 (the algorithm)
+  // v2 only: at most K = slice_partitions partitions per aligned slice of
+  // L = slice_samples positions (K | L, L | G). L = 0 is refused by Create;
+  // the clients and the CLI put G / T there (ResolveSlice).
+  uint64_t slice_partitions = 4;
+  uint64_t slice_samples = 0;
 };
+
+// The algorithm name of params.version ("nearprep-fleet-plan/1" or "/2").
+const char* PlanAlgorithm(const PlanParams& params);
+// v2 with slice_samples = 0: G / trainers (what the clients and the CLI use
+// when no slice is given); otherwise params unchanged.
+PlanParams ResolveSlice(PlanParams params, uint32_t trainers);
 
 // The draws (words 0 | 1 << 32 of the Philox block).
 uint64_t PartitionBlockDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
@@ -67,6 +93,7 @@ uint64_t PartitionWindowDraw(uint64_t seed, uint64_t epoch, uint32_t partition,
                              uint32_t window, uint32_t i);
 uint64_t RoundOrderDraw(uint64_t seed, uint64_t epoch, uint32_t round,
                         uint32_t i);
+uint64_t TailOrderDraw(uint64_t seed, uint64_t epoch, uint32_t i);
 
 // Local offset at stream position j of partition p of n samples (step 1).
 uint64_t PartitionStreamAt(uint64_t n, uint32_t partition, uint64_t j,
@@ -77,6 +104,9 @@ std::vector<uint64_t> PartitionStream(uint64_t n, uint32_t partition,
 // Round r's partition order (a permutation of [0, c)).
 std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
                                  const PlanParams& params);
+
+// v2's tail order (a permutation of [0, c)).
+std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params);
 
 // INVALID_ARGUMENT unless T >= 1 divides G (the message says so).
 absl::Status CheckTrainers(uint64_t global_batch, uint32_t trainers);
@@ -104,6 +134,10 @@ class GlobalPlan {
     return (n_ + params_.global_batch - 1) / params_.global_batch;
   }
   const PlanParams& params() const { return params_; }
+  // v2: positions [0, main_size()) are runs of c = run() positions; the
+  // rest are the tails. v1: run() = 1, main_size() = size().
+  uint64_t run() const { return run_; }
+  uint64_t main_size() const { return n_main_; }
   // position < size().
   Entry At(uint64_t position) const;
   // Positions [first, second) of trainer k of T in global batch g.
@@ -123,9 +157,16 @@ class GlobalPlan {
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
   uint32_t Pick(const std::vector<uint32_t>& order, uint64_t r, uint64_t offset) const;
 
+  Entry TailAt(uint64_t position) const;
+
   PlanParams params_;
   std::vector<uint64_t> start_;
-  std::vector<uint64_t> sizes_sorted_;
+  uint64_t run_ = 1;                     // c
+  std::vector<uint64_t> runs_;           // q_p
+  uint64_t n_main_ = 0;                  // c * sum q_p
+  std::vector<uint32_t> tail_parts_;     // partitions with t_p > 0, tail order
+  std::vector<uint64_t> tail_first_;     // their first positions - n_main_ (+ end)
+  std::vector<uint64_t> sizes_sorted_;   // q_p sorted
   std::vector<uint64_t> sorted_prefix_;  // prefix sums of sizes_sorted_
   uint64_t n_ = 0;
   mutable Mutex mu_;

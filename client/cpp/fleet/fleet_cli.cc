@@ -32,6 +32,18 @@ void PlanFlags::Register(CLI::App* app) {
   app->add_option("--window", params.window, "window W")->capture_default_str();
   app->add_option("--global-batch", params.global_batch, "global batch G")
       ->capture_default_str();
+  app->add_option("--plan-version", params.version,
+                  "plan algorithm: 1 (nearprep-fleet-plan/1: partitions interleaved position "
+                  "by position) or 2 (nearprep-fleet-plan/2: at most K partitions per slice)")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
+  app->add_option("--slice-partitions", params.slice_partitions,
+                  "plan v2: K, the most partitions in an aligned slice of L positions "
+                  "(K divides L)")
+      ->capture_default_str();
+  app->add_option("--slice-samples", params.slice_samples,
+                  "plan v2: L, the slice the K bound is for (divides G; 0: G / --trainers)")
+      ->capture_default_str();
   app->add_option("--trainers", trainers, "trainers T")->capture_default_str();
   app->add_option("--trainer", trainer, "trainer k")->capture_default_str();
 }

@@ -28,7 +28,9 @@ constexpr uint64_t kMaxFleetEpoch = (uint64_t{1} << 24) - 1;
 extern const char kEpochWhy[];
 
 // The plan's flags of `fleet-plan` and `fleet-read`: --seed, --epoch (into
-// params.epoch), --block, --window, --global-batch, --trainers, --trainer.
+// params.epoch), --block, --window, --global-batch, --plan-version,
+// --slice-partitions, --slice-samples (v2; 0: G / T, fleet::ResolveSlice),
+// --trainers, --trainer.
 // Seeds and epochs are checked as typed (UnsignedValidator).
 struct PlanFlags {
   fleet::PlanParams params;

@@ -561,6 +561,11 @@ FleetClient::~FleetClient() {
 
 absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOptions o) {
   if (absl::Status s = fleet::CheckTrainers(o.plan.global_batch, o.trainers); !s.ok()) return s;
+  o.plan = fleet::ResolveSlice(o.plan, o.trainers);  // plan v2 without L: G / T
+  if (o.plan.version != 1) {  // bad v2 params (K, L) or versions: refused here, named
+    auto p = fleet::GlobalPlan::Create(o.manifest.partition_start, o.plan);
+    if (!p.ok()) return p.status();
+  }
   if (o.rank >= o.trainers) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank: must be < trainers = ", o.trainers, ", got ", o.rank));

@@ -58,7 +58,10 @@ struct FleetClientOptions {
   std::vector<std::string> targets;  // host:port each
   std::string dataset;
   fleet::Manifest manifest;
-  fleet::PlanParams plan;  // epoch is set per call
+  // epoch is set per call; plan.version selects the algorithm (2: at most
+  // plan.slice_partitions partitions per trainer slice; slice_samples 0:
+  // G / trainers).
+  fleet::PlanParams plan;
   uint32_t trainers = 1;
   uint32_t rank = 0;
   // Transform, output, include_params... (dataset, ids, batch_size, seed,

@@ -202,15 +202,20 @@ def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
 
 
 def checkpoint_at(manifest: fp.Manifest, seed, block_samples, window, global_batch,
-                  epoch, next_batch) -> fp.Checkpoint:
+                  epoch, next_batch, version=1, slice_partitions=0,
+                  slice_samples=0) -> fp.Checkpoint:
     """The checkpoint before global batch `next_batch` of `epoch` (past the
-    epoch's last batch: batch 0 of the next epoch). Needs no node."""
+    epoch's last batch: batch 0 of the next epoch). Needs no node. version,
+    slice_partitions, slice_samples: the plan's (v2: K and L)."""
+    v2 = dict(version=version, slice_partitions=slice_partitions,
+              slice_samples=slice_samples) if version == 2 else {}
     params = fp.PlanParams(seed=seed, epoch=epoch, block_samples=block_samples,
-                           window=window, global_batch=global_batch)
+                           window=window, global_batch=global_batch, **v2)
     if next_batch >= fp.GlobalPlan.for_manifest(manifest, params).num_batches:
         epoch, next_batch = epoch + 1, 0
     return fp.Checkpoint(manifest.hash, seed, block_samples, window, global_batch,
-                         manifest.num_partitions, epoch, next_batch)
+                         manifest.num_partitions, epoch, next_batch, params.algorithm,
+                         *((slice_partitions, slice_samples) if version == 2 else ()))
 
 
 @dataclass
@@ -304,9 +309,18 @@ class FleetClient:
                  window=256, global_batch=256, trainers=1, rank=0, prefetch=2,
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
-                 plan_block_reads=True, native=None, **request_kw):
+                 plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
+                 slice_samples=None, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
+        # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
+        # slice_partitions partitions per slice of L = slice_samples
+        # positions (None: G / T, this client's slice).
+        self.plan_kw = (dict(version=2, slice_partitions=slice_partitions,
+                             slice_samples=(global_batch // trainers if slice_samples is None
+                                            else slice_samples))
+                        if plan_version == 2 else dict(version=plan_version))
+        fp.check_v2(fp.PlanParams(global_batch=global_batch, **self.plan_kw))
         if not 0 <= rank < trainers:
             raise ValueError(f"rank: must be in [0, {trainers}), got {rank}")
         self.dataset = dataset
@@ -649,7 +663,8 @@ class FleetClient:
 
     def _plan(self, epoch):
         params = fp.PlanParams(seed=self.seed, epoch=epoch, block_samples=self.block_samples,
-                               window=self.window, global_batch=self.global_batch)
+                               window=self.window, global_batch=self.global_batch,
+                               **self.plan_kw)
         return fp.GlobalPlan.for_manifest(self.manifest, params)
 
     def _submit(self, epoch, items_by_part):
@@ -780,9 +795,9 @@ class FleetClient:
         dict) stands, with this client's trainer count."""
         c = checkpoint if isinstance(checkpoint, fp.Checkpoint) else fp.Checkpoint.from_dict(checkpoint)
         mine = (self.manifest.hash, self.seed, self.block_samples, self.window,
-                self.global_batch, self.manifest.num_partitions)
+                self.global_batch, self.manifest.num_partitions, self.plan_kw)
         theirs = (c.manifest_hash, c.seed, c.block_samples, c.window, c.global_batch,
-                  c.num_partitions)
+                  c.num_partitions, c.plan_kw())
         if mine != theirs:
             raise ValueError(f"checkpoint: plan {theirs} differs from this client's {mine}")
         c.check_position(self.manifest.num_samples)  # past the epoch's end: refused
@@ -792,7 +807,7 @@ class FleetClient:
         e = self._epoch if epoch is None else epoch
         nb = self._next_batch if next_batch is None else next_batch
         return checkpoint_at(self.manifest, self.seed, self.block_samples, self.window,
-                             self.global_batch, e, nb)
+                             self.global_batch, e, nb, **self.plan_kw)
 
     def close(self):
         # Requests still in flight (prefetch) are cancelled and their

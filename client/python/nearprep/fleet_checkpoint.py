@@ -8,7 +8,7 @@ Thread-safety: a Checkpoint is a plain value.
 
 from dataclasses import dataclass, asdict
 
-from .fleet_global_plan import ALGORITHM, MAX_EPOCH
+from .fleet_global_plan import ALGORITHM, ALGORITHMS, MAX_EPOCH
 
 __all__ = ["Checkpoint"]
 
@@ -25,14 +25,32 @@ class Checkpoint:
     epoch: int
     next_batch: int
     algorithm: str = ALGORITHM
+    # nearprep-fleet-plan/2 only (K, L); absent from a v1 checkpoint's dict.
+    slice_partitions: int = 0
+    slice_samples: int = 0
+
+    @property
+    def plan_version(self) -> int:
+        return next((v for v, a in ALGORITHMS.items() if a == self.algorithm), 0)
+
+    def plan_kw(self) -> dict:
+        """The plan-version keywords of PlanParams / FleetClient it names."""
+        if self.plan_version == 2:
+            return dict(version=2, slice_partitions=self.slice_partitions,
+                        slice_samples=self.slice_samples)
+        return dict(version=1)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.plan_version != 2:
+            del d["slice_partitions"], d["slice_samples"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Checkpoint":
-        if d.get("algorithm") != ALGORITHM:
-            raise ValueError(f"checkpoint: algorithm {d.get('algorithm')!r} is not {ALGORITHM}")
+        if d.get("algorithm") not in ALGORITHMS.values():
+            raise ValueError(f"checkpoint: algorithm {d.get('algorithm')!r} is not one of "
+                             f"{', '.join(ALGORITHMS.values())}")
         return cls(**d)
 
     def check_position(self, num_samples: int) -> None:

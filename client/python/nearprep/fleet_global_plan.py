@@ -1,11 +1,16 @@
 """The fleet's global epoch plan (docs/protocol.md, "The global plan
-(algorithm `nearprep-fleet-plan/1`)", is normative; server/fleet/
-global_plan.h is the C++ twin, and tests/python/test_fleet_plan.py compares
-the two through `nearprep fleet-plan`).
+(algorithm `nearprep-fleet-plan/1`)" and "Plan v2 (algorithm
+`nearprep-fleet-plan/2`)", are normative; server/fleet/global_plan.h is the
+C++ twin, and tests/python/test_fleet_plan.py compares the two through
+`nearprep fleet-plan`).
 
 Positions 0..N-1 of an epoch -> (sample id, partition), a pure function of
 (the manifest's partition sizes, seed, epoch, block B, window W, global
-batch G); trainer k of T takes a contiguous slice of every global batch.
+batch G, and for v2 the slice L and partitions per slice K); trainer k of T
+takes a contiguous slice of every global batch. v2 interleaves runs of
+c = L / K consecutive stream positions of a partition instead of single
+positions (v1 is v2's interleave with c = 1), so an aligned slice of L
+positions holds at most K partitions.
 
 Thread-safety: the module's functions are pure; a GlobalPlan caches what it
 computed and is for one thread (each FleetClient makes its own).
@@ -20,16 +25,20 @@ import numpy as np
 from .fleet_manifest import Manifest
 from .philox import draw64, draw64_lanes, key_of
 
-__all__ = ["ALGORITHM", "MAX_EPOCH", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
+__all__ = ["ALGORITHM", "ALGORITHM_V2", "ALGORITHMS", "MAX_EPOCH", "K_TAG_TAIL_ORDER",
+           "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
            "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw", "partition_window_draw",
            "round_order_draw", "partition_stream", "round_order", "round_orders",
-           "check_trainers", "GlobalPlan"]
+           "check_trainers", "check_v2", "GlobalPlan"]
 
 ALGORITHM = "nearprep-fleet-plan/1"
+ALGORITHM_V2 = "nearprep-fleet-plan/2"
+ALGORITHMS = {1: ALGORITHM, 2: ALGORITHM_V2}  # plan version -> algorithm name
 MAX_EPOCH = (1 << 24) - 1  # counter word 3 holds 24 bits of the epoch
 K_TAG_PARTITION_BLOCKS = 5
 K_TAG_PARTITION_WINDOW = 6
 K_TAG_ROUND_ORDER = 7
+K_TAG_TAIL_ORDER = 9  # v2 (8 is the batch mix's, server/plan/philox.h)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,24 @@ class PlanParams:
     block_samples: int = 64
     window: int = 256
     global_batch: int = 256
+    # Plan version (1: nearprep-fleet-plan/1, 2: nearprep-fleet-plan/2).
+    version: int = 1
+    # v2 only: K partitions at most per aligned slice of L positions
+    # (slice_samples; 0 = not chosen: GlobalPlan refuses it, the clients
+    # and the CLI put G / T there). Run length c = L / K.
+    slice_partitions: int = 4
+    slice_samples: int = 0
+
+    @property
+    def algorithm(self) -> str:
+        return ALGORITHMS.get(self.version, f"nearprep-fleet-plan/{self.version}")
+
+    @property
+    def run(self) -> int:
+        """c: consecutive stream positions of one partition per run (v1: 1)."""
+        if self.version == 2 and self.slice_partitions >= 1:
+            return max(self.slice_samples // self.slice_partitions, 1)
+        return 1
 
 
 def _w3(epoch: int, tag: int) -> int:
@@ -84,6 +111,17 @@ def partition_window_draw(seed, epoch, partition, window, i):
 
 def round_order_draw(seed, epoch, rnd, i):
     return _draw(i, rnd, 0, seed, epoch, K_TAG_ROUND_ORDER)
+
+
+def tail_order_draw(seed, epoch, i):
+    return _draw(i, 0, 0, seed, epoch, K_TAG_TAIL_ORDER)
+
+
+def tail_order(c: int, p: PlanParams) -> List[int]:
+    """v2's tail order: a Fisher-Yates permutation of [0, c) (tag 9,
+    counter {i, 0, 0})."""
+    return _shuffle(list(range(c)), _draws(np.arange(c), 0, 0, p.seed, p.epoch,
+                                           K_TAG_TAIL_ORDER))
 
 
 def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
@@ -147,6 +185,22 @@ def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
     return firsts + (np.arange(n, dtype=np.int64) - starts)
 
 
+def check_v2(params: PlanParams) -> None:
+    """ValueError unless params is a valid plan version (and, for v2, L
+    divides G and K divides L), naming the field."""
+    if params.version not in ALGORITHMS:
+        raise ValueError(f"plan_version: must be 1 or 2, got {params.version!r}")
+    if params.version != 2:
+        return
+    g, ll, k = params.global_batch, params.slice_samples, params.slice_partitions
+    if ll < 1 or g % ll:
+        raise ValueError(f"slice_samples: L = {ll} must be >= 1 and divide the global batch "
+                         f"G = {g} (plan v2: at most K partitions per aligned slice of L)")
+    if k < 1 or ll % k:
+        raise ValueError(f"slice_partitions: K = {k} must be >= 1 and divide the slice L = {ll} "
+                         "(plan v2: runs of L / K samples)")
+
+
 def check_trainers(global_batch: int, trainers: int) -> None:
     if trainers < 1 or global_batch % trainers:
         raise ValueError(f"trainers: T = {trainers} must be >= 1 and divide the global "
@@ -156,7 +210,8 @@ def check_trainers(global_batch: int, trainers: int) -> None:
 
 class GlobalPlan:
     """The global epoch plan over a manifest's partitions (any position
-    computable alone: it needs one partition stream and one round order)."""
+    computable alone: it needs one partition stream and one round order, or
+    for a v2 tail position the tail order)."""
 
     def __init__(self, partition_start: Sequence[int], params: PlanParams):
         if len(partition_start) < 2:
@@ -167,6 +222,7 @@ class GlobalPlan:
             raise ValueError("block_samples, window, global_batch: must be >= 1")
         if params.window > 1 << 20:  # as the C++ plan (GlobalPlan::Create)
             raise ValueError(f"window: must be <= 1048576, got {params.window}")
+        check_v2(params)
         for lo, hi in zip(partition_start, partition_start[1:]):
             if hi < lo:
                 raise ValueError("partitions: starts must ascend")
@@ -175,11 +231,19 @@ class GlobalPlan:
         self.params = params
         self.start = list(partition_start)
         self.sizes = [self.start[i + 1] - self.start[i] for i in range(len(self.start) - 1)]
-        self.sorted = sorted(self.sizes)
+        # The interleave runs over runs of c stream positions: q_p whole runs
+        # of each partition (v1: c = 1, q_p = n_p); the t_p left over are
+        # its tail (v2), after every run of every partition.
+        self.c = c = params.run
+        self.q = [n // c for n in self.sizes]
+        self.t = [n - c * q for n, q in zip(self.sizes, self.q)]
+        self.sorted = sorted(self.q)
         self.prefix = [0]
         for s in self.sorted:
             self.prefix.append(self.prefix[-1] + s)
         self.n = self.start[-1] - self.start[0]
+        self.n_main = c * self.prefix[-1]
+        self._tails = None  # (partitions with t_p > 0 in tail order, their first positions)
         self._blocks: Dict[int, np.ndarray] = {}
         self._windows: Dict[Tuple[int, int], List[int]] = {}
         self._rounds: Dict[int, List[int]] = {}
@@ -220,12 +284,12 @@ class GlobalPlan:
             win = self._windows[key] = _shuffle(win, draws)
         return win
 
-    def _stream_at(self, p: int, r: int) -> int:
+    def _stream_at(self, p: int, j: int) -> int:
         ww = max(self.params.window, 1)
-        return self._window(p, r // ww)[r % ww]
+        return self._window(p, j // ww)[j % ww]
 
     def _active(self, r: int, ahead: int = 1) -> List[int]:
-        """The partitions round r emits (n_p > r), in round order. On a
+        """The partitions round r emits (q_p > r), in round order. On a
         miss, rounds r .. r + ahead - 1 are computed together (one
         vectorised call: per-call overhead dominates for small C)."""
         o = self._rounds.get(r)
@@ -236,52 +300,83 @@ class GlobalPlan:
             orders = ([round_order(len(self.sizes), r, self.params)] if ahead == 1 else
                       round_orders(len(self.sizes), r, ahead, self.params).tolist())
             for k, order in enumerate(orders):
-                self._rounds[r + k] = [p for p in order if self.sizes[p] > r + k]
+                self._rounds[r + k] = [p for p in order if self.q[p] > r + k]
             o = self._rounds[r]
         return o
 
     def _before(self, r: int) -> int:
+        """Runs before round r: sum_p min(q_p, r)."""
         k = bisect.bisect_left(self.sorted, r)
         return self.prefix[k] + r * (len(self.sorted) - k)
 
-    def _round_of(self, position: int) -> int:
+    def _round_of(self, z: int) -> int:
+        """The round of run z (< sum_p q_p)."""
         lo, hi = 0, self.sorted[-1]
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self._before(mid) <= position:
+            if self._before(mid) <= z:
                 lo = mid
             else:
                 hi = mid
         return lo
 
+    def _tail_at(self, position: int) -> Tuple[int, int]:
+        """(sample id, partition) at a position >= n_main (v2's tails)."""
+        if self._tails is None:
+            parts = [p for p in tail_order(len(self.sizes), self.params) if self.t[p] > 0]
+            firsts = [0]
+            for p in parts:
+                firsts.append(firsts[-1] + self.t[p])
+            self._tails = (parts, firsts)
+        parts, firsts = self._tails
+        y = position - self.n_main
+        i = bisect.bisect_right(firsts, y) - 1
+        p = parts[i]
+        return self.start[p] + self._stream_at(p, self.c * self.q[p] + y - firsts[i]), p
+
     def at(self, position: int) -> Tuple[int, int]:
         """(sample id, partition) at `position` (< len(self))."""
         if not 0 <= position < self.n:
             raise IndexError(f"position {position} outside [0, {self.n})")
-        r = self._round_of(position)
-        p = self._active(r)[position - self._before(r)]
-        return self.start[p] + self._stream_at(p, r), p
+        if position >= self.n_main:
+            return self._tail_at(position)
+        z, o = divmod(position, self.c)
+        r = self._round_of(z)
+        p = self._active(r)[z - self._before(r)]
+        return self.start[p] + self._stream_at(p, r * self.c + o), p
 
     def range(self, lo: int, hi: int) -> List[Tuple[int, int]]:
         """[at(x) for x in range(lo, hi)], walking the rounds once."""
         if not 0 <= lo <= hi <= self.n:
             raise IndexError(f"positions [{lo}, {hi}) outside [0, {self.n})")
         out: List[Tuple[int, int]] = []
-        if lo == hi:
-            return out
-        r = self._round_of(lo)
-        off = lo - self._before(r)
-        last = self._round_of(hi - 1)
         sequential, self._last_hi = lo == self._last_hi, hi
-        while len(out) < hi - lo:
-            # A caller reading on from where it stopped (one trainer, T = 1)
-            # needs the following rounds next: compute 64 at a time at least.
-            # Otherwise (a slice of each global batch) only those needed.
-            ahead = max(last - r + 1, 64) if sequential else last - r + 1
-            active = self._active(r, ahead=ahead)
-            for p in active[off:off + (hi - lo - len(out))]:
-                out.append((self.start[p] + self._stream_at(p, r), p))
-            r, off = r + 1, 0
+        c, main_hi = self.c, min(hi, self.n_main)
+        if lo < main_hi:
+            r = self._round_of(lo // c)
+            off = lo // c - self._before(r)
+            last = self._round_of((main_hi - 1) // c)
+            x = lo
+            while x < main_hi:
+                # A caller reading on from where it stopped (one trainer, T = 1)
+                # needs the following rounds next: compute 64 at a time at least.
+                # Otherwise (a slice of each global batch) only those needed.
+                ahead = max(last - r + 1, 64) if sequential else last - r + 1
+                active = self._active(r, ahead=ahead)
+                if c == 1:
+                    for p in active[off:off + (main_hi - x)]:
+                        out.append((self.start[p] + self._stream_at(p, r), p))
+                    x = min(main_hi, x + len(active) - off)
+                else:
+                    while off < len(active) and x < main_hi:
+                        p, base = active[off], r * c - (x // c) * c
+                        end = min(main_hi, (x // c + 1) * c)
+                        out += [(self.start[p] + self._stream_at(p, base + y), p)
+                                for y in range(x, end)]
+                        x, off = end, off + 1
+                r, off = r + 1, 0
+        for x in range(max(lo, self.n_main), hi):
+            out.append(self._tail_at(x))
         return out
 
     def slice(self, batch: int, k: int, trainers: int) -> Tuple[int, int]:

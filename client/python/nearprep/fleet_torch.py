@@ -95,6 +95,15 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         self._manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         self._plan_kw = {k: kw.get(k, v) for k, v in _DEFAULTS.items()}
         fp.check_trainers(self._plan_kw["global_batch"], self.world_size)
+        # The plan version (FleetClient's plan_version, slice_partitions,
+        # slice_samples; v2's L defaults to G / world size, and a v2 state
+        # loaded without an explicit slice_samples keeps the saved L).
+        self._v2 = kw.get("plan_version", 1) == 2
+        if self._v2 and kw.get("slice_samples") is None:
+            kw = dict(kw, slice_samples=self._plan_kw["global_batch"] // self.world_size)
+            self._slice_given = False
+        else:
+            self._slice_given = True
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank: must be in [0, {self.world_size}), got {self.rank}")
         self._args = (targets, dataset)
@@ -118,15 +127,25 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         e, nb = self._consumed if self._consumed else self._start
         return checkpoint_at(self._manifest, self._plan_kw["seed"], self._plan_kw["block_samples"],
                              self._plan_kw["window"], self._plan_kw["global_batch"],
-                             e, nb).to_dict()
+                             e, nb, **self._plan_version_kw()).to_dict()
+
+    def _plan_version_kw(self):
+        if not self._v2:
+            return dict(version=self._kw.get("plan_version", 1))
+        return dict(version=2, slice_partitions=self._kw.get("slice_partitions", 4),
+                    slice_samples=self._kw["slice_samples"])
 
     def load_state_dict(self, state):
         c = fp.Checkpoint.from_dict(state)
+        if self._v2 and not self._slice_given and c.plan_version == 2:
+            self._kw["slice_samples"] = c.slice_samples  # the saved L (any T dividing G)
+        v = self._plan_version_kw()
         mine = (self._manifest.hash, self._plan_kw["seed"], self._plan_kw["block_samples"],
                 self._plan_kw["window"], self._plan_kw["global_batch"],
-                self._manifest.num_partitions)
+                self._manifest.num_partitions, v.get("version"), v.get("slice_partitions", 0),
+                v.get("slice_samples", 0))
         theirs = (c.manifest_hash, c.seed, c.block_samples, c.window, c.global_batch,
-                  c.num_partitions)
+                  c.num_partitions, c.plan_version, c.slice_partitions, c.slice_samples)
         if mine != theirs:
             raise ValueError(f"state: plan {theirs} differs from this dataset's {mine}")
         c.check_position(self._manifest.num_samples)  # past the epoch's end: refused

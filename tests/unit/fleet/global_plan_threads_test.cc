@@ -5,7 +5,8 @@
 // (tests/unit/fleet/CMakeLists.txt): plain, with ASan + UBSan and with TSan,
 // each against a copy of global_plan.cc built the same way; under the
 // sanitizers, a reference into a cache that another thread cleared is a
-// reported heap-use-after-free / data race (the bug fixed here).
+// reported heap-use-after-free / data race (the bug fixed here). Plan v1,
+// and v2 with tails.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -128,6 +129,29 @@ TEST(GlobalPlanThreads, ManyPartitionsSharedByEightThreads) {
   const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
   auto plan = GlobalPlan::Create(Starts(sizes), p);
   ASSERT_TRUE(plan.ok());
+  CheckThreads(**plan, ref, kPasses);
+}
+
+// Plan v2 (runs of c = 2, tails): the same, with tail positions (TailAt)
+// read by other threads while the stream cache is cleared.
+TEST(GlobalPlanThreads, V2RunsAndTailsSharedByEightThreads) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t p = 0; p < GlobalPlan::kMaxCachedStreams + 300; ++p) {
+    sizes.push_back(1 + p % 3);  // c = 2: tails of 1 in two of three
+  }
+  PlanParams p;
+  p.seed = 78;
+  p.epoch = 2;
+  p.block_samples = 2;
+  p.window = 3;
+  p.global_batch = 256;
+  p.version = 2;
+  p.slice_partitions = 2;
+  p.slice_samples = 4;
+  const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_LT((*plan)->main_size(), (*plan)->size());  // there are tails
   CheckThreads(**plan, ref, kPasses);
 }
 

@@ -45,7 +45,7 @@ class FleetPlanCommand final : public Command {
 };
 
 int FleetPlanCommand::Run() {
-  const fleet::PlanParams& params = plan_.params;
+  const fleet::PlanParams params = fleet::ResolveSlice(plan_.params, plan_.trainers);
   const uint32_t trainers = plan_.trainers;
   const uint32_t trainer = plan_.trainer;
   std::ifstream f(manifest_, std::ios::binary);
@@ -68,7 +68,13 @@ int FleetPlanCommand::Run() {
   // A header naming the columns (a comment line: skip lines starting '#').
   std::string out = "# position sample_id partition  (seed " + std::to_string(params.seed) +
                     ", epoch " + std::to_string(params.epoch) + ", trainer " +
-                    std::to_string(trainer) + " of " + std::to_string(trainers) + ")\n";
+                    std::to_string(trainer) + " of " + std::to_string(trainers) + ", " +
+                    fleet::PlanAlgorithm(params) +
+                    (params.version == 2
+                         ? ", K " + std::to_string(params.slice_partitions) + ", L " +
+                               std::to_string(params.slice_samples)
+                         : std::string()) +
+                    ")\n";
   const auto emit = [&](uint64_t lo, uint64_t hi) {
     for (uint64_t p = lo; p < hi; ++p) {
       const fleet::GlobalPlan::Entry e = (*plan)->At(p);

@@ -101,7 +101,8 @@ int FleetReadCommand::Run() {
   {
     // The epoch's plan, to refuse positions past its end before any node
     // is contacted (they used to read nothing and exit 0).
-    auto plan = fleet::GlobalPlan::Create(m->partition_start, plan_.params);
+    auto plan = fleet::GlobalPlan::Create(m->partition_start,
+                                          fleet::ResolveSlice(plan_.params, plan_.trainers));
     if (!plan.ok()) return FleetFail(std::string(plan.status().message()));
     absl::Status range = CheckBatchRange(**plan, "--start-batch", start_, "--stop-batch", stop_);
     if (!range.ok()) return FleetFail(std::string(range.message()));
@@ -115,7 +116,7 @@ int FleetReadCommand::Run() {
   o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
   o.dataset = request_.dataset;
   o.manifest = *m;
-  o.plan = plan_.params;
+  o.plan = fleet::ResolveSlice(plan_.params, plan_.trainers);  // v2: L = 0 is G / T
   o.trainers = plan_.trainers;
   o.rank = plan_.trainer;
   o.prefetch = prefetch_;
