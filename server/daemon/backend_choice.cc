@@ -1,9 +1,12 @@
 #include "server/daemon/backend_choice.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/backend/cpu_backend.h"
+#include "server/data/decoded_cache.h"
 #include "server/fpga/fpga_factory.h"
 
 namespace nearprep {
@@ -28,8 +31,21 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(
     return absl::InvalidArgumentError(absl::StrCat(
         "backend: unknown kind '", options.kind, "' (cpu, fpga or auto)"));
   }
+  std::shared_ptr<DecodedImageCache> cache;
+  if (options.decoded_cache_bytes > 0) {
+    DecodedImageCache::Options c;
+    c.budget_bytes = options.decoded_cache_bytes;
+    c.dataset_budget_bytes =
+        options.decoded_cache_dataset_bytes > 0
+            ? options.decoded_cache_dataset_bytes
+            : options.decoded_cache_bytes /
+                  std::max<uint64_t>(1, options.dataset_count);
+    cache = std::make_shared<DecodedImageCache>(c);
+    absl::StrAppend(&reason, "; decoded-image cache ", c.budget_bytes,
+                    " bytes (", c.dataset_budget_bytes, " per dataset)");
+  }
   if (why != nullptr) *why = reason;
-  return std::shared_ptr<Backend>(std::make_shared<CpuBackend>());
+  return std::shared_ptr<Backend>(std::make_shared<CpuBackend>(std::move(cache)));
 }
 
 }  // namespace nearprep
