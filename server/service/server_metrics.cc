@@ -303,9 +303,10 @@ void CollectServerMetrics(NearprepServer& server,
                      .Add({}, Load(p.ready_batches)));
 
   // The CPU backend's decoded-image cache, per dataset (a dataset appears
-  // once a stream of it has asked the cache).
+  // once a stream of it has asked the cache). The families are declared
+  // also without a cache (no series then), as the dashboard names them.
   const std::vector<DecodedCacheStats> cache = backend.decoded_cache_stats();
-  if (!cache.empty()) {
+  {
     MetricFamily lookups = CounterFamily(
         "nearprep_decoded_cache_lookups_total",
         "Decoded-image cache lookups: hit (the decode was skipped) or miss.");
