@@ -74,7 +74,7 @@ def cache_lookups(metrics_target):
     text = urllib.request.urlopen(f"http://{metrics_target}/metrics", timeout=10).read().decode()
     hits = misses = 0.0
     for line in text.splitlines():
-        m = re.match(r'nearprep_decoded_cache_lookups_total\{.*result="(hit|miss)".*\}\s+(\S+)', line)
+        m = re.match(r'nearprep_decoded_cache_lookups_total\{.*kind="(hit|miss)".*\}\s+(\S+)', line)
         if m:
             if m.group(1) == "hit":
                 hits += float(m.group(2))

@@ -331,9 +331,9 @@ void CollectServerMetrics(NearprepServer& server,
         "The dataset's share of the decoded-image cache.");
     for (const DecodedCacheStats& d : cache) {
       const metrics::Labels l = {{"dataset", d.dataset}};
-      lookups.Add({{"dataset", d.dataset}, {"result", "hit"}},
+      lookups.Add({{"dataset", d.dataset}, {"kind", "hit"}},
                   static_cast<double>(d.hits))
-          .Add({{"dataset", d.dataset}, {"result", "miss"}},
+          .Add({{"dataset", d.dataset}, {"kind", "miss"}},
                static_cast<double>(d.misses));
       stale.Add(l, static_cast<double>(d.stale));
       admitted.Add(l, static_cast<double>(d.admitted));
