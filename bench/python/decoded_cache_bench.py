@@ -11,12 +11,13 @@ For each budget a fresh nearprepd (one worker, pinned to --core) serves an
 image folder of --copies hard-linked copies of the dataset; the Python
 client streams one epoch at a time (a new seed-1 epoch order each: the
 random per-epoch order), float32 224x224 with the TF_COMPAT seed pipeline
-(random resized crop, flip, brightness, saturation). Per epoch it prints the
+(random resized crop, flip, brightness, saturation); --streams S runs S
+concurrent streams of seeds 1..S per epoch. Per epoch it prints the
 daemon's CPU seconds (/proc), images per server CPU second (images/s per
 server core), images per wall second and, with the cache on, the hit rate
 of that epoch (nearprep_decoded_cache_lookups_total from the metrics port).
 The working set is the sum of height x width x 3 over the images (JPEG
-headers read here).
+headers read here). Each daemon's peak RSS is printed when it stops.
 """
 
 import argparse
@@ -25,6 +26,7 @@ import re
 import struct
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -102,9 +104,19 @@ def run(args, root, budget, label, kw):
         prev = cache_lookups(metrics_target)
         for epoch in range(args.epochs):
             cpu0, t0 = bench_daemon.proc_cpu_s(proc.pid), time.monotonic()
-            n = 0
-            for b in client.batches("bench", seed=1, epoch=epoch, batch_size=64, **kw):
-                n += b.images.shape[0] if hasattr(b, "images") else len(b)
+            counts = [0] * args.streams
+
+            def stream(k):
+                # Stream k: its own seed (its own order and draws).
+                for b in client.batches("bench", seed=1 + k, epoch=epoch, batch_size=64, **kw):
+                    counts[k] += b.images.shape[0]
+
+            threads = [threading.Thread(target=stream, args=(k,)) for k in range(args.streams)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            n = sum(counts)
             wall = time.monotonic() - t0
             cpu = bench_daemon.proc_cpu_s(proc.pid) - cpu0
             now = cache_lookups(metrics_target)
@@ -115,6 +127,7 @@ def run(args, root, budget, label, kw):
             print(f"{label:>14} epoch {epoch + 1}: {n} images, server CPU {cpu:.2f} s, "
                   f"{n / cpu:.0f} images/s per server core, {n / wall:.0f} images/s wall, "
                   f"hit rate {hit:.3f}", flush=True)
+        print(f"{label:>14} peak RSS {bench_daemon.proc_hwm_mib(proc.pid):.0f} MiB", flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -131,6 +144,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--core", type=int, default=0)
     ap.add_argument("--fidelity", default="tf_compat", choices=["tf_compat", "torchvision"])
+    ap.add_argument("--streams", type=int, default=1,
+                    help="concurrent streams per epoch, seeds 1..S")
+    ap.add_argument("--budgets", default="",
+                    help="comma-separated budgets in MiB instead of off, 2x and "
+                         "half the working set (0: off)")
     args = ap.parse_args()
     root = bench_daemon.replicate_image_folder(
         args.dataset_root, args.copies, tempfile.mkdtemp(prefix="nearprep_dcache_data_"))
@@ -145,7 +163,11 @@ def main():
               "flip_probability": 0.5, "brightness_max_delta": 32 / 255,
               "saturation": (0.5, 1.5), "dtype": "float32"}
     summary = []
-    for budget, label in ((0, "off"), (2 * ws, "on"), (ws // 2, "half")):
+    budgets = ((0, "off"), (2 * ws, "on"), (ws // 2, "half"))
+    if args.budgets:
+        budgets = tuple((int(b) << 20, f"{b} MiB" if int(b) else "off")
+                        for b in args.budgets.split(","))
+    for budget, label in budgets:
         rows = run(args, root, budget, label, kw)
         e1 = rows[0][3]
         rest = [r[3] for r in rows[1:]]
