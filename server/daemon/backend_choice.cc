@@ -22,7 +22,14 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(
     std::string fpga_why;
     auto fpga = CreateFpgaBackend(options.fpga, &fpga_why);
     if (fpga.ok()) {
-      if (why != nullptr) *why = absl::StrCat(options.kind, ": ", fpga_why);
+      if (why != nullptr) {
+        *why = absl::StrCat(options.kind, ": ", fpga_why);
+        // The cache is the cpu backend's (server/data/decoded_cache.h).
+        if (options.decoded_cache_bytes > 0) {
+          absl::StrAppend(why, "; decoded_cache.bytes ignored: the fpga "
+                               "backend decodes on the device");
+        }
+      }
       return std::move(fpga).value();
     }
     if (options.kind == "fpga") return fpga.status();
