@@ -11,11 +11,13 @@ import time
 
 
 def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
-                 manifest=None, workers=0, core=None, tag="", timeout_s=60.0):
+                 manifest=None, workers=0, core=None, tag="", timeout_s=60.0,
+                 extra_args=()):
     """Returns (Popen, "127.0.0.1:PORT"). Raises RuntimeError when the daemon
     exits or does not listen within timeout_s (its stderr is in the message).
 
-    workers=0 keeps the daemon's default; core pins it with taskset."""
+    workers=0 keeps the daemon's default; core pins it with taskset;
+    extra_args are appended to the daemon's command line."""
     d = os.path.join(workdir, f"nearprepd{('-' + tag) if tag else ''}")
     os.makedirs(d, exist_ok=True)
     config, port_file, log = (os.path.join(d, n) for n in ("nearprepd.yaml", "port", "log"))
@@ -29,6 +31,7 @@ def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
     cmd = [nearprepd, "--config", config, "--port", "0", "--port-file", port_file]
     if workers:
         cmd += ["--workers", str(workers)]
+    cmd += list(extra_args)
     if core is not None:
         cmd = ["taskset", "-c", str(core)] + cmd
     with open(log, "w") as err:

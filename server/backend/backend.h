@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "server/spec/types.h"
 #include "server/data/dataset.h"
+#include "server/data/decoded_cache.h"
 #include "server/data/sample_source.h"
 
 namespace nearprep {
@@ -102,6 +103,11 @@ class Backend {
   // A snapshot of the backend's counters; may be called concurrently with
   // Process(). Empty when the backend counts nothing of its own.
   virtual std::vector<BackendStat> stats() const { return {}; }
+  // The decoded-image cache's figures per dataset (decoded_cache.h); empty
+  // when the backend has no cache (the FPGA backend decodes on the device).
+  virtual std::vector<DecodedCacheStats> decoded_cache_stats() const {
+    return {};
+  }
 };
 
 }  // namespace nearprep

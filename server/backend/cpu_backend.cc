@@ -2,11 +2,15 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <new>
+#include <string>
+#include <utility>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "server/data/epoch_plan.h"
+#include "server/image/jpeg_decoder.h"
 #include "server/image/preprocess.h"
 
 namespace nearprep {
@@ -42,9 +46,65 @@ std::string CpuBackend::detail() const {
                       std::thread::hardware_concurrency(), " hardware threads");
 }
 
+namespace {
+
+// The cached path of PreprocessSampleBytes: true when it produced the
+// sample (from a cached decode, or from a full decode it admitted); false
+// to take the ordinary path (FAST, not cacheable, not admitted, damaged
+// data, any decode error: the ordinary path then gives today's bytes or
+// error).
+bool PreprocessWithCache(const WorkContext& ctx, const uint8_t* data,
+                         size_t size, const ParamsFn& draw,
+                         DecodedImageCache* cache, SampleWork* s) {
+  JpegStyle style = JpegStyle::kTensorFlow;
+  if (cache == nullptr || !cache->enabled() || ctx.dataset == nullptr ||
+      !ReusableDecode(ctx.spec.fidelity, &style)) {
+    return false;
+  }
+  const std::string& name = ctx.dataset->name();
+  const std::string& version = ctx.dataset->listing_version();
+  DecodeSettings settings;
+  settings.style = static_cast<uint32_t>(style);
+  settings.max_decoded_values = ctx.limits.max_decoded_values;
+  const uint64_t hash = DecodedImageCache::Fingerprint(data, size);
+  std::shared_ptr<const DecodedImage> image =
+      cache->Find(name, version, s->sample_id, settings, size, hash);
+  uint64_t decode_us = 0;
+  if (image == nullptr) {
+    absl::StatusOr<JpegHeader> header = ReadJpegHeader(data, size, ctx.limits);
+    if (!header.ok() ||
+        !cache->WouldAdmit(name, version,
+                           uint64_t{3} * static_cast<uint64_t>(header->height) *
+                               static_cast<uint64_t>(header->width))) {
+      return false;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<RgbImage> decoded =
+        DecodeForReuse(data, size, ctx.spec.fidelity, ctx.limits);
+    if (!decoded.ok()) return false;
+    auto fresh = std::make_shared<DecodedImage>();
+    fresh->height = decoded->height;
+    fresh->width = decoded->width;
+    fresh->pixels = std::move(decoded->pixels);
+    fresh->encoded_size = size;
+    fresh->encoded_hash = hash;
+    decode_us = MicrosSince(t0);
+    image = fresh;
+    cache->Insert(name, version, s->sample_id, settings, std::move(fresh));
+  }
+  s->status = PreprocessDecoded(image->pixels.data(), image->height,
+                                image->width, ctx.spec, ctx.output, draw,
+                                &s->params, s->out, &s->times);
+  s->times.decode_us += decode_us;
+  return true;
+}
+
+}  // namespace
+
 void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
                            size_t size, uint64_t read_us, SampleWork* s,
-                           const SampleParams* drawn) {
+                           const SampleParams* drawn,
+                           DecodedImageCache* cache) {
   s->times = StageTimes{};
   s->params = SampleParams{};
   try {
@@ -56,8 +116,10 @@ void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
       }
       return DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch, id, height, width);
     };
-    s->status = PreprocessJpeg(data, size, ctx.spec, ctx.output, ctx.limits,
-                               draw, &s->params, s->out, &s->times);
+    if (!PreprocessWithCache(ctx, data, size, draw, cache, s)) {
+      s->status = PreprocessJpeg(data, size, ctx.spec, ctx.output, ctx.limits,
+                                 draw, &s->params, s->out, &s->times);
+    }
   } catch (...) {
     s->status = StatusOfException(s->sample_id);
   }
@@ -66,7 +128,8 @@ void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
 }
 
 void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
-                        std::vector<uint8_t>* buffer, SampleWork* s) {
+                        std::vector<uint8_t>* buffer, SampleWork* s,
+                        DecodedImageCache* cache) {
   s->times = StageTimes{};
   s->params = SampleParams{};
   uint64_t read_us = 0;
@@ -98,17 +161,24 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
     s->times.read_us = read_us;
     return;
   }
-  PreprocessSampleBytes(ctx, view.data, view.size, read_us, s);
+  PreprocessSampleBytes(ctx, view.data, view.size, read_us, s, nullptr, cache);
 }
 
 void CpuBackend::Process(const WorkContext& ctx, SampleWork* samples,
                          size_t n) {
   thread_local std::vector<uint8_t> buffer;
-  for (size_t i = 0; i < n; ++i) ProcessSampleOnCpu(ctx, reader_, &buffer, &samples[i]);
+  for (size_t i = 0; i < n; ++i) {
+    ProcessSampleOnCpu(ctx, reader_, &buffer, &samples[i], cache_.get());
+  }
   // Do not pin an unusually large file's memory in the thread forever.
   if (buffer.capacity() > (size_t{16} << 20)) {
     std::vector<uint8_t>().swap(buffer);
   }
+}
+
+std::vector<DecodedCacheStats> CpuBackend::decoded_cache_stats() const {
+  if (cache_ == nullptr) return {};
+  return cache_->Stats();
 }
 
 }  // namespace nearprep

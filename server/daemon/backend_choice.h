@@ -21,6 +21,16 @@ namespace nearprep {
 struct BackendOptions {
   std::string kind = "cpu";  // cpu | fpga | auto
   FpgaOptions fpga;          // fpga and auto; the cpu backend ignores them
+  // The CPU backend's decoded-image cache (server/data/decoded_cache.h):
+  // bytes of decoded pixels in all (0: off; YAML decoded_cache.bytes, flag
+  // --decoded-cache-bytes) and per dataset (0: bytes / the number of
+  // datasets; decoded_cache.dataset_bytes, --decoded-cache-dataset-bytes).
+  // The FPGA backend decodes on the device and has no cache (its CPU
+  // fallback neither).
+  uint64_t decoded_cache_bytes = 0;
+  uint64_t decoded_cache_dataset_bytes = 0;
+  // For the per-dataset default (set by the daemon from its datasets).
+  uint64_t dataset_count = 1;
 };
 
 // On success `*why` (may be null) describes the choice.

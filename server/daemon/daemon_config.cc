@@ -15,6 +15,8 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -382,7 +384,8 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
     NP_RETURN_IF_ERROR(CheckKeys(
         root, source, "",
         {"listen", "port", "port_file", "log_level", "drain_seconds", "backend",
-         "pipeline", "limits", "datasets", "tls", "metrics", "authorization"}));
+         "pipeline", "limits", "datasets", "tls", "metrics", "authorization",
+         "decoded_cache"}));
     NP_RETURN_IF_ERROR(Get(root, "listen", source, "", &c->listen_address));
     if (root["listen"]) c->listen_given = true;
     // Who may read what (server/authz/policy.h parses the section).
@@ -409,6 +412,17 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
                              &o.fpga.simulate_kernel));
       NP_RETURN_IF_ERROR(GetInt(b, "fpga_inject_error_run", source, "backend.",
                                 &o.fpga.inject_error_run, 0));
+    }
+    if (const YAML::Node d = root["decoded_cache"]) {
+      // The CPU backend's decoded-image cache (backend_choice.h).
+      NP_RETURN_IF_ERROR(
+          CheckKeys(d, source, "decoded_cache.", {"bytes", "dataset_bytes"}));
+      NP_RETURN_IF_ERROR(GetInt(d, "bytes", source, "decoded_cache.",
+                                &c->backend.decoded_cache_bytes, 0,
+                                /*bytes=*/true));
+      NP_RETURN_IF_ERROR(GetInt(d, "dataset_bytes", source, "decoded_cache.",
+                                &c->backend.decoded_cache_dataset_bytes, 0,
+                                /*bytes=*/true));
     }
     if (const YAML::Node m = root["metrics"]) {
       NP_RETURN_IF_ERROR(
@@ -606,7 +620,7 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
       "nearprepd"};
   std::string config_path, listen, port_file, log_level, backend, xclbin,
       per_stream_memory, grpc_memory, tls_cert, tls_key, tls_client_ca,
-      metrics_listen, metrics_port_file;
+      metrics_listen, metrics_port_file, decoded_cache, decoded_cache_dataset;
   std::vector<std::string> datasets;
   int port = 0, workers = 0, prefetch = 0, chunk = 0, device_index = 0;
   bool fpga_simulate = false;
@@ -653,6 +667,12 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   auto* o_grpc_mem = app.add_option(
       "--grpc-memory", grpc_memory,
       "Memory quota of gRPC's own buffers (default 1G; 0: none)");
+  auto* o_decoded_cache = app.add_option(
+      "--decoded-cache-bytes", decoded_cache,
+      "Decoded-image cache of the cpu backend, e.g. 32G (0: off, the default)");
+  auto* o_decoded_cache_dataset = app.add_option(
+      "--decoded-cache-dataset-bytes", decoded_cache_dataset,
+      "Its share per dataset (default: the budget / the number of datasets)");
   auto* o_backend = app.add_option("--backend", backend, "cpu | fpga | auto")
                         ->check(CLI::IsMember({"cpu", "fpga", "auto"}));
   auto* o_xclbin =
@@ -784,6 +804,20 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (!c.listen_given) {
     c.listen_address = c.server.tls.cert_file.empty() ? "127.0.0.1" : "0.0.0.0";
   }
+  for (const auto& [opt, text, out] :
+       {std::tuple<CLI::Option*, const std::string*, uint64_t*>{
+            o_decoded_cache, &decoded_cache, &c.backend.decoded_cache_bytes},
+        {o_decoded_cache_dataset, &decoded_cache_dataset,
+         &c.backend.decoded_cache_dataset_bytes}}) {
+    if (opt->count() == 0) continue;
+    absl::StatusOr<uint64_t> v = ParseByteSize(*text);
+    if (!v.ok()) {
+      return fail(absl::InvalidArgumentError(opt->get_name() + ": " +
+                                             std::string(v.status().message())));
+    }
+    *out = *v;
+  }
+  c.backend.dataset_count = std::max<uint64_t>(1, c.server.datasets.size());
   if (o_config->count() > 0) c.config_file = config_path;
 
   if (absl::Status st = ValidateDaemonConfig(c); !st.ok()) return fail(st);

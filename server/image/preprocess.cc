@@ -642,6 +642,72 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
   return absl::OkStatus();
 }
 
+bool ReusableDecode(Fidelity fidelity, JpegStyle* style) {
+  if (fidelity == Fidelity::kTfCompat) {
+    *style = JpegStyle::kTensorFlow;
+    return true;
+  }
+  if (fidelity == Fidelity::kTorchvision) {
+    *style = JpegStyle::kPil;
+    return true;
+  }
+  return false;  // kFast
+}
+
+absl::StatusOr<RgbImage> DecodeForReuse(const uint8_t* data, size_t size,
+                                        Fidelity fidelity,
+                                        const DecodeLimits& limits) {
+  JpegStyle style = JpegStyle::kTensorFlow;
+  if (!ReusableDecode(fidelity, &style)) {
+    return absl::FailedPreconditionError("this fidelity's decode is not reusable");
+  }
+  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
+  JpegHeader header;
+  absl::Status st = session.ReadHeader(data, size, limits, &header, style);
+  if (!st.ok()) return st;
+  RgbImage img;
+  st = session.DecodeFull(&img.pixels);
+  if (!st.ok()) return st;
+  if (session.warnings() != 0) {
+    return absl::FailedPreconditionError("damaged data: not reused");
+  }
+  img.height = header.height;
+  img.width = header.width;
+  return img;
+}
+
+absl::Status PreprocessDecoded(const uint8_t* rgb, int height, int width,
+                               const TransformSpec& spec,
+                               const OutputSpec& output,
+                               const ParamsFn& draw_params,
+                               SampleParams* params, uint8_t* out,
+                               StageTimes* times) {
+  if (spec.height <= 0 || spec.width <= 0) {
+    return absl::InvalidArgumentError("transform: output size must be > 0");
+  }
+  if (spec.fidelity == Fidelity::kTorchvision) {
+    return PreprocessDecodedTorchvision(rgb, height, width, spec, output,
+                                        draw_params, params, out, times);
+  }
+  if (spec.fidelity != Fidelity::kTfCompat) {
+    return absl::FailedPreconditionError("this fidelity's decode is not reusable");
+  }
+  const Clock::time_point t0 = Clock::now();
+  SampleParams p = draw_params ? draw_params(height, width) : SampleParams();
+  p.source_height = height;
+  p.source_width = width;
+  if (spec.crop == CropMode::kNone) {
+    p.crop = CropBox{0, 0, height, width};
+  } else if (!CropBoxInside(p.crop, height, width)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "crop box (", p.crop.y, ",", p.crop.x, ",", p.crop.height, "x",
+        p.crop.width, ") outside the ", height, "x", width, " image"));
+  }
+  FusedTransform(rgb, width, p.crop, spec, output, p, out);
+  internal::ReportSample(p, t0, t0, params, times);
+  return absl::OkStatus();
+}
+
 void TransformDecoded(const uint8_t* rgb, int height, int width,
                       const TransformSpec& spec, const OutputSpec& output,
                       const SampleParams& params, uint8_t* out) {

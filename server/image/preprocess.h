@@ -13,6 +13,8 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/image/jpeg_decoder.h"
 #include "server/spec/types.h"
 
 namespace nearprep {
@@ -33,6 +35,36 @@ absl::Status PreprocessJpeg(const uint8_t* data, size_t size,
                             const DecodeLimits& limits,
                             const ParamsFn& draw_params, SampleParams* params,
                             uint8_t* out, StageTimes* times);
+
+// Decode once, transform many times (the CPU backend's decoded-image cache,
+// server/data/decoded_cache.h).
+//
+// Whether `fidelity`'s output can be computed from a full decode kept from
+// an earlier sample, and in which JpegStyle that decode is made:
+// TF_COMPAT: kTensorFlow (its region decodes give the full decode's pixels,
+// jpeg_session.h); TORCHVISION: kPil (likewise). FAST: no (it decodes at a
+// reduced DCT scale and stops after the crop: other pixels).
+bool ReusableDecode(Fidelity fidelity, JpegStyle* style);
+
+// The full decode PreprocessJpeg's own fallback makes for `fidelity`
+// (DecodeJpegTfCompat or DecodeJpegPil), for reuse. FAILED_PRECONDITION when
+// it must not be reused: FAST, or damaged data (any libjpeg warning: the
+// region decodes then take their own fallback, and the cache stays out of
+// that logic); other errors are the decode's.
+absl::StatusOr<RgbImage> DecodeForReuse(const uint8_t* data, size_t size,
+                                        Fidelity fidelity,
+                                        const DecodeLimits& limits);
+
+// PreprocessJpeg on the image DecodeForReuse returned for the same bytes,
+// limits and fidelity: the same output bytes, params and errors (the crop is
+// taken from the full image; tests/unit/backend/decoded_cache_test.cc
+// compares byte for byte). times->decode_us is 0.
+absl::Status PreprocessDecoded(const uint8_t* rgb, int height, int width,
+                               const TransformSpec& spec,
+                               const OutputSpec& output,
+                               const ParamsFn& draw_params,
+                               SampleParams* params, uint8_t* out,
+                               StageTimes* times);
 
 // The float part alone, on an already decoded RGB image. No backend calls it
 // (they all go through PreprocessJpeg); tests use it to check that the fused

@@ -154,13 +154,20 @@ void EraseBox(const CropBox& box, const float value[3], int h, int w,
 
 }  // namespace internal
 
-absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
-                                       const TransformSpec& spec,
-                                       const OutputSpec& output,
-                                       const DecodeLimits& limits,
-                                       const ParamsFn& draw_params,
-                                       SampleParams* params, uint8_t* out,
-                                       StageTimes* times) {
+namespace {
+
+// The geometry of one sample: its parameters (drawn for the decoded size),
+// the resize input box, its target size, the output window, and the input
+// pixels the window reads (decoded-image coordinates).
+struct TorchvisionPlan {
+  SampleParams p;
+  CropBox input;
+  int target_h = 0, target_w = 0;
+  CropBox window;
+  CropBox need;
+};
+
+absl::Status CheckTorchvisionSpec(const TransformSpec& spec) {
   if (spec.brightness_max_delta != 0.0f || spec.saturation_enabled ||
       spec.contrast_enabled || spec.hue_max_delta != 0.0f ||
       spec.gamma != 0.0f) {
@@ -168,17 +175,17 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
         "FIDELITY_TORCHVISION has no brightness, saturation, contrast, hue "
         "or gamma op");
   }
-  const Clock::time_point t0 = Clock::now();
-  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
-  JpegHeader header;
-  absl::Status st =
-      session.ReadHeader(data, size, limits, &header, JpegStyle::kPil);
-  if (!st.ok()) return st;
-  SampleParams p = draw_params ? draw_params(header.height, header.width)
-                               : SampleParams();
-  p.source_height = header.height;
-  p.source_width = header.width;
-  const CropBox whole{0, 0, header.height, header.width};
+  return absl::OkStatus();
+}
+
+absl::Status PlanTorchvision(int height, int width, const TransformSpec& spec,
+                             const ParamsFn& draw_params,
+                             TorchvisionPlan* plan) {
+  SampleParams& p = plan->p;
+  p = draw_params ? draw_params(height, width) : SampleParams();
+  p.source_height = height;
+  p.source_width = width;
+  const CropBox whole{0, 0, height, width};
   // The resize input (a box of the decoded image), its target size and the
   // window of the target that is the output.
   CropBox input = whole;
@@ -186,18 +193,16 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
   CropBox window{0, 0, spec.height, spec.width};
   if (spec.crop == CropMode::kNone || spec.crop == CropMode::kResizeCenter) {
     p.crop = whole;
-  } else if (!CropBoxInside(p.crop, header.height, header.width)) {
+  } else if (!CropBoxInside(p.crop, height, width)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "crop box (", p.crop.y, ",", p.crop.x, ",", p.crop.height, "x",
-        p.crop.width, ") outside the ", header.height, "x", header.width,
-        " image"));
+        p.crop.width, ") outside the ", height, "x", width, " image"));
   } else {
     input = p.crop;
   }
   if (spec.crop == CropMode::kResizeCenter) {
-    const ResizeCenterGeometry g =
-        TorchvisionResizeCenter(header.height, header.width,
-                                spec.resize_shorter, spec.height, spec.width);
+    const ResizeCenterGeometry g = TorchvisionResizeCenter(
+        height, width, spec.resize_shorter, spec.height, spec.width);
     if (!CropBoxInside(g.window, g.resized_height, g.resized_width)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "transform: the ", spec.height, "x", spec.width,
@@ -208,11 +213,87 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
     target_w = g.resized_width;
     window = g.window;
   }
-  // Input pixels the window reads, in decoded-image coordinates.
   CropBox need = PilResizeSourceRegion(input.height, input.width, target_h,
                                        target_w, window);
   need.y += input.y;
   need.x += input.x;
+  plan->input = input;
+  plan->target_h = target_h;
+  plan->target_w = target_w;
+  plan->window = window;
+  plan->need = need;
+  return absl::OkStatus();
+}
+
+// Everything after the decode: `src` holds (at least) plan.need, its y0/x0
+// in decoded-image coordinates.
+void ResizeAndStore(RgbRegion src, const TorchvisionPlan& plan,
+                    const TransformSpec& spec, const OutputSpec& output,
+                    uint8_t* out) {
+  Scratch& sc = ThreadScratch();
+  const SampleParams& p = plan.p;
+  src.height = plan.need.height;
+  src.width = plan.need.width;
+  // The resize works in the input box's coordinates.
+  src.y0 -= plan.input.y;
+  src.x0 -= plan.input.x;
+  ValueTables tables;
+  BuildValueTables(spec, output.dtype, &tables);
+  if (p.jitter_ops == 0 && p.augment_steps == 0) {
+    sc.resizer.Resize(src, plan.input.height, plan.input.width, plan.target_h,
+                      plan.target_w, plan.window,
+                      [&](int y, const uint8_t* rgb) {
+                        StoreRow(rgb, y, spec.height, spec.width, p.flip,
+                                 output.layout, tables, out);
+                      });
+  } else {
+    // Staged: the whole resized image, flipped, then the PIL ops.
+    pil::RgbImage& img = sc.staged;
+    img.height = spec.height;
+    img.width = spec.width;
+    const size_t row = static_cast<size_t>(spec.width) * 3;
+    img.data.resize(row * static_cast<size_t>(spec.height));
+    sc.resizer.Resize(src, plan.input.height, plan.input.width, plan.target_h,
+                      plan.target_w, plan.window,
+                      [&](int y, const uint8_t* rgb) {
+                        std::memcpy(img.data.data() + row * y, rgb, row);
+                      });
+    if (p.flip) pil::FlipLeftRight(&img);
+    AugmentImage(spec, p, &img);
+    for (int y = 0; y < spec.height; ++y) {
+      StoreRow(img.data.data() + row * y, y, spec.height, spec.width, false,
+               output.layout, tables, out);
+    }
+    if (img.data.capacity() > (size_t{16} << 20)) {
+      std::vector<uint8_t>().swap(img.data);
+    }
+  }
+  if (p.erased) {
+    internal::EraseBox(p.erase_box, spec.erase_value, spec.height,
+                       spec.width, output.dtype, output.layout, out);
+  }
+}
+
+}  // namespace
+
+absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
+                                       const TransformSpec& spec,
+                                       const OutputSpec& output,
+                                       const DecodeLimits& limits,
+                                       const ParamsFn& draw_params,
+                                       SampleParams* params, uint8_t* out,
+                                       StageTimes* times) {
+  absl::Status st = CheckTorchvisionSpec(spec);
+  if (!st.ok()) return st;
+  const Clock::time_point t0 = Clock::now();
+  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
+  JpegHeader header;
+  st = session.ReadHeader(data, size, limits, &header, JpegStyle::kPil);
+  if (!st.ok()) return st;
+  TorchvisionPlan plan;
+  st = PlanTorchvision(header.height, header.width, spec, draw_params, &plan);
+  if (!st.ok()) return st;
+  const CropBox& need = plan.need;
 
   Scratch& sc = ThreadScratch();
   const internal::ScratchTrim<std::vector<uint8_t>> trim(&sc.rgb);
@@ -247,47 +328,35 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
     src.y0 = 0;
     src.x0 = 0;
   }
-  src.height = need.height;
-  src.width = need.width;
-  // The resize works in the input box's coordinates.
-  src.y0 -= input.y;
-  src.x0 -= input.x;
   const Clock::time_point t1 = Clock::now();
+  ResizeAndStore(src, plan, spec, output, out);
+  internal::ReportSample(plan.p, t0, t1, params, times);
+  return absl::OkStatus();
+}
 
-  ValueTables tables;
-  BuildValueTables(spec, output.dtype, &tables);
-  if (p.jitter_ops == 0 && p.augment_steps == 0) {
-    sc.resizer.Resize(src, input.height, input.width, target_h, target_w,
-                      window, [&](int y, const uint8_t* rgb) {
-                        StoreRow(rgb, y, spec.height, spec.width, p.flip,
-                                 output.layout, tables, out);
-                      });
-  } else {
-    // Staged: the whole resized image, flipped, then the PIL ops.
-    pil::RgbImage& img = sc.staged;
-    img.height = spec.height;
-    img.width = spec.width;
-    const size_t row = static_cast<size_t>(spec.width) * 3;
-    img.data.resize(row * static_cast<size_t>(spec.height));
-    sc.resizer.Resize(src, input.height, input.width, target_h, target_w,
-                      window, [&](int y, const uint8_t* rgb) {
-                        std::memcpy(img.data.data() + row * y, rgb, row);
-                      });
-    if (p.flip) pil::FlipLeftRight(&img);
-    AugmentImage(spec, p, &img);
-    for (int y = 0; y < spec.height; ++y) {
-      StoreRow(img.data.data() + row * y, y, spec.height, spec.width, false,
-               output.layout, tables, out);
-    }
-    if (img.data.capacity() > (size_t{16} << 20)) {
-      std::vector<uint8_t>().swap(img.data);
-    }
-  }
-  if (p.erased) {
-    internal::EraseBox(p.erase_box, spec.erase_value, spec.height,
-                       spec.width, output.dtype, output.layout, out);
-  }
-  internal::ReportSample(p, t0, t1, params, times);
+absl::Status PreprocessDecodedTorchvision(const uint8_t* rgb, int height,
+                                          int width, const TransformSpec& spec,
+                                          const OutputSpec& output,
+                                          const ParamsFn& draw_params,
+                                          SampleParams* params, uint8_t* out,
+                                          StageTimes* times) {
+  absl::Status st = CheckTorchvisionSpec(spec);
+  if (!st.ok()) return st;
+  const Clock::time_point t0 = Clock::now();
+  TorchvisionPlan plan;
+  st = PlanTorchvision(height, width, spec, draw_params, &plan);
+  if (!st.ok()) return st;
+  RgbRegion src;
+  src.stride = static_cast<size_t>(width) * 3;
+  src.data = rgb;
+  // The full image: the resize reads plan.need from it, at its own place.
+  src.data += static_cast<size_t>(plan.need.y) * src.stride +
+              static_cast<size_t>(plan.need.x) * 3;
+  src.y0 = plan.need.y;
+  src.x0 = plan.need.x;
+  ResizeAndStore(src, plan, spec, output, out);
+  // No decode: all of the time is transform time.
+  internal::ReportSample(plan.p, t0, t0, params, times);
   return absl::OkStatus();
 }
 

@@ -43,6 +43,15 @@ absl::Status PreprocessJpegTorchvision(const uint8_t* data, size_t size,
                                        SampleParams* params, uint8_t* out,
                                        StageTimes* times);
 
+// The same on the full image that DecodeJpegPil returns for those bytes
+// (PreprocessDecoded in preprocess.h): the same output bytes and params.
+absl::Status PreprocessDecodedTorchvision(const uint8_t* rgb, int height,
+                                          int width, const TransformSpec& spec,
+                                          const OutputSpec& output,
+                                          const ParamsFn& draw_params,
+                                          SampleParams* params, uint8_t* out,
+                                          StageTimes* times);
+
 namespace internal {
 
 // RandomErasing on a stored h x w output tensor: the box's elements become

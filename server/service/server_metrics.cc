@@ -316,6 +316,52 @@ void CollectServerMetrics(NearprepServer& server,
                              "Finished batches waiting for their consumer.")
                      .Add({}, Load(p.ready_batches)));
 
+  // The CPU backend's decoded-image cache, per dataset (a dataset appears
+  // once a stream of it has asked the cache). The families are declared
+  // also without a cache (no series then), as the dashboard names them.
+  const std::vector<DecodedCacheStats> cache = backend.decoded_cache_stats();
+  {
+    MetricFamily lookups = CounterFamily(
+        "nearprep_decoded_cache_lookups_total",
+        "Decoded-image cache lookups: hit (the decode was skipped) or miss.");
+    MetricFamily stale = CounterFamily(
+        "nearprep_decoded_cache_stale_total",
+        "Of the misses: an entry for the file's older bytes existed (the "
+        "file was replaced in place) and was dropped.");
+    MetricFamily admitted = CounterFamily(
+        "nearprep_decoded_cache_admitted_total",
+        "Decodes admitted into the decoded-image cache.");
+    MetricFamily evicted = CounterFamily(
+        "nearprep_decoded_cache_evicted_total",
+        "Entries dropped: the dataset's listing version changed, or the "
+        "file was replaced.");
+    MetricFamily bytes = GaugeFamily(
+        "nearprep_decoded_cache_bytes",
+        "Bytes of decoded pixels held now.");
+    MetricFamily entries = GaugeFamily(
+        "nearprep_decoded_cache_entries", "Decoded images held now.");
+    MetricFamily budget = GaugeFamily(
+        "nearprep_decoded_cache_budget_bytes",
+        "The dataset's share of the decoded-image cache.");
+    for (const DecodedCacheStats& d : cache) {
+      const metrics::Labels l = {{"dataset", d.dataset}};
+      lookups.Add({{"dataset", d.dataset}, {"kind", "hit"}},
+                  static_cast<double>(d.hits))
+          .Add({{"dataset", d.dataset}, {"kind", "miss"}},
+               static_cast<double>(d.misses));
+      stale.Add(l, static_cast<double>(d.stale));
+      admitted.Add(l, static_cast<double>(d.admitted));
+      evicted.Add(l, static_cast<double>(d.evicted));
+      bytes.Add(l, static_cast<double>(d.bytes));
+      entries.Add(l, static_cast<double>(d.entries));
+      budget.Add(l, static_cast<double>(d.budget_bytes));
+    }
+    for (MetricFamily* f :
+         {&lookups, &stale, &admitted, &evicted, &bytes, &entries, &budget}) {
+      out->push_back(std::move(*f));
+    }
+  }
+
   // The backend's own counters: fallbacks and how it read.
   double fallbacks = 0, p2p_bytes = 0, p2p_reads = 0, buffered_bytes = 0,
          buffered_reads = 0;

@@ -89,6 +89,9 @@ class Daemon:
             os.unlink(self.port_file)
         cmd = [NEARPREPD, "--config", self.config, "--port", str(port),
                "--port-file", self.port_file, "--workers", str(self.workers)] + self.extra
+        # E.g. "--decoded-cache-bytes 1G": run a suite against daemons with
+        # the decoded-image cache on (its output bytes must not change).
+        cmd += os.environ.get("NEARPREP_TEST_DAEMON_ARGS", "").split()
         deadline = time.monotonic() + timeout
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -330,6 +330,30 @@ TEST(DaemonConfigTest, ExampleConfigInDeployIsValid) {
   EXPECT_EQ(c.metrics_listen, "0.0.0.0:9464");  // on in deploy/ configs
 }
 
+// Issue 32: the decoded-image cache's budget, from YAML and flags; per
+// dataset it defaults to the budget split between the datasets.
+TEST(DaemonConfigTest, DecodedCacheBudgetFromYamlAndFlags) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYamlConfig("decoded_cache:\n  bytes: 2G\n  dataset_bytes: 512M\n",
+                              "t", &c)
+                  .ok());
+  EXPECT_EQ(c.backend.decoded_cache_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(c.backend.decoded_cache_dataset_bytes, uint64_t{512} << 20);
+  EXPECT_FALSE(ApplyYamlConfig("decoded_cache:\n  byte: 1G\n", "t", &c).ok());
+  CommandLine off = Parse({"--dataset", "a=/a"});
+  ASSERT_FALSE(off.exit_now) << off.message;
+  EXPECT_EQ(off.config.backend.decoded_cache_bytes, 0u);  // off by default
+  CommandLine on = Parse({"--dataset", "a=/a", "--dataset", "b=/b",
+                          "--decoded-cache-bytes", "64M"});
+  ASSERT_FALSE(on.exit_now) << on.message;
+  EXPECT_EQ(on.config.backend.decoded_cache_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(on.config.backend.dataset_count, 2u);
+  CommandLine bad = Parse({"--dataset", "a=/a", "--decoded-cache-bytes", "lots"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("decoded-cache-bytes"), std::string::npos)
+      << bad.message;
+}
+
 // Issue 25: without `listen`, plaintext stays on loopback; TLS keeps the old
 // default (every address); an explicit address is kept either way.
 TEST(DaemonConfigTest, DefaultListenIsLoopbackWithoutTls) {
