@@ -38,8 +38,9 @@ RULES = [
      "code): the (nearprep.v1.range) option's check, shared by the daemon's "
      "validation and the CLI"),
     ("server/spec", [], "plain types shared by the server's layers"),
-    ("server/metrics", [],
-     "counters, histograms, Prometheus exposition and its HTTP endpoint"),
+    ("server/metrics", ["common"],
+     "counters, histograms, Prometheus exposition and its HTTP endpoint "
+     "(the annotated mutex of common/mutex.h)"),
     ("server/records", ["common"],
      "record formats: TFRecord, tar, shard indexes (their fields escaped "
      "by common/percent_escape.h)"),
@@ -70,9 +71,9 @@ RULES = [
      "streams, worker pool, batch assembly (and the batch compression of "
      "common/tensor_codec, shared with the C++ client; batch MixUp / CutMix "
      "draws from the plan core's Philox)"),
-    ("server/authz", [],
+    ("server/authz", ["common"],
      "who may read what: identities, rules, token hashes, audit log (no "
-     "gRPC)"),
+     "gRPC; the annotated mutex of common/mutex.h)"),
     ("server/service",
      ["server/spec", "server/data", "server/storage", "server/records",
       "server/fleet", "server/backend", "server/pipeline", "server/metrics",

@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
   if (!p.ok()) return p.status();
   absl::StatusOr<int> f = OpenAuditLog(config.audit_log);
   if (!f.ok()) return f.status();
-  absl::MutexLock l(&a->mu_);
+  MutexLock l(&a->mu_);
   a->policy_ = std::move(*p);
   a->audit_fd_ = *f;
   a->audit_path_ = config.audit_log;
@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
 }
 
 Authorizer::~Authorizer() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (audit_fd_ >= 0) ::close(audit_fd_);
 }
 
@@ -122,7 +122,7 @@ absl::Status Authorizer::Reload(const PolicyConfig& config) {
   absl::StatusOr<std::shared_ptr<const Policy>> p = LoadPolicy(config);
   absl::StatusOr<int> f =
       p.ok() ? OpenAuditLog(config.audit_log) : absl::StatusOr<int>(-1);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (!p.ok() || !f.ok()) {
     ++reloads_failed_;
     return p.ok() ? f.status() : p.status();
@@ -140,7 +140,7 @@ absl::Status Authorizer::Reload(const PolicyConfig& config) {
 }
 
 std::shared_ptr<const Policy> Authorizer::policy() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return policy_;
 }
 
@@ -225,7 +225,7 @@ bool Authorizer::Record(const Credentials& c, const std::string& identity,
                 ? dataset
                 : "(other)";
   }
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   bool written = true;
   if (audit_fd_ >= 0) {
     written = WriteAuditLine(line);
@@ -296,27 +296,27 @@ absl::StatusOr<std::function<bool(const std::string&)>> Authorizer::ListFilter(
 
 std::map<std::pair<std::string, std::string>, uint64_t>
 Authorizer::decision_counts() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return counts_;
 }
 
 uint64_t Authorizer::reloads_failed() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return reloads_failed_;
 }
 
 uint64_t Authorizer::reloads_ok() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return reloads_ok_;
 }
 
 uint64_t Authorizer::audit_write_failures() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return audit_write_failures_;
 }
 
 uint64_t Authorizer::audit_refusals() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return audit_refusals_;
 }
 

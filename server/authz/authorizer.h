@@ -42,7 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "server/authz/policy.h"
 
@@ -127,7 +127,7 @@ class Authorizer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::vector<std::string> datasets_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
   // authorization.audit_log, open for appending; -1 when unset.
   int audit_fd_ ABSL_GUARDED_BY(mu_) = -1;

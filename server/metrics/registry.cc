@@ -6,13 +6,13 @@ namespace nearprep {
 namespace metrics {
 
 void MetricsRegistry::AddCollector(Collector collector) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
 std::vector<MetricFamily> MetricsRegistry::Collect() const {
   std::vector<MetricFamily> out;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const Collector& c : collectors_) c(&out);
   return out;
 }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "server/metrics/exposition.h"
 
 namespace nearprep {
@@ -35,7 +35,7 @@ class MetricsRegistry {
   std::string Render() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<Collector> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
