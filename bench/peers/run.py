@@ -5,7 +5,8 @@ torchvision, and nearprepd + the native Python client, on the same images,
 the same cores and the same output.
 
     python3 bench/peers/run.py [--build build] [--quick] [--rows tfdata,nearprep]
-        [--server-cores 1] [--trainer-core 0] [--repeats 3] [--json out.json]
+        [--server-cores 1] [--trainer-core 0] [--repeats 3] [--seconds 30]
+        [--json out.json]
 
 Every row runs in a subprocess of its own pinned with taskset: the "server"
 cores (--server-cores) preprocess, the "trainer" core (--trainer-core)
@@ -22,21 +23,33 @@ interpreter or package is missing):
   DALI: <build>/peers-venv (scripts/peers_venv.sh, bench/peers/requirements.txt)
   DataLoader + torchvision: Debian's /usr/bin/python3 (python3-torch, -torchvision)
 
-Columns (steady state = epochs after the first; the first epoch is timed
+Each peer is set up as its own documentation advises (issue 32): tf.data
+and the tf.data service read one repeat()ed dataset through one iterator
+(ceil(N / batch) batches an epoch; the service: repeat() before
+distribute(), one job, compression=None), DALI decodes with
+use_fast_idct=True and scales with brightness_contrast, the DataLoader keeps
+persistent workers. Every row gets each batch's images as a numpy view
+without a copy and copies them once into a staging buffer (Meter.touch), as
+a trainer hands a batch to its accelerator.
+
+Columns (steady state = whole epochs after the first, repeated until at
+least --epochs epochs and --seconds seconds; the first epoch is timed
 apart: time to first batch, from building the pipeline / opening the stream
 to the first batch in hand):
   img/s, img/s per server core (in-process rows: per core used), first
   batch s, trainer CPU ms/image (user+system of the trainer process over the
   steady epochs), server CPU ms/image (/proc/PID/stat of the serving
   processes: nearprepd, the tf.data service process, DataLoader workers),
+  total CPU ms/image (trainer + server), CPU/wall (trainer + server CPU
+  seconds per second of the steady window: the cores the row kept busy),
   wire bytes/image (nearprep: the daemon's bytes_sent counter; tf.data
   service: the loopback interface's byte counter over the window, which
   counts other processes' loopback traffic too), peak RSS of the serving
   processes (VmHWM; in-process rows: the process itself), and fidelity
   against TensorFlow's own ops (see FIDELITY below).
 
---quick: the 200 images once per epoch, one steady epoch (400 images a row), one
-repeat, 32 fidelity samples; then every available row must have run and
+--quick: the 200 images once per epoch, one steady epoch (about 400 images a
+row), no time floor, one repeat, 32 fidelity samples; then every available row must have run and
 its fidelity must match the claims in docs/benchmarks.md (between the
 "peers-fidelity-claims" markers). Exit status 1 when not. Not a timing test.
 """
