@@ -48,10 +48,11 @@ to the first batch in hand):
   processes (VmHWM; in-process rows: the process itself), and fidelity
   against TensorFlow's own ops (see FIDELITY below).
 
---quick: the 200 images once per epoch, one steady epoch (about 400 images a
-row), no time floor, one repeat, 32 fidelity samples; then every available row must have run and
-its fidelity must match the claims in docs/benchmarks.md (between the
-"peers-fidelity-claims" markers). Exit status 1 when not. Not a timing test.
+--quick: the 200 images once per epoch, one steady epoch (about 400 images
+a row), no time floor, one repeat, 32 fidelity samples; then every
+available row must have run and its fidelity must match the claims in
+docs/benchmarks.md (between the "peers-fidelity-claims" markers). Exit
+status 1 when not. Not a timing test.
 """
 
 import argparse
