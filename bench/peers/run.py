@@ -5,7 +5,8 @@ torchvision, and nearprepd + the native Python client, on the same images,
 the same cores and the same output.
 
     python3 bench/peers/run.py [--build build] [--quick] [--rows tfdata,nearprep]
-        [--server-cores 1] [--trainer-core 0] [--repeats 3] [--json out.json]
+        [--server-cores 1] [--trainer-core 0] [--repeats 3] [--seconds 30]
+        [--json out.json]
 
 Every row runs in a subprocess of its own pinned with taskset: the "server"
 cores (--server-cores) preprocess, the "trainer" core (--trainer-core)
@@ -22,23 +23,36 @@ interpreter or package is missing):
   DALI: <build>/peers-venv (scripts/peers_venv.sh, bench/peers/requirements.txt)
   DataLoader + torchvision: Debian's /usr/bin/python3 (python3-torch, -torchvision)
 
-Columns (steady state = epochs after the first; the first epoch is timed
+Each peer is set up as its own documentation advises (issue 32): tf.data
+and the tf.data service read one repeat()ed dataset through one iterator
+(ceil(N / batch) batches an epoch; the service: repeat() before
+distribute(), one job, compression=None), DALI decodes with
+use_fast_idct=True and scales with brightness_contrast, the DataLoader keeps
+persistent workers. Every row gets each batch's images as a numpy view
+without a copy and copies them once into a staging buffer (Meter.touch), as
+a trainer hands a batch to its accelerator.
+
+Columns (steady state = whole epochs after the first, repeated until at
+least --epochs epochs and --seconds seconds; the first epoch is timed
 apart: time to first batch, from building the pipeline / opening the stream
 to the first batch in hand):
   img/s, img/s per server core (in-process rows: per core used), first
   batch s, trainer CPU ms/image (user+system of the trainer process over the
   steady epochs), server CPU ms/image (/proc/PID/stat of the serving
   processes: nearprepd, the tf.data service process, DataLoader workers),
+  total CPU ms/image (trainer + server), CPU/wall (trainer + server CPU
+  seconds per second of the steady window: the cores the row kept busy),
   wire bytes/image (nearprep: the daemon's bytes_sent counter; tf.data
   service: the loopback interface's byte counter over the window, which
   counts other processes' loopback traffic too), peak RSS of the serving
   processes (VmHWM; in-process rows: the process itself), and fidelity
   against TensorFlow's own ops (see FIDELITY below).
 
---quick: the 200 images once per epoch, one steady epoch (400 images a row), one
-repeat, 32 fidelity samples; then every available row must have run and
-its fidelity must match the claims in docs/benchmarks.md (between the
-"peers-fidelity-claims" markers). Exit status 1 when not. Not a timing test.
+--quick: the 200 images once per epoch, one steady epoch (about 400 images
+a row), no time floor, one repeat, 32 fidelity samples; then every
+available row must have run and its fidelity must match the claims in
+docs/benchmarks.md (between the "peers-fidelity-claims" markers). Exit
+status 1 when not. Not a timing test.
 """
 
 import argparse
@@ -102,23 +116,39 @@ def load_str():
 
 
 class Meter:
-    """Times the first epoch and the steady epochs of a batch iterator
-    factory, and the CPU of this process and of the serving pids."""
+    """Times the first epoch and then the steady epochs of a batch iterator
+    factory (whole epochs until both --epochs and --seconds are reached),
+    and the CPU of this process and of the serving pids."""
 
     def __init__(self, spec, server_pids=lambda: []):
         self.spec = spec
         self.server_pids = server_pids
         self.out = {}
+        self._stage = {}
 
-    def run(self, epoch_iter, count):
-        """epoch_iter(e) yields batches; count(batch) -> images (and touches
-        the batch as a trainer would: a numpy view of its images)."""
+    def touch(self, images):
+        """What every row does with a batch, the same way: `images` is a
+        numpy view of the batch's images that the row got without a copy
+        (np.asarray of the framework's tensor / buffer); it is copied once
+        into a preallocated staging buffer, as a trainer hands a batch to
+        its accelerator. Returns the number of images."""
+        import numpy as np
+        key = (images.shape, images.dtype.str)
+        buf = self._stage.get(key)
+        if buf is None:
+            buf = self._stage[key] = np.empty(images.shape, images.dtype)
+        np.copyto(buf, images)
+        return images.shape[0]
+
+    def run(self, epoch_iter, view):
+        """epoch_iter(e) yields epoch e's batches; view(batch) -> a numpy
+        view (no copy) of the batch's images, which touch() consumes."""
         spec = self.spec
         t0 = time.monotonic()
         first = None
         n0 = 0
         for b in epoch_iter(0):
-            n0 += count(b)
+            n0 += self.touch(view(b))
             if first is None:
                 first = time.monotonic() - t0
         t1 = time.monotonic()
@@ -128,18 +158,27 @@ class Meter:
         cpu0, lo0, w0 = self_cpu_s(), lo_bytes(), self.wire_bytes()
         t1 = time.monotonic()
         n = 0
-        for e in range(1, 1 + spec["epochs"]):
+        e = 0
+        while e < spec["epochs"] or time.monotonic() - t1 < spec["seconds"]:
+            e += 1
             for b in epoch_iter(e):
-                n += count(b)
+                n += self.touch(view(b))
         t2 = time.monotonic()
         cpu1, lo1, w1 = self_cpu_s(), lo_bytes(), self.wire_bytes()
         s_cpu1 = [proc_cpu_s(p) for p in pids]
         secs = t2 - t1
-        self.out.update(images=n, seconds=secs, images_per_s=n / secs,
-                        trainer_cpu_ms=1000.0 * (cpu1 - cpu0) / n)
+        trainer_s = cpu1 - cpu0
+        self.out.update(images=n, seconds=secs, steady_epochs=e, images_per_s=n / secs,
+                        trainer_cpu_ms=1000.0 * trainer_s / n)
+        server_s = 0.0
         if pids and all(v is not None for v in s_cpu0 + s_cpu1):
-            self.out["server_cpu_ms"] = 1000.0 * sum(b - a for a, b in zip(s_cpu0, s_cpu1)) / n
+            server_s = sum(b - a for a, b in zip(s_cpu0, s_cpu1))
+            self.out["server_cpu_ms"] = 1000.0 * server_s / n
             self.out["server_rss_mib"] = sum(proc_hwm_mib(p) or 0.0 for p in pids)
+        if not pids or "server_cpu_ms" in self.out:
+            # Everything this row ran: the trainer process and its servers.
+            self.out["total_cpu_ms"] = 1000.0 * (trainer_s + server_s) / n
+            self.out["cpu_per_wall"] = (trainer_s + server_s) / secs
         if w0 is not None and w1 is not None:
             self.out["wire_bytes"] = (w1 - w0) / n
         elif spec.get("wire") == "lo" and lo0 is not None and lo1 is not None:
@@ -175,10 +214,29 @@ def tf_map_fn(tf, crop, augment=True):
 
 
 def tf_dataset(tf, files, labels, crop):
+    """The tf.data input pipeline as its guide writes it: shuffle each
+    epoch, then repeat() (one iterator over every epoch: no iterator is
+    closed and reopened at an epoch boundary), map in parallel, batch,
+    prefetch. The consumer takes ceil(N / batch) batches per epoch (the
+    last one wraps into the next epoch; those samples count)."""
     ds = tf.data.Dataset.from_tensor_slices((files, labels))
-    ds = ds.shuffle(len(files), seed=1, reshuffle_each_iteration=True)
+    ds = ds.shuffle(len(files), seed=1, reshuffle_each_iteration=True).repeat()
     ds = ds.map(tf_map_fn(tf, crop), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(spec_batch(), drop_remainder=False).prefetch(tf.data.AUTOTUNE)
+    return ds.batch(spec_batch(), drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def one_iterator_epochs(make_ds, per_epoch):
+    """epoch_iter for a repeated dataset: one iterator, per_epoch batches
+    of it per epoch."""
+    state = {}
+
+    def epochs(e):
+        if "it" not in state:
+            state["it"] = iter(make_ds())
+        it = state["it"]
+        for _ in range(per_epoch):
+            yield next(it)
+    return epochs
 
 
 _SPEC = {}
@@ -203,16 +261,14 @@ def list_files(root):
 
 def worker_tfdata(spec):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
     import tensorflow as tf
     files, labels = list_files(spec["data"])
     meter = Meter(spec)
-    state = {}
-
-    def epochs(e):
-        if "ds" not in state:
-            state["ds"] = tf_dataset(tf, files, labels, spec["crop"])
-        return iter(state["ds"])
-    return meter.run(epochs, lambda b: len(b[0].numpy()))
+    per_epoch = math.ceil(len(files) / spec["batch_size"])
+    epochs = one_iterator_epochs(lambda: tf_dataset(tf, files, labels, spec["crop"]), per_epoch)
+    # np.asarray of an eager CPU tensor is a view (Tensor.numpy() copies).
+    return meter.run(epochs, lambda b: np.asarray(b[0]))
 
 
 def serve_tfservice(portfile):
@@ -232,19 +288,22 @@ def serve_tfservice(portfile):
 
 def worker_tfservice(spec):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
     import tensorflow as tf
     files, labels = list_files(spec["data"])
     meter = Meter(spec, lambda: [spec["server_pid"]])
     spec["wire"] = "lo"
-    state = {}
+    per_epoch = math.ceil(len(files) / spec["batch_size"])
 
-    def epochs(e):
-        if "ds" not in state:
-            ds = tf_dataset(tf, files, labels, spec["crop"])
-            state["ds"] = ds.apply(tf.data.experimental.service.distribute(
-                processing_mode="parallel_epochs", service=spec["target"]))
-        return iter(state["ds"])
-    return meter.run(epochs, lambda b: len(b[0].numpy()))
+    def make():
+        # repeat() before distribute: one job for every epoch (not one per
+        # epoch); no compression: snappy costs CPU on both sides to save a
+        # few % of the bytes on loopback (tf.data service's guide: disable
+        # it when the network is not the bottleneck).
+        ds = tf_dataset(tf, files, labels, spec["crop"])
+        return ds.apply(tf.data.experimental.service.distribute(
+            processing_mode="parallel_epochs", service=spec["target"], compression=None))
+    return meter.run(one_iterator_epochs(make, per_epoch), lambda b: np.asarray(b[0]))
 
 
 def dali_pipeline(spec, files, labels, augment=True, stages=False):
@@ -257,36 +316,51 @@ def dali_pipeline(spec, files, labels, augment=True, stages=False):
     def pipe():
         jpegs, lab = fn.readers.file(files=files, labels=labels, random_shuffle=augment,
                                      name="reader", seed=1)
-        img = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        # use_fast_idct: libjpeg-turbo's fast integer IDCT, the one
+        # tf.io.decode_jpeg uses by default (dct_method "" = INTEGER_FAST).
+        dec = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB,
+                                use_fast_idct=True)
         if spec["crop"] == "random_resized" and augment:
-            img = fn.random_resized_crop(img, size=[SIZE, SIZE], random_area=[0.08, 1.0],
-                                         random_aspect_ratio=[3 / 4, 4 / 3],
-                                         interp_type=types.INTERP_LINEAR, antialias=False,
-                                         dtype=types.FLOAT)
+            rs = fn.random_resized_crop(dec, size=[SIZE, SIZE], random_area=[0.08, 1.0],
+                                        random_aspect_ratio=[3 / 4, 4 / 3],
+                                        interp_type=types.INTERP_LINEAR, antialias=False,
+                                        dtype=types.FLOAT)
         else:
-            img = fn.resize(img, resize_x=SIZE, resize_y=SIZE, interp_type=types.INTERP_LINEAR,
-                            antialias=False, dtype=types.FLOAT)
-        img = img * (1.0 / 255.0)  # float32 in [0, 1], as convert_image_dtype
-        res = img
+            rs = fn.resize(dec, resize_x=SIZE, resize_y=SIZE, interp_type=types.INTERP_LINEAR,
+                           antialias=False, dtype=types.FLOAT)
+        # One op scales to [0, 1] (as convert_image_dtype) and adds the
+        # random brightness delta (brightness_shift is in units of the
+        # float type's range, 1): out = shift + in / 255.
         if augment:
-            # brightness_shift is in units of the type's range: 1 for float.
-            img = fn.brightness_contrast(img, brightness_shift=fn.random.uniform(
-                range=[-BRIGHTNESS, BRIGHTNESS]), dtype=types.FLOAT)
+            img = fn.brightness_contrast(rs, brightness=1.0 / 255.0,
+                                         brightness_shift=fn.random.uniform(
+                                             range=[-BRIGHTNESS, BRIGHTNESS]),
+                                         dtype=types.FLOAT)
             img = fn.hsv(img, saturation=fn.random.uniform(range=list(SATURATION)),
                          dtype=types.FLOAT)
+        else:
+            img = fn.brightness_contrast(rs, brightness=1.0 / 255.0, dtype=types.FLOAT)
         img = fn.crop_mirror_normalize(img, mirror=fn.random.coin_flip() if augment else 0,
                                        dtype=types.FLOAT, output_layout="HWC")
         if augment:
             img = dali_math.clamp(img, 0.0, 1.0)
         if stages:
-            dec = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+            res = fn.brightness_contrast(rs, brightness=1.0 / 255.0, dtype=types.FLOAT)
             sat = fn.hsv(res, saturation=1.3, dtype=types.FLOAT)
-            bri = fn.brightness_contrast(res, brightness_shift=0.1, dtype=types.FLOAT)
+            bri = fn.brightness_contrast(rs, brightness=1.0 / 255.0, brightness_shift=0.1,
+                                         dtype=types.FLOAT)
             return img, lab, dec, res, sat, bri
         return img, lab
     p = pipe()
     p.build()
     return p
+
+
+def dali_view(out):
+    """A numpy view of a DALI batch's images: the dense TensorList as one
+    tensor (no copy), through the buffer protocol (as_array() copies)."""
+    import numpy as np
+    return np.asarray(out[0].as_tensor())
 
 
 def worker_dali(spec):
@@ -304,7 +378,7 @@ def worker_dali(spec):
         p = state["p"]
         for _ in range(per_epoch):
             yield p.run()
-    out = meter.run(epochs, lambda o: len(o[0].as_array()))
+    out = meter.run(epochs, dali_view)
     # Fidelity capture (outside the timed window): the pipeline with the
     # augmentation off, and each op's output for a fixed parameter, on the
     # original images (the checker compares them with TF's ops).
@@ -321,16 +395,20 @@ def worker_dali(spec):
     return out
 
 
-def torch_transform(augment):
+def torch_transform(augment, dtype="float32"):
     import torch
     import torchvision.transforms as T
     B = T.InterpolationMode.BILINEAR
     if augment:  # torchvision's ImageNet train preset (classification references)
-        return T.Compose([T.RandomResizedCrop(SIZE, interpolation=B), T.RandomHorizontalFlip(),
-                          T.PILToTensor(), T.ConvertImageDtype(torch.float),
-                          T.Normalize(MEAN, STD)])
-    return T.Compose([T.Resize((SIZE, SIZE), interpolation=B), T.PILToTensor(),
-                      T.ConvertImageDtype(torch.float)])
+        t = [T.RandomResizedCrop(SIZE, interpolation=B), T.RandomHorizontalFlip(),
+             T.PILToTensor()]
+        if dtype == "float32":
+            t += [T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD)]
+        return T.Compose(t)
+    t = [T.Resize((SIZE, SIZE), interpolation=B), T.PILToTensor()]
+    if dtype == "float32":
+        t.append(T.ConvertImageDtype(torch.float))
+    return T.Compose(t)
 
 
 class _Pin:
@@ -346,7 +424,8 @@ def worker_torch(spec):
     import torch
     import torchvision
     torch.set_num_threads(1)
-    ds = torchvision.datasets.ImageFolder(spec["data"], transform=torch_transform(True))
+    dtype = spec.get("dtype", "float32")
+    ds = torchvision.datasets.ImageFolder(spec["data"], transform=torch_transform(True, dtype))
     loader = torch.utils.data.DataLoader(
         ds, batch_size=spec["batch_size"], shuffle=True, num_workers=spec["workers"],
         persistent_workers=True, worker_init_fn=_Pin(set(spec["server_cores"])),
@@ -360,13 +439,14 @@ def worker_torch(spec):
 
     def epochs(e):
         return iter(loader)
-    out = meter.run(epochs, lambda b: len(b[0].numpy()))
+    # Tensor.numpy() is a view (the workers' shared memory).
+    out = meter.run(epochs, lambda b: b[0].numpy())
     # Fidelity capture: the transform with the augmentation off (Resize to
-    # 224x224, bilinear; PILToTensor; float), as NHWC.
+    # 224x224, bilinear; PILToTensor; float or uint8), as NHWC.
     files, _ = list_files(spec["orig"])
     files = files[:spec["fidelity_samples"]]
     from torchvision.datasets.folder import default_loader
-    t = torch_transform(False)
+    t = torch_transform(False, dtype)
     imgs = np.stack([t(default_loader(f)).numpy().transpose(1, 2, 0) for f in files])
     np.savez(spec["capture"], files=np.array([os.path.relpath(f, spec["orig"]) for f in files]),
              images=imgs)
@@ -400,7 +480,7 @@ def worker_nearprep(spec):
     def epochs(e):
         return client.batches("rep", batch_size=spec["batch_size"], shuffle=True, seed=1,
                               epoch=e, **kw)
-    out = meter.run(epochs, lambda b: len(np.asarray(b.images)))
+    out = meter.run(epochs, lambda b: np.asarray(b.images))  # a view of the message
     out["transport"] = client.transport
     # Fidelity capture: the original images with the draws the daemon reports.
     files, _ = list_files(spec["orig"])
@@ -494,7 +574,10 @@ def check_tf(kind, capture, orig):
     images = cap["images"]
     worst, same = 0.0, 0
     for k, rel in enumerate(files):
-        d, eq = _diff(tf_plain(rel), images[k])
+        got = images[k]
+        if got.dtype == np.uint8:  # compared in [0, 1] units
+            got = got.astype(np.float64) / 255.0
+        d, eq = _diff(tf_plain(rel), got)
         worst, same = max(worst, d), same + eq
     result.update(max_abs_diff=worst, identical=same)
     if kind == "dali":
@@ -511,7 +594,8 @@ def check_tf(kind, capture, orig):
             want = tf.image.resize(src, [SIZE, SIZE]).numpy() * np.float32(1 / 255)
             d, eq = _diff(want, cap["resized"][k])
             w, s = max(w, d), s + eq
-        ops["resize (linear, no antialias) * 1/255 vs image.resize"] = (w, s)
+        ops["resize (linear, no antialias) + brightness_contrast(brightness=1/255) vs "
+            "image.resize"] = (w, s)
         w, s = 0, 0
         for k in range(len(files)):
             x = tf.constant(cap["resized"][k])
@@ -525,7 +609,8 @@ def check_tf(kind, capture, orig):
             want = tf.image.adjust_brightness(x, np.float32(cap["bri_shift"])).numpy()
             d, eq = _diff(want, cap["bri"][k])
             w, s = max(w, d), s + eq
-        ops["brightness_contrast(brightness_shift) vs adjust_brightness"] = (w, s)
+        ops["brightness_contrast(brightness=1/255, brightness_shift) vs "
+            "adjust_brightness"] = (w, s)
         result["ops"] = {k: {"max_abs_diff": v[0], "identical": v[1]} for k, v in ops.items()}
     return result
 
@@ -621,10 +706,14 @@ def make_rows(args):
             rows.append(Row(f"nearprep-tf_compat-f32{sfx}", "nearprep", venv,
                             f"{args.server_cores} + {T}", len(S), "tf", cores=[T],
                             fidelity="tf_compat", dtype="float32", crop=crop))
-    # The torchvision recipe (ImageNet train preset: random resized crop).
+    # The torchvision recipe (ImageNet train preset: random resized crop);
+    # -u8: the preset up to PILToTensor (uint8 NCHW), nearprep's uint8 rows'
+    # counterpart.
     for w in sorted({1, 2, len(S)}):
         rows.append(Row(f"torch-{w}w", "torch", DEBIAN_PY, f"{args.server_cores} + {T}",
                         len(S), "tf", cores=[T], workers=w, crop="random_resized"))
+    rows.append(Row("torch-1w-u8", "torch", DEBIAN_PY, f"{args.server_cores} + {T}",
+                    len(S), "tf", cores=[T], workers=1, crop="random_resized", dtype="uint8"))
     for dt in ("float32", "uint8"):
         rows.append(Row(f"nearprep-torchvision-{'f32' if dt == 'float32' else 'u8'}",
                         "nearprep", venv, f"{args.server_cores} + {T}", len(S), "torchvision",
@@ -733,7 +822,8 @@ def stop(proc):
 
 def run_row(row, args, servers, capture):
     spec = dict(row.spec, kind=row.kind, data=args.rep, orig=args.dataset_root,
-                batch_size=args.batch_size, epochs=args.epochs, capture=capture,
+                batch_size=args.batch_size, epochs=args.epochs, seconds=args.seconds,
+                capture=capture,
                 fidelity_samples=args.fidelity_samples,
                 server_cores=args.server_cores_list)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -768,10 +858,11 @@ def check_fidelity(rows, args, workdir):
             r.fidelity = {"reference": True}
             continue
         if r.kind in ("dali", "torch"):
-            if r.kind in shared:
-                shared[r.kind][1].append(r)
+            key = (r.kind, r.spec.get("dtype", "float32"))
+            if key in shared:
+                shared[key][1].append(r)
                 continue
-            shared[r.kind] = (r, [])
+            shared[key] = (r, [])
         cap = os.path.join(workdir, f"{r.name}.npz")
         if not os.path.exists(cap):
             r.fidelity = {"error": "no capture"}
@@ -810,8 +901,8 @@ def med(values):
 
 
 def summarize(row):
-    cols = ("images_per_s", "first_batch_s", "trainer_cpu_ms", "server_cpu_ms", "wire_bytes",
-            "server_rss_mib")
+    cols = ("images_per_s", "first_batch_s", "trainer_cpu_ms", "server_cpu_ms", "total_cpu_ms",
+            "cpu_per_wall", "wire_bytes", "server_rss_mib", "seconds", "images")
     s = {c: med([r.get(c) for r in row.runs]) for c in cols}
     if s["images_per_s"] is not None:
         s["images_per_s_per_core"] = s["images_per_s"] / max(1, row.ncores)
@@ -837,14 +928,14 @@ def fmt(v, spec):
 
 def markdown(rows, args):
     lines = ["| row | cores (server + trainer) | img/s | img/s per core | first batch s | "
-             "trainer CPU ms/img | server CPU ms/img | wire bytes/img | serving peak RSS MiB "
-             "| fidelity |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "trainer CPU ms/img | server CPU ms/img | total CPU ms/img | CPU/wall | "
+             "wire bytes/img | serving peak RSS MiB | fidelity |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.unavailable or not r.runs:
             why = r.unavailable or ("; ".join(r.errors[-1:]) or "no run")
             lines.append(f"| {r.name} | {r.cores_desc} | {why.splitlines()[0][:160]} "
-                         "| | | | | | | |")
+                         "| | | | | | | | | |")
             continue
         s = summarize(r)
         wire = s["wire_bytes"]
@@ -853,7 +944,8 @@ def markdown(rows, args):
         lines.append(
             f"| {r.name} | {r.cores_desc} | {fmt(s['images_per_s'], '.0f')} | "
             f"{fmt(s.get('images_per_s_per_core'), '.0f')} | {fmt(s['first_batch_s'], '.2f')} | "
-            f"{fmt(s['trainer_cpu_ms'], '.2f')} | {fmt(s['server_cpu_ms'], '.2f')} | {wire_s} | "
+            f"{fmt(s['trainer_cpu_ms'], '.2f')} | {fmt(s['server_cpu_ms'], '.2f')} | "
+            f"{fmt(s['total_cpu_ms'], '.2f')} | {fmt(s['cpu_per_wall'], '.2f')} | {wire_s} | "
             f"{fmt(s['server_rss_mib'], '.0f')} | {fidelity_text(r)} |")
     return "\n".join(lines)
 
@@ -919,7 +1011,10 @@ def main():
                                                              DEFAULT_DATA))
     ap.add_argument("--copies", type=int, default=10,
                     help="copies of each image per epoch (10 x 200 = 2000 samples)")
-    ap.add_argument("--epochs", type=int, default=1, help="steady epochs after the first")
+    ap.add_argument("--epochs", type=int, default=1,
+                    help="at least this many steady epochs after the first")
+    ap.add_argument("--seconds", type=float, default=30.0,
+                    help="steady epochs run until at least this long (whole epochs)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--server-cores", default=None,
@@ -949,6 +1044,7 @@ def main():
 
     if args.quick:
         args.copies, args.epochs, args.repeats, args.fidelity_samples = 1, 1, 1, 32
+        args.seconds = 0.0
     args.build = os.path.abspath(args.build)
     args.dataset_root = os.path.abspath(args.dataset_root)
     args.crops = [c for c in args.crops.split(",") if c]
@@ -968,7 +1064,8 @@ def main():
     rows = make_rows(args)
     print(f"peers: {len(rows)} rows; server cores {args.server_cores}, trainer core "
           f"{args.trainer_core}; {args.copies} x {args.dataset_root} per epoch, batch "
-          f"{args.batch_size}, 1 + {args.epochs} epochs, {args.repeats} repeats; "
+          f"{args.batch_size}, 1 + >= {args.epochs} epochs and >= {args.seconds:g} s, "
+          f"{args.repeats} repeats; "
           f"{load_str()}", flush=True)
     probed = {}
     for r in rows:
@@ -1005,8 +1102,11 @@ def main():
                 print(f"peers: [{rep + 1}/{args.repeats}] {r.name}: "
                       f"{res['images_per_s']:.0f} img/s, first batch {res['first_batch_s']:.2f} s, "
                       f"trainer {res['trainer_cpu_ms']:.2f} ms/img, "
-                      f"server {fmt(res.get('server_cpu_ms'), '.2f')} ms/img "
-                      f"({time.monotonic() - t:.0f} s, load {res['load1']:.2f})", flush=True)
+                      f"server {fmt(res.get('server_cpu_ms'), '.2f')} ms/img, "
+                      f"total {fmt(res.get('total_cpu_ms'), '.2f')} ms/img, "
+                      f"CPU/wall {fmt(res.get('cpu_per_wall'), '.2f')} "
+                      f"({res['images']} images in {res['seconds']:.1f} s; "
+                      f"{time.monotonic() - t:.0f} s, load {res['load1']:.2f})", flush=True)
         print(f"peers: fidelity checks ({load_str()})", flush=True)
         check_fidelity(rows, args, workdir)
     finally:
