@@ -23,7 +23,8 @@ from nearprep.fleet import FleetClient, choose
 from conftest import NEARPREPD, fleet_daemon
 from test_fleet_faults import CLI, run
 
-pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD), reason="nearprep CLI or nearprepd not built")
+pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD),
+                                reason="nearprep CLI or nearprepd not built")
 
 SEED, BLOCK, WINDOW, G, C = 5, 2, 4, 4, 4
 EPOCH = 0
