@@ -39,6 +39,14 @@ How (docs/protocol.md, "Fleet datasets"):
   stay where they are, so every position is still served once.
   With no live replica for a partition the client waits and reports through
   on_wait(message); it never skips or substitutes data.
+- Hedged requests (hedge=, opt-in; docs/protocol.md): a node request not
+  answered within that node's `hedge` latency percentile (its last
+  HEDGE_WINDOW requests; at least hedge_min s; once it has hedge_samples)
+  is also sent, for the positions it has not delivered, to the next live
+  replica; the first answer per position wins, the other request is
+  cancelled and its late results dropped by position. stats["hedges"]
+  (requests sent) and stats["hedge_wins"] (positions they filled); each
+  hedge is reported through on_event ("hedge: node HOST:PORT ...").
 - A sample that fails to decode is reported at its position in
   FleetBatch.errors (the batch then has one image fewer).
 - Placement versions: each node reports the version of its placement
@@ -67,6 +75,7 @@ on_event may be called from the client's pool threads (a background probe,
 a request asked again); on_wait is called on the iterating thread.
 """
 
+import collections
 import concurrent.futures as _futures
 # Imported before this module registers its exit hook (below): threading
 # runs exit hooks last-registered first, so close_all_fleet_clients cancels
@@ -74,6 +83,7 @@ import concurrent.futures as _futures
 import concurrent.futures.thread  # noqa: F401
 import functools
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -134,6 +144,10 @@ STATUS_ACTIONS = {
     "UNAUTHENTICATED": "raise",
 }
 SAME_NODE_RETRIES = 2
+
+# Hedged requests (FleetClient(hedge=...)): the latencies kept per node (the
+# last HEDGE_WINDOW node requests) for its latency percentile.
+HEDGE_WINDOW = 64
 
 
 def status_action(code_name) -> str:
@@ -242,6 +256,25 @@ class FleetBatch:
     served_by: Dict[int, str] = field(default_factory=dict)  # position -> node
 
 
+class _Req:
+    """One node request in flight (a _fetch on a pool thread): its
+    positions, and what the iterating thread needs to hedge or cancel it.
+    started / finished (time.monotonic) and call are set by the pool
+    thread; ok / bad fill as messages arrive (what it has delivered so far)."""
+
+    def __init__(self, target, items, hedge_of=None):
+        self.target = target
+        self.items = items  # [(position, sample_id)] in position order
+        self.hedge_of = hedge_of  # the _Req this one hedges, or None
+        self.hedged = False  # a hedge was sent for it
+        self.cancelled = False  # cancelled as the loser: its failure means nothing
+        self.started = None
+        self.finished = None
+        self.call = None  # its gRPC call in flight
+        self.ok, self.bad = {}, {}
+        self.fut = None
+
+
 class _Node:
     def __init__(self, target):
         self.target = target
@@ -301,6 +334,11 @@ class FleetClient:
 
     native: the receive path (module docstring); `transport` says which.
 
+    hedge: None (default: never hedge) or a latency percentile in (0, 1):
+    a node request slower than that percentile of the node's recent
+    latencies (at least hedge_min s, once it has hedge_samples of them) is
+    also sent to the next replica (module docstring).
+
     Credentials: Client's tls=, root_certificates=, private_key=,
     certificate_chain=, tls_server_name=, token=, token_file= are sent to
     every node alike (or pass a ready client=)."""
@@ -310,7 +348,8 @@ class FleetClient:
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
-                 slice_samples=None, **request_kw):
+                 slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
+                 **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
@@ -337,6 +376,24 @@ class FleetClient:
             raise ValueError(f"response_batch: must be >= 1 or None, got {response_batch}")
         self.max_request_ids = max_request_ids
         self.response_batch = response_batch
+        # Hedged requests (docs/protocol.md, "Hedged requests"): off (None)
+        # or the latency percentile in (0, 1) after which a node request is
+        # also sent to the next replica; never sooner than hedge_min s, and
+        # only once the node has hedge_samples latencies.
+        if hedge is not None and (isinstance(hedge, bool) or not isinstance(hedge, (int, float))
+                                  or not 0.0 < hedge < 1.0):
+            raise ValueError(f"hedge: must be None or a latency percentile in (0, 1), "
+                             f"got {hedge!r}")
+        if isinstance(hedge_min, bool) or not isinstance(hedge_min, (int, float)) \
+                or not hedge_min >= 0.0:
+            raise ValueError(f"hedge_min: must be a number of seconds >= 0, got {hedge_min!r}")
+        if (isinstance(hedge_samples, bool) or not isinstance(hedge_samples, int)
+                or not 1 <= hedge_samples <= HEDGE_WINDOW):
+            raise ValueError(f"hedge_samples: must be an integer in [1, {HEDGE_WINDOW}], "
+                             f"got {hedge_samples!r}")
+        self.hedge = None if hedge is None else float(hedge)
+        self.hedge_min = float(hedge_min)
+        self.hedge_samples = hedge_samples
         self._targets = discover(targets)
         self._own_client = client is None
         # TLS and token keywords (nearprep.client.CREDENTIAL_ARGS) reach every node alike.
@@ -384,7 +441,14 @@ class FleetClient:
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends the probe loops
         self._calls = set()  # calls in flight, cancelled by close()
-        self._pool = _futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._targets)))
+        # Hedges run beside the requests they hedge: twice the threads, so
+        # that a hedge never queues behind the slow requests it works around.
+        workers = max(4, 2 * len(self._targets)) * (2 if self.hedge is not None else 1)
+        self._pool = _futures.ThreadPoolExecutor(max_workers=workers)
+        # Per node: the durations (s) of its last HEDGE_WINDOW requests; a
+        # request cancelled as a hedge's loser counts with the time it had
+        # taken so far (a lower bound).
+        self._latency = {t: collections.deque(maxlen=HEDGE_WINDOW) for t in self._targets}
         # Background probes of dead nodes (_probe_dead), at most one per node
         # in flight: a pool of their own, so that a probe waiting out a
         # black-holed node's rpc_timeout never holds up a request.
@@ -393,7 +457,8 @@ class FleetClient:
         self._epoch = None
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
-                      "kept_partial": 0, "waits": 0, "samples": 0, "retries": 0}
+                      "kept_partial": 0, "waits": 0, "samples": 0, "retries": 0,
+                      "hedges": 0, "hedge_wins": 0}
         self._pid = os.getpid()
         _live_clients.add(self)
         for n in self._nodes.values():
@@ -560,16 +625,17 @@ class FleetClient:
         with self._lock:
             return sorted(t for t, n in self._nodes.items() if n.alive)
 
-    def _assign(self, partition) -> Optional[str]:
+    def _assign(self, partition, exclude=None) -> Optional[str]:
         with self._lock:
             holders = [t for t, n in self._nodes.items()
-                       if n.alive and partition in n.partitions]
+                       if n.alive and partition in n.partitions and t != exclude]
         return choose(partition, holders)
 
     # -- one node request ----------------------------------------------------
 
-    def _fetch(self, target, epoch, items):
-        """items: [(position, sample_id)] in position order. Returns (ok, bad,
+    def _fetch(self, req, epoch):
+        """The node request `req` (a _Req: req.target, req.items
+        [(position, sample_id)] in position order). Returns (ok, bad,
         failure): {sample_id: (label, image)} and {sample_id: (code, message)}
         for what arrived, and None, or the grpc.RpcError / NearprepError that
         ended the requests early; then ok and bad hold what the node had
@@ -578,16 +644,20 @@ class FleetClient:
         message (_check_answer, or one that does not parse) ends the request
         with DATA_LOSS and is dropped whole. A status STATUS_ACTIONS says to
         retry asks the node again for what it still owes (SAME_NODE_RETRIES
-        times at most)."""
-        ids = [sid for _, sid in items]
-        ok, bad = {}, {}
+        times at most). ok and bad are req.ok and req.bad, filled as
+        messages arrive (the iterating thread reads them to hedge only what
+        is still missing); req.started and req.finished time the request."""
+        target = req.target
+        ids = [sid for _, sid in req.items]
+        ok, bad = req.ok, req.bad
+        req.started = time.monotonic()
         try:
             for lo in range(0, len(ids), self.max_request_ids):
                 chunk = ids[lo:lo + self.max_request_ids]
                 attempt = 0
                 while True:
                     try:
-                        self._fetch_chunk(target, epoch, chunk, ok, bad)
+                        self._fetch_chunk(target, epoch, chunk, ok, bad, owner=req)
                         break
                     except (grpc.RpcError, NearprepError) as e:
                         if (status_action(_code_name(e)) != "retry"
@@ -600,12 +670,15 @@ class FleetClient:
                                       f"{e.details() if isinstance(e, grpc.RpcError) else e}"
                                       "; asking it again")
         except (grpc.RpcError, NearprepError) as e:
+            req.finished = time.monotonic()
             return ok, bad, e
+        req.finished = time.monotonic()
         return ok, bad, None
 
-    def _fetch_chunk(self, target, epoch, chunk, ok, bad):
+    def _fetch_chunk(self, target, epoch, chunk, ok, bad, owner=None):
         """One request for the ids of `chunk` not yet in ok or bad; adds what
-        arrives to them; raises as _fetch describes."""
+        arrives to them; raises as _fetch describes. owner: the _Req it
+        belongs to (its call is recorded there, for a hedge's cancel)."""
         asked = [s for s in chunk if s not in ok and s not in bad]
         if not asked:
             return
@@ -620,8 +693,12 @@ class FleetClient:
         with self._lock:
             if self._closed:
                 raise NearprepError("client is closed", code="CANCELLED", target=target)
+            if owner is not None and owner.cancelled:
+                raise NearprepError("hedge: cancelled", code="CANCELLED", target=target)
             _, call = self._transport.open(target, req, timeout=self.rpc_timeout)
             self._calls.add(call)
+            if owner is not None:
+                owner.call = call
             self.stats["requests"] += 1
         malformed = None
         try:
@@ -651,6 +728,8 @@ class FleetClient:
                 call.cancel()
             with self._lock:
                 self._calls.discard(call)
+                if owner is not None and owner.call is call:
+                    owner.call = None
         if malformed:
             raise NearprepError(f"DATA_LOSS: {target}: malformed answer: {malformed}",
                                 code="DATA_LOSS", target=target)
@@ -667,13 +746,14 @@ class FleetClient:
                                **self.plan_kw)
         return fp.GlobalPlan.for_manifest(self.manifest, params)
 
-    def _submit(self, epoch, items_by_part):
-        """Submits requests for {partition: [(pos, sid)]}; returns
-        [(future, target, items)] and the partitions without a live replica."""
+    def _submit(self, epoch, items_by_part, hedge_of=None):
+        """Submits requests for {partition: [(pos, sid)]}; returns [_Req]
+        and the partitions without a live replica. hedge_of: the _Req
+        these hedge (its node is not asked)."""
         by_node: Dict[str, list] = {}
         orphans = []
         for part, items in items_by_part.items():
-            t = self._assign(part)
+            t = self._assign(part, exclude=hedge_of.target if hedge_of else None)
             if t is None:
                 orphans.append(part)
                 continue
@@ -681,7 +761,9 @@ class FleetClient:
         out = []
         for t, items in by_node.items():
             items.sort()
-            out.append((self._pool.submit(self._fetch, t, epoch, items), t, items))
+            r = _Req(t, items, hedge_of)
+            r.fut = self._pool.submit(self._fetch, r, epoch)
+            out.append(r)
         return out, orphans
 
     def _start_batch(self, plan, epoch, g):
@@ -696,13 +778,144 @@ class FleetClient:
         return {"g": g, "want": want, "pending": pending, "orphans": orphans,
                 "ok": {}, "bad": {}, "by": {}}
 
+    # -- hedged requests ---------------------------------------------------------
+
+    def _hedge_after(self, target) -> Optional[float]:
+        """Seconds after which a request to `target` is hedged: the
+        `hedge` percentile of its last HEDGE_WINDOW request latencies, at
+        least hedge_min; None while it has fewer than hedge_samples."""
+        with self._lock:
+            lat = sorted(self._latency[target])
+        if len(lat) < self.hedge_samples:
+            return None
+        i = min(len(lat) - 1, max(0, math.ceil(self.hedge * len(lat)) - 1))
+        return max(self.hedge_min, lat[i])
+
+    def _record_latency(self, r, end=None):
+        if r.started is None:
+            return
+        with self._lock:
+            self._latency[r.target].append((end or r.finished or time.monotonic()) - r.started)
+
+    def _hedge(self, epoch, st, r):
+        """Sends the positions of `r` that are still missing (neither filled
+        nor delivered by r so far) to the next live replica of their
+        partitions; returns the hedge requests."""
+        r.hedged = True
+        missing: Dict[int, list] = {}
+        for pos, sid in r.items:
+            if pos in st["ok"] or pos in st["bad"] or sid in r.ok or sid in r.bad:
+                continue
+            missing.setdefault(st["want"][pos][1], []).append((pos, sid))
+        if not missing:
+            return []
+        hedges, _ = self._submit(epoch, missing, hedge_of=r)  # no other replica: none
+        if hedges:
+            n = sum(len(h.items) for h in hedges)
+            with self._lock:
+                self.stats["hedges"] += len(hedges)
+            self.on_event(f"hedge: node {r.target} has not answered {n} samples of epoch "
+                          f"{epoch} batch {st['g']} after "
+                          f"{(time.monotonic() - r.started) * 1000:.0f} ms (its p"
+                          f"{self.hedge * 100:g} latency, at least {self.hedge_min:g} s); "
+                          f"asked {', '.join(h.target for h in hedges)} too")
+        return hedges
+
+    def _cancel(self, r):
+        """Cancels `r`, a hedge race's loser (its failure then means nothing)."""
+        with self._lock:
+            r.cancelled = True
+            call = r.call
+        if call is not None:
+            call.cancel()
+        self._record_latency(r, end=r.finished or time.monotonic())
+
+    # -- assembling a batch ----------------------------------------------------------
+
+    def _merge(self, st, r, ok, bad):
+        """Fills the positions of st still empty from r's results (the first
+        answer per position wins); returns how many it filled."""
+        pos_of = {sid: pos for pos, sid in r.items}
+        kept = 0
+        for result, into in ((ok, st["ok"]), (bad, st["bad"])):
+            for sid, val in result.items():
+                pos = pos_of.get(sid)
+                if pos is None or pos in st["ok"] or pos in st["bad"]:
+                    self.stats["duplicates_dropped"] += 1
+                    continue
+                into[pos], st["by"][pos] = val, r.target
+                kept += 1
+        if r.hedge_of is not None:
+            self.stats["hedge_wins"] += kept
+        return kept
+
     def _finish_batch(self, epoch, st):
         want = st["want"]
         waited_since = None
+        pending = list(st["pending"])  # _Req in flight
+        orphans = list(st["orphans"])  # partitions without a live replica
+        st["pending"], st["orphans"] = [], []
+        retry_parts: Dict[int, list] = {}
+
+        def filled(pos):
+            return pos in st["ok"] or pos in st["bad"]
+
         while True:
-            retry_parts: Dict[int, list] = {}
-            for fut, target, items in st["pending"]:
-                ok, bad, failure = fut.result()
+            if retry_parts:
+                new, orph = self._submit(epoch, retry_parts)
+                pending.extend(new)
+                orphans.extend(orph)
+                retry_parts = {}
+            if not pending:
+                parts = {}
+                for part in sorted(set(orphans)):
+                    items = [(pos, sid) for pos, (sid, p) in want.items()
+                             if p == part and not filled(pos)]
+                    if items:
+                        parts[part] = items
+                if not parts:
+                    break
+                # Dead nodes are probed in the background (_probe_loop), not
+                # here: re-requests to live replicas never wait for a probe,
+                # and with orphans this polls every probe_interval, so a node
+                # that answers is used on the next pass.
+                pending, orphans = self._submit(epoch, parts)
+                if orphans and not pending:
+                    now = time.monotonic()
+                    waited_since = waited_since or now
+                    self.stats["waits"] += 1
+                    self.on_wait(f"epoch {epoch} batch {st['g']}: no live replica for "
+                                 f"partitions {sorted(orphans)} (waiting "
+                                 f"{now - waited_since:.1f} s; live nodes {self.live_nodes()})")
+                    time.sleep(self.probe_interval)
+                continue
+            # Wait for the next answer, or the next request due for a hedge.
+            timeout = None
+            if self.hedge is not None:
+                now = time.monotonic()
+                for r in list(pending):
+                    if r.hedged or r.hedge_of is not None or r.fut.done():
+                        continue
+                    if r.started is None:  # queued for a thread: look again soon
+                        due = max(self.hedge_min, 0.005)
+                    else:
+                        after = self._hedge_after(r.target)
+                        if after is None:
+                            continue
+                        due = r.started + after - now
+                        if due <= 0:
+                            pending.extend(self._hedge(epoch, st, r))
+                            continue
+                    timeout = due if timeout is None else min(timeout, due)
+            done, _ = _futures.wait([r.fut for r in pending], timeout=timeout,
+                                    return_when=_futures.FIRST_COMPLETED)
+            # First answer first: it wins the positions both answered.
+            for r in sorted((r for r in pending if r.fut in done),
+                            key=lambda r: r.finished or 0.0):
+                if r not in pending:
+                    continue  # cancelled (and merged) as the loser of one before it
+                pending.remove(r)
+                ok, bad, failure = r.fut.result()
                 if failure is not None:
                     e = failure
                     code = _code_name(e)
@@ -710,52 +923,37 @@ class FleetClient:
                     # fail over.
                     if status_action(code) == "raise":
                         if isinstance(e, grpc.RpcError):
-                            raise from_rpc_error(e, target) from None
+                            raise from_rpc_error(e, r.target) from None
                         raise e
                     why = (f"{code}: {e.details()}" if isinstance(e, grpc.RpcError)
                            else str(e))
-                    self._mark_dead(target, why)
+                    self._mark_dead(r.target, why)
                     with self._lock:
                         self.stats["failovers"] += 1
+                else:
+                    self._record_latency(r)
                 # What the node delivered is kept even when it then failed
                 # (its bytes are keyed by (seed, epoch, sample id) like any
                 # replica's); only the positions still empty are re-requested.
-                pos_of = {sid: pos for pos, sid in items}
-                kept = 0
-                for result, into in ((ok, st["ok"]), (bad, st["bad"])):
-                    for sid, val in result.items():
-                        pos = pos_of.get(sid)
-                        if pos is None or pos in st["ok"] or pos in st["bad"]:
-                            self.stats["duplicates_dropped"] += 1
-                            continue
-                        into[pos], st["by"][pos] = val, target
-                        kept += 1
+                kept = self._merge(st, r, ok, bad)
                 if failure is not None:
                     self.stats["kept_partial"] += kept
-                for pos, sid in items:
-                    if pos not in st["ok"] and pos not in st["bad"]:
+                # A hedge race decided: a request whose positions are all
+                # filled, or delivered by itself so far, keeps what it
+                # delivered and is cancelled.
+                for o in list(pending):
+                    if not (o.hedged or o.hedge_of is not None):
+                        continue
+                    if all(filled(pos) or sid in o.ok or sid in o.bad for pos, sid in o.items):
+                        pending.remove(o)
+                        self._cancel(o)
+                        self._merge(st, o, dict(o.ok), dict(o.bad))
+                # Positions still empty that no request in flight covers
+                # (a hedge, or the request it hedges) are asked again.
+                covered = {pos for o in pending for pos, _ in o.items}
+                for pos, sid in r.items:
+                    if not filled(pos) and pos not in covered:
                         retry_parts.setdefault(want[pos][1], []).append((pos, sid))
-            for part in st["orphans"]:
-                retry_parts.setdefault(part, []).extend(
-                    (pos, sid) for pos, (sid, p) in want.items()
-                    if p == part and pos not in st["ok"] and pos not in st["bad"])
-            st["pending"], st["orphans"] = [], []
-            if not retry_parts:
-                break
-            # Dead nodes are probed in the background (_probe_loop), not
-            # here: re-requests to live replicas never wait for a probe, and
-            # with orphans the loop below polls every probe_interval, so a
-            # node that answers is used on the next pass.
-            pending, orphans = self._submit(epoch, retry_parts)
-            st["pending"], st["orphans"] = pending, orphans
-            if orphans and not pending:
-                now = time.monotonic()
-                waited_since = waited_since or now
-                self.stats["waits"] += 1
-                self.on_wait(f"epoch {epoch} batch {st['g']}: no live replica for "
-                             f"partitions {sorted(orphans)} (waiting {now - waited_since:.1f} s; "
-                             f"live nodes {self.live_nodes()})")
-                time.sleep(self.probe_interval)
         positions = sorted(st["ok"])
         images = (np.stack([st["ok"][p][1] for p in positions]) if positions
                   else np.zeros((0,), dtype=np.uint8))
