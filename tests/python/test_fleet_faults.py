@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -95,24 +96,46 @@ def read_cpp(targets, manifest, transport=None, prefetch=2):
             "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
             "--global-batch", str(G), "--epoch", str(EPOCH), "--prefetch", str(prefetch),
             *CPP_REQ]
-    try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"fleet-read hung: {e.stderr!r:.1500}") from None
+    returncode, stdout, stderr, maxrss_kib = run_measured(args, timeout=60)
     got = {}
-    for line in p.stdout.splitlines():
+    for line in stdout.splitlines():
         _, pos, sid, h = line.split()
         assert int(pos) not in got, line
         got[int(pos)] = (int(sid), h)
-    events = [line[len("event: "):] for line in p.stderr.splitlines() if line.startswith("event: ")]
+    events = [line[len("event: "):] for line in stderr.splitlines() if line.startswith("event: ")]
     stats = {}
-    if p.returncode == 0:
-        words = p.stderr.strip().split("\n")[-1].split()
+    if returncode == 0:
+        words = stderr.strip().split("\n")[-1].split()
         stats = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
     # A crash (a signal: negative) is not an orderly refusal.
-    assert p.returncode >= 0, f"fleet-read died with signal {-p.returncode}: {p.stderr[-1500:]}"
-    return {"ok": p.returncode == 0, "got": got, "stats": stats, "events": events,
-            "error": p.stderr.strip().split("\n")[-1] if p.returncode else None}
+    assert returncode >= 0, f"fleet-read died with signal {-returncode}: {stderr[-1500:]}"
+    return {"ok": returncode == 0, "got": got, "stats": stats, "events": events,
+            "error": stderr.strip().split("\n")[-1] if returncode else None,
+            "maxrss_kib": maxrss_kib}
+
+
+def run_measured(args, timeout):
+    """(exit code, stdout, stderr, peak RSS in KiB) of `args`: the rusage of
+    that process alone (os.wait4), not of every child the test has reaped."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    readers = [threading.Thread(target=lambda f, into: into.append(f.read()), args=a)
+               for a in ((p.stdout, out), (p.stderr, err))]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in readers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = any(t.is_alive() for t in readers)
+    if hung:
+        p.kill()
+        for t in readers:
+            t.join()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if hung:
+        raise AssertionError(f"fleet-read hung: {''.join(err)!r:.1500}")
+    return p.returncode, "".join(out), "".join(err), usage.ru_maxrss
 
 
 def read_python(targets, manifest, transport, prefetch=2):
@@ -309,30 +332,12 @@ def test_oversized_answer_is_refused_before_it_is_parsed(fleet, client):
 
     victim.rewrite = rewrite
     try:
+        r = read([x.target for x in relays], manifest, kind)
         if client == "cpp":
-            # Run through Popen + wait4 to get this process's own peak RSS.
-            args = [CLI, "fleet-read", "--targets", ",".join(x.target for x in relays),
-                    "--manifest", manifest, "--seed", str(SEED), "--block", str(BLOCK),
-                    "--window", str(WINDOW), "--global-batch", str(G), "--epoch", str(EPOCH),
-                    *CPP_REQ]
-            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            out = p.stdout.read().decode()
-            err = p.stderr.read().decode()
-            _, status, usage = os.wait4(p.pid, 0)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, err[-2000:]
-            got = {}
-            for line in out.splitlines():
-                _, pos, sid, h = line.split()
-                got[int(pos)] = (int(sid), h)
-            events = [x[len("event: "):] for x in err.splitlines() if x.startswith("event: ")]
-            r = {"ok": True, "got": got, "events": events}
-            # ru_maxrss is KiB on Linux. gRPC 1.51 still gathers the whole
-            # message in its receive buffers before its size check (about
-            # 230 MB here), but never parses or copies it: before, the same
-            # run peaked at 623-789 MB.
-            assert usage.ru_maxrss < 400 * 1024, usage.ru_maxrss
-        else:
-            r = read([x.target for x in relays], manifest, kind)
+            # KiB. gRPC 1.51 still gathers the whole message in its receive
+            # buffers before its size check (about 230 MB here), but never
+            # parses or copies it: before, the same run peaked at 623-789 MB.
+            assert r["maxrss_kib"] < 400 * 1024, r["maxrss_kib"]
     finally:
         for x in relays:
             x.stop()
