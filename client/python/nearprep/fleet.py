@@ -47,8 +47,8 @@ How (docs/protocol.md, "Fleet datasets"):
   cancelled and its late results dropped by position. stats["hedges"]
   (requests sent) and stats["hedge_wins"] (positions they filled); each
   hedge is reported through on_event ("hedge: node HOST:PORT ...").
-- Verification (verify_fraction=, opt-in; docs/protocol.md "Verifying
-  replicas"): positions whose verify_score(seed, epoch, position) is below
+- Verification (verify_fraction=, opt-in; docs/protocol.md "Per-sample
+  digests", docs/python.md "Fleets"): positions whose verify_score(seed, epoch, position) is below
   verify_fraction are also fetched from a second live replica holding the
   partition (not the node that served them) and the two answers compared
   (label and tensor row: dtype, shape, bytes; or the error code). On a
@@ -441,7 +441,7 @@ class FleetClient:
                 or not 1 <= hedge_samples <= HEDGE_WINDOW):
             raise ValueError(f"hedge_samples: must be an integer in [1, {HEDGE_WINDOW}], "
                              f"got {hedge_samples!r}")
-        # Verification (docs/protocol.md, "Verifying replicas"): the share
+        # Verification (docs/python.md, "Fleets"): the share
         # of positions also fetched from a second replica and compared.
         if (isinstance(verify_fraction, bool) or not isinstance(verify_fraction, (int, float))
                 or not 0.0 <= verify_fraction <= 1.0):
