@@ -47,6 +47,19 @@ How (docs/protocol.md, "Fleet datasets"):
   cancelled and its late results dropped by position. stats["hedges"]
   (requests sent) and stats["hedge_wins"] (positions they filled); each
   hedge is reported through on_event ("hedge: node HOST:PORT ...").
+- Verification (verify_fraction=, opt-in; docs/protocol.md "Per-sample
+  digests", docs/python.md "Fleets"): positions whose verify_score(seed, epoch, position) is below
+  verify_fraction are also fetched from a second live replica holding the
+  partition (not the node that served them) and the two answers compared
+  (label and tensor row: dtype, shape, bytes; or the error code). On a
+  mismatch a third live replica, when there is one, decides: the node in
+  the minority is marked dead (re-probed like any dead node) and the
+  majority's answer goes into the batch; without a third (or when all three
+  differ) it is unresolved and the first answer is kept. Each mismatch is
+  reported through on_event ("verify: ..."); stats["verified"],
+  stats["verify_mismatches"], stats["verify_unresolved"] count them. Honest
+  replicas answer byte for byte alike, so verification never changes what
+  the trainer gets from them.
 - A sample that fails to decode is reported at its position in
   FleetBatch.errors (the batch then has one image fewer).
 - Placement versions: each node reports the version of its placement
@@ -208,6 +221,39 @@ def rendezvous_score(node: str, partition: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{node}/{partition}".encode()).digest()[:8], "big")
 
 
+def verify_score(seed: int, epoch: int, position: int) -> float:
+    """sha256(decimal seed + "/" + epoch + "/" + position), first 8 bytes
+    big-endian, over 2**64: in [0, 1). FleetClient(verify_fraction=f)
+    verifies the positions scoring below f, the same ones on every rerun."""
+    h = hashlib.sha256(f"{seed}/{epoch}/{position}".encode()).digest()[:8]
+    return int.from_bytes(h, "big") / float(1 << 64)
+
+
+def _answer_key(kind, val):
+    """What two replicas' answers for one sample must share: ("ok", label,
+    dtype, shape, tensor row bytes) or ("error", code)."""
+    if kind == "ok":
+        a = np.ascontiguousarray(val[1])
+        return ("ok", int(val[0]), a.dtype.str, a.shape, a.tobytes())
+    return ("error", val[0])
+
+
+def _describe_diff(a, b):
+    if a[0] != b[0]:
+        return f"{a[0]} vs {b[0]}"
+    if a[0] == "error":
+        return f"error {a[1]} vs {b[1]}"
+    what = []
+    if a[1] != b[1]:
+        what.append(f"label {a[1]} vs {b[1]}")
+    if a[2:4] != b[2:4]:
+        what.append(f"tensor {a[2]}{list(a[3])} vs {b[2]}{list(b[3])}")
+    elif a[4] != b[4]:
+        n = sum(x != y for x, y in zip(a[4], b[4]))
+        what.append(f"tensor bytes differ ({n} of {len(a[4])})")
+    return ", ".join(what)
+
+
 def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
     """The replica serving `partition`: highest rendezvous score."""
     if not live_holders:
@@ -339,6 +385,10 @@ class FleetClient:
     latencies (at least hedge_min s, once it has hedge_samples of them) is
     also sent to the next replica (module docstring).
 
+    verify_fraction: in [0, 1] (default 0: off), the share of positions
+    (those with verify_score(seed, epoch, position) below it) also fetched
+    from a second replica and compared (module docstring).
+
     Credentials: Client's tls=, root_certificates=, private_key=,
     certificate_chain=, tls_server_name=, token=, token_file= are sent to
     every node alike (or pass a ready client=)."""
@@ -349,7 +399,7 @@ class FleetClient:
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
                  slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
-                 **request_kw):
+                 verify_fraction=0.0, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
@@ -391,6 +441,13 @@ class FleetClient:
                 or not 1 <= hedge_samples <= HEDGE_WINDOW):
             raise ValueError(f"hedge_samples: must be an integer in [1, {HEDGE_WINDOW}], "
                              f"got {hedge_samples!r}")
+        # Verification (docs/python.md, "Fleets"): the share
+        # of positions also fetched from a second replica and compared.
+        if (isinstance(verify_fraction, bool) or not isinstance(verify_fraction, (int, float))
+                or not 0.0 <= verify_fraction <= 1.0):
+            raise ValueError(f"verify_fraction: must be a number in [0, 1], "
+                             f"got {verify_fraction!r}")
+        self.verify_fraction = float(verify_fraction)
         self.hedge = None if hedge is None else float(hedge)
         self.hedge_min = float(hedge_min)
         self.hedge_samples = hedge_samples
@@ -443,7 +500,9 @@ class FleetClient:
         self._calls = set()  # calls in flight, cancelled by close()
         # Hedges run beside the requests they hedge: twice the threads, so
         # that a hedge never queues behind the slow requests it works around.
-        workers = max(4, 2 * len(self._targets)) * (2 if self.hedge is not None else 1)
+        # Verification requests likewise run beside the requests they check.
+        workers = (max(4, 2 * len(self._targets)) * (2 if self.hedge is not None else 1)
+                   * (2 if self.verify_fraction > 0 else 1))
         self._pool = _futures.ThreadPoolExecutor(max_workers=workers)
         # Per node: the durations (s) of its last HEDGE_WINDOW requests; a
         # request cancelled as a hedge's loser counts with the time it had
@@ -458,7 +517,8 @@ class FleetClient:
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
                       "kept_partial": 0, "waits": 0, "samples": 0, "retries": 0,
-                      "hedges": 0, "hedge_wins": 0}
+                      "hedges": 0, "hedge_wins": 0, "verified": 0,
+                      "verify_mismatches": 0, "verify_unresolved": 0}
         self._pid = os.getpid()
         _live_clients.add(self)
         for n in self._nodes.values():
@@ -626,9 +686,12 @@ class FleetClient:
             return sorted(t for t, n in self._nodes.items() if n.alive)
 
     def _assign(self, partition, exclude=None) -> Optional[str]:
+        """The live replica of `partition` serving it; exclude: a node (or a
+        set of nodes) not to choose."""
+        ex = {exclude} if isinstance(exclude, str) else set(exclude or ())
         with self._lock:
             holders = [t for t, n in self._nodes.items()
-                       if n.alive and partition in n.partitions and t != exclude]
+                       if n.alive and partition in n.partitions and t not in ex]
         return choose(partition, holders)
 
     # -- one node request ----------------------------------------------------
@@ -775,8 +838,17 @@ class FleetClient:
             want[pos] = (sid, part)
             parts.setdefault(part, []).append((pos, sid))
         pending, orphans = self._submit(epoch, parts)
+        # Verification requests go out with the batch's (to the next replica
+        # of each position's first node), so they overlap its answers.
+        verify = []
+        if self.verify_fraction > 0:
+            vitems = []
+            for r in pending:
+                vitems += [(pos, sid, {r.target}) for pos, sid in r.items
+                           if verify_score(self.seed, epoch, pos) < self.verify_fraction]
+            verify = self._submit_second(epoch, want, vitems)
         return {"g": g, "want": want, "pending": pending, "orphans": orphans,
-                "ok": {}, "bad": {}, "by": {}}
+                "ok": {}, "bad": {}, "by": {}, "verify": verify}
 
     # -- hedged requests ---------------------------------------------------------
 
@@ -829,6 +901,111 @@ class FleetClient:
         if call is not None:
             call.cancel()
         self._record_latency(r, end=r.finished or time.monotonic())
+
+    # -- verification ------------------------------------------------------------
+
+    def _submit_second(self, epoch, want, items):
+        """Requests for items [(pos, sid, nodes to exclude)], each to the live
+        replica of its partition chosen among the others; returns [_Req]
+        (positions with no such replica are left out)."""
+        by_node: Dict[str, list] = {}
+        for pos, sid, exclude in items:
+            t = self._assign(want[pos][1], exclude=exclude)
+            if t is not None:
+                by_node.setdefault(t, []).append((pos, sid))
+        out = []
+        for t, its in by_node.items():
+            its.sort()
+            r = _Req(t, its)
+            r.fut = self._pool.submit(self._fetch, r, epoch)
+            out.append(r)
+        return out
+
+    def _collect(self, reqs):
+        """Waits for verification requests; returns {pos: (node, kind, val)}
+        for what they delivered. A request that failed is handled like any
+        node request's failure (a fail-over code marks the node dead; what
+        it delivered is still used); nothing is raised."""
+        out = {}
+        for r in reqs:
+            ok, bad, failure = r.fut.result()
+            if failure is not None:
+                code = _code_name(failure)
+                why = (f"{code}: {failure.details()}" if isinstance(failure, grpc.RpcError)
+                       else str(failure))
+                if status_action(code) == "fail over":
+                    self._mark_dead(r.target, why)
+                else:
+                    self.on_event(f"verify: node {r.target} request failed: {why}")
+            for pos, sid in r.items:
+                if sid in ok:
+                    out[pos] = (r.target, "ok", ok[sid])
+                elif sid in bad:
+                    out[pos] = (r.target, "error", bad[sid])
+        return out
+
+    def _verify(self, epoch, st):
+        """Compares the chosen positions of the filled batch `st` with a
+        second replica's answers (fetching again those whose verification
+        request went to the node that ended up serving them, or failed), and
+        settles mismatches with a third replica (class docstring)."""
+        want, g = st["want"], st["g"]
+        chosen = [pos for pos in sorted(want)
+                  if (pos in st["ok"] or pos in st["bad"])
+                  and verify_score(self.seed, epoch, pos) < self.verify_fraction]
+        if not chosen:
+            return
+        second = self._collect(st["verify"])
+        again = [(pos, want[pos][0], {st["by"][pos]}) for pos in chosen
+                 if pos not in second or second[pos][0] == st["by"][pos]]
+        if again:
+            second.update(self._collect(self._submit_second(epoch, want, again)))
+
+        def first(pos):
+            if pos in st["ok"]:
+                return st["by"][pos], "ok", st["ok"][pos]
+            return st["by"][pos], "error", st["bad"][pos]
+
+        mismatched = []
+        verified = 0
+        for pos in chosen:
+            if pos not in second or second[pos][0] == st["by"][pos]:
+                continue  # no other live replica answered for it
+            verified += 1
+            a, b = first(pos), second[pos]
+            ka, kb = _answer_key(a[1], a[2]), _answer_key(b[1], b[2])
+            if ka != kb:
+                mismatched.append((pos, a, b, ka, kb))
+        with self._lock:
+            self.stats["verified"] += verified
+            self.stats["verify_mismatches"] += len(mismatched)
+        if not mismatched:
+            return
+        third = self._collect(self._submit_second(
+            epoch, want, [(pos, want[pos][0], {a[0], b[0]}) for pos, a, b, _, _ in mismatched]))
+        for pos, a, b, ka, kb in mismatched:
+            sid = want[pos][0]
+            head = (f"verify: epoch {epoch} batch {g} position {pos} sample {sid}: nodes "
+                    f"{a[0]} and {b[0]} disagree ({_describe_diff(ka, kb)})")
+            c = third.get(pos)
+            kc = _answer_key(c[1], c[2]) if c is not None else None
+            if kc is not None and kc in (ka, kb):
+                liar, honest = (b, a) if kc == ka else (a, b)
+                self.on_event(f"{head}; node {c[0]} agrees with {honest[0]}: "
+                              f"{liar[0]} is in the minority")
+                if liar is a:  # the batch takes the majority's answer
+                    st["ok"].pop(pos, None)
+                    st["bad"].pop(pos, None)
+                    (st["ok"] if b[1] == "ok" else st["bad"])[pos] = b[2]
+                    st["by"][pos] = b[0]
+                self._mark_dead(liar[0], f"verify: answered sample {sid} (epoch {epoch}) "
+                                         f"unlike {honest[0]} and {c[0]}")
+                continue
+            with self._lock:
+                self.stats["verify_unresolved"] += 1
+            why = (f"node {c[0]} agrees with neither" if c is not None
+                   else "no third live replica")
+            self.on_event(f"{head}; unresolved ({why}): keeping {a[0]}'s answer")
 
     # -- assembling a batch ----------------------------------------------------------
 
@@ -954,6 +1131,8 @@ class FleetClient:
                 for pos, sid in r.items:
                     if not filled(pos) and pos not in covered:
                         retry_parts.setdefault(want[pos][1], []).append((pos, sid))
+        if self.verify_fraction > 0:
+            self._verify(epoch, st)
         positions = sorted(st["ok"])
         images = (np.stack([st["ok"][p][1] for p in positions]) if positions
                   else np.zeros((0,), dtype=np.uint8))
