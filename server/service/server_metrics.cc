@@ -179,16 +179,16 @@ void CollectServerMetrics(NearprepServer& server,
   MetricFamily digests = CounterFamily(
       "nearprep_sample_digests_total",
       "Fleet datasets whose manifest has per-sample digests: samples checked "
-      "against their SHA-256 when read (result=ok) and refused because their "
-      "bytes differ (result=mismatch: the shard was rewritten since the "
+      "against their SHA-256 when read (kind=ok) and refused because their "
+      "bytes differ (kind=mismatch: the shard was rewritten since the "
       "manifest was made).");
   for (const auto& d : server.datasets()) {
     const ReadCounters& c = d->read_counters();
     const uint64_t mism = c.digest_mismatches.load(std::memory_order_relaxed);
     const uint64_t checks = c.digest_checks.load(std::memory_order_relaxed);
-    digests.Add({{"dataset", d->name()}, {"result", "ok"}},
+    digests.Add({{"dataset", d->name()}, {"kind", "ok"}},
                 static_cast<double>(checks >= mism ? checks - mism : 0))
-        .Add({{"dataset", d->name()}, {"result", "mismatch"}}, static_cast<double>(mism));
+        .Add({{"dataset", d->name()}, {"kind", "mismatch"}}, static_cast<double>(mism));
     rebuilt.Add({{"dataset", d->name()}}, static_cast<double>(d->indexes_rebuilt()));
     changed.Add({{"dataset", d->name()}}, Load(c.shard_changed));
     aligned.Add({{"dataset", d->name()}, {"kind", "direct"}}, Load(c.direct_reads))

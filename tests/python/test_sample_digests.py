@@ -152,9 +152,9 @@ def test_tar_shard_rewritten_in_place_is_caught_only_with_digests(tmp_path):
             if sid != victim:
                 assert after[sid] == v, sid
         assert metrics_value(daemons[0], "nearprep_sample_digests_total",
-                             {"dataset": "ds", "result": "mismatch"}) >= 1
+                             {"dataset": "ds", "kind": "mismatch"}) >= 1
         assert metrics_value(daemons[0], "nearprep_sample_digests_total",
-                             {"dataset": "ds", "result": "ok"}) >= 31
+                             {"dataset": "ds", "kind": "ok"}) >= 31
     finally:
         for d in daemons:
             d.kill()
