@@ -358,8 +358,11 @@ TEST_F(FpgaBackendTest, MatchesCpuBytesAndCountsFallbacks) {
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
   // Each file is read once: the CPU fallback is served from the bytes
-  // already staged in the run's input buffer.
-  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before,
+  // already staged in the run's input buffer. A read is the dataset's
+  // (buffered) or an O_DIRECT read straight into the device buffer (P2P,
+  // counted by the backend): see below for which one the noop shim allows.
+  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before +
+                fpga->fpga_stats().Get(FpgaCounter::kP2pReads),
             dataset_->size());
   int good = 0;
   for (const auto& r : want) good += r.status.ok();
@@ -373,10 +376,13 @@ TEST_F(FpgaBackendTest, MatchesCpuBytesAndCountsFallbacks) {
   EXPECT_EQ(st.Get(FpgaCounter::kDeviceImages), 16u);
   EXPECT_EQ(fpga->fpga_stats().fallbacks(), 22u - 16u);
   EXPECT_EQ(st.Get(FpgaCounter::kDeviceErrors), 0u);
-  // The noop shim's buffers are not 4 KiB aligned: O_DIRECT is refused
-  // (EINVAL) and the bytes travel the buffered path.
-  EXPECT_EQ(fpga->fpga_stats().Get(FpgaCounter::kP2pReadBytes), 0u);
-  EXPECT_GT(fpga->fpga_stats().Get(FpgaCounter::kBufferedReadBytes), 0u);
+  // The noop shim's buffers are host memory from its allocator: usually not
+  // 4 KiB aligned, so O_DIRECT is refused (EINVAL) and the bytes travel the
+  // buffered path, but a clean-clone run got aligned buffers and direct
+  // reads (each buffer decides for itself). Either way the bytes arrive.
+  EXPECT_GT(fpga->fpga_stats().Get(FpgaCounter::kP2pReadBytes) +
+                fpga->fpga_stats().Get(FpgaCounter::kBufferedReadBytes),
+            0u);
   EXPECT_GE(st.Get(FpgaCounter::kRuns), 1u);
   EXPECT_NE(fpga->detail().find("device_images 16"), std::string::npos)
       << fpga->detail();
