@@ -67,16 +67,23 @@ def run(*args):
     return subprocess.run([CLI, *args], check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("faults")
+def make_fleet_dataset(tmp, per_class, partitions):
+    """A synthetic 2-class TFRecord dataset packed into 100 KiB shards with a
+    manifest of `partitions` partitions: (shards folder, manifest path)."""
     src = str(tmp / "src")
-    run("mkdataset", "--out", src, "--classes", "2", "--per-class", "16")
+    run("mkdataset", "--out", src, "--classes", "2", "--per-class", str(per_class))
     shards = str(tmp / "shards")
     run("pack", "--source", src, "--out", shards, "--format", "tfrecord", "--shard-size", "100KiB")
     manifest = str(tmp / "m.nearprep-manifest")
-    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", str(C),
+    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", str(partitions),
         "--out", manifest)
+    return shards, manifest
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faults")
+    shards, manifest = make_fleet_dataset(tmp, 16, C)
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(2)]
     try:

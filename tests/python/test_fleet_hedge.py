@@ -21,7 +21,7 @@ import pytest
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose
 from conftest import NEARPREPD, fleet_daemon
-from test_fleet_faults import CLI, run
+from test_fleet_faults import CLI, make_fleet_dataset
 
 pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD),
                                 reason="nearprep CLI or nearprepd not built")
@@ -37,13 +37,7 @@ SLOW_FROM, SLOW_EVERY = 8, 4
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hedge")
-    src = str(tmp / "src")
-    run("mkdataset", "--out", src, "--classes", "2", "--per-class", "32")
-    shards = str(tmp / "shards")
-    run("pack", "--source", src, "--out", shards, "--format", "tfrecord", "--shard-size", "100KiB")
-    manifest = str(tmp / "m.nearprep-manifest")
-    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", str(C),
-        "--out", manifest)
+    shards, manifest = make_fleet_dataset(tmp, 32, C)
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(2)]
     try:

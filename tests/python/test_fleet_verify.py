@@ -28,7 +28,7 @@ import pytest
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose, verify_score
 from conftest import NEARPREPD, fleet_daemon
-from test_fleet_faults import CLI, run
+from test_fleet_faults import CLI, make_fleet_dataset
 from test_fleet_hedge import transport_or_skip
 
 pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD),
@@ -42,13 +42,7 @@ REQ = dict(height=16, width=16, crop="random_resized", flip_probability=0.5, dty
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verify")
-    src = str(tmp / "src")
-    run("mkdataset", "--out", src, "--classes", "2", "--per-class", "16")
-    shards = str(tmp / "shards")
-    run("pack", "--source", src, "--out", shards, "--format", "tfrecord", "--shard-size", "100KiB")
-    manifest = str(tmp / "m.nearprep-manifest")
-    run("manifest", "--root", shards, "--format", "tfrecord", "--partitions", str(C),
-        "--out", manifest)
+    shards, manifest = make_fleet_dataset(tmp, 16, C)
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(3)]
     try:
