@@ -460,10 +460,12 @@ class FleetClient:
         # a message larger than the request allows is refused when received
         # (RESOURCE_EXHAUSTED: fail over) before it is parsed or copied. A client=
         # passed in keeps its own limit.
+        # The request template (validated like Client.batches(); the message
+        # module is the one every Client uses) sizes that limit.
+        self._template = build_request(_stubs.load()[0], dataset, batch_size=1, seed=seed,
+                                       error_policy="skip", **request_kw)
         limit = max_batch_message_bytes(
-            build_request(_stubs.load()[0], dataset, batch_size=1, seed=seed,
-                          error_policy="skip", **request_kw),
-            max(1, min(global_batch // trainers, response_batch or 256)))
+            self._template, max(1, min(global_batch // trainers, response_batch or 256)))
         self._client = client or Client(self._targets, native=False, rpc_timeout=rpc_timeout,
                                         max_receive_bytes=limit, **creds)
         # Probes use the client's grpcio channels; streams this transport.
@@ -485,9 +487,6 @@ class FleetClient:
                 self._client, max_free_buffers=(self.prefetch + 2) * len(self._targets))
         else:
             self._transport = _transport.GrpcioTransport(self._client)
-        # The request template (validated like Client.batches()).
-        self._template = build_request(self._pb2, dataset, batch_size=1, seed=seed,
-                                       error_policy="skip", **request_kw)
         self._template.manifest_hash = self.manifest.hash
         # The plan's blocks, so a node reads each block of a record partition
         # once, whole, and serves its samples from memory (a read hint).
