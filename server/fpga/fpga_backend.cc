@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -74,6 +75,22 @@ std::string KernelArgMismatch(const xrt::xclbin& xb) {
   return absl::StrJoin(diffs, "; ");
 }
 
+// The instance names of the kernel's compute units ("nearprep_preprocess_1",
+// ...): the IP names of the xclbin's IP_LAYOUT are "kernel:instance".
+std::vector<std::string> CuNames(const xrt::xclbin& xb) {
+  std::vector<std::string> out;
+  try {
+    for (const xrt::xclbin::ip& ip : xb.get_kernel(nf::kKernelName).get_cus()) {
+      std::string name = ip.get_name();
+      const size_t colon = name.find(':');
+      if (colon != std::string::npos) name = name.substr(colon + 1);
+      out.push_back(name);
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
@@ -87,7 +104,7 @@ absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
   }
   if (config.max_images_per_run < 1 || config.buffer_sets < 1 ||
       config.jpeg_bytes_per_run < kAlign || config.out_bytes_per_run < 1 ||
-      config.run_timeout_ms < 1) {
+      config.run_timeout_ms < 1 || config.max_compute_units < 1) {
     return absl::InvalidArgumentError("fpga: invalid backend configuration");
   }
   std::shared_ptr<FpgaBackend> b(new FpgaBackend());
@@ -116,11 +133,28 @@ absl::StatusOr<std::shared_ptr<FpgaBackend>> FpgaBackend::Create(
     step = "load xclbin";
     m.uuid = m.device.load_xclbin(xb);
     step = absl::StrCat("find kernel ", nf::kKernelName);
-    m.kernel = xrt::kernel(m.device, m.uuid, nf::kKernelName);
+    // The compute units of the kernel (connectivity.cfg: nk=...:2), the
+    // first ones by name; each opened on its own ("kernel:{cu}") so a run
+    // starts on the CU its buffer set belongs to.
+    std::vector<std::string> names = CuNames(xb);
+    std::sort(names.begin(), names.end());
+    const size_t units = static_cast<size_t>(
+        std::min(config.max_compute_units, kMaxComputeUnits));
+    if (names.size() > units) names.resize(units);
+    if (names.empty()) {
+      m.cus.emplace_back(m.device, m.uuid, nf::kKernelName);
+      m.cu_names.push_back(nf::kKernelName);
+    }
+    for (const std::string& cu : names) {
+      step = absl::StrCat("open compute unit ", cu);
+      m.cus.emplace_back(m.device, m.uuid, absl::StrCat(nf::kKernelName, ":{", cu, "}"));
+      m.cu_names.push_back(cu);
+    }
     step = "allocate buffers";
     MutexLock lock(&m.mu);  // nobody else yet; for the annotations
+    m.cu_busy.assign(m.cus.size(), 0);
     for (int i = 0; i < config.buffer_sets; ++i) {
-      m.sets.push_back(m.NewSet());
+      m.sets.push_back(m.NewSet(i % static_cast<int>(m.cus.size())));
       m.free_sets.push_back(m.sets.back().get());
     }
     m.live = config.buffer_sets;
@@ -141,7 +175,7 @@ FpgaBackend::~FpgaBackend() {
   try {
     spdlog::info("fpga backend: final statistics: {}", detail());
     impl_->sets.clear();  // runs and bos before the kernel and device
-    impl_->kernel = xrt::kernel();
+    impl_->cus.clear();
     impl_.reset();
   } catch (const std::exception& e) {
     spdlog::warn("fpga backend: teardown: {}", e.what());
@@ -149,6 +183,8 @@ FpgaBackend::~FpgaBackend() {
 }
 
 bool FpgaBackend::p2p_buffers() const { return impl_->p2p; }
+
+std::vector<std::string> FpgaBackend::compute_units() const { return impl_->cu_names; }
 
 std::vector<BackendStat> FpgaBackend::stats() const {
   std::vector<BackendStat> out;
@@ -180,7 +216,8 @@ std::string FpgaBackend::detail() const {
       impl_->config.detail_note, impl_->config.detail_note.empty() ? "" : "; ",
       "fpga: device ", impl_->config.device_index, " (", impl_->device_name,
       "), xclbin ", impl_->config.xclbin, " (", impl_->uuid.to_string(),
-      "), kernel ", nf::kKernelName, ", input buffers ",
+      "), kernel ", nf::kKernelName, ", compute units ",
+      absl::StrJoin(impl_->cu_names, " "), ", input buffers ",
       impl_->p2p ? "p2p" : "host-synced", "; ", counters, refused);
 }
 

@@ -86,6 +86,7 @@ struct FpgaRunView {
   uint32_t* status = nullptr;
   uint32_t num_images = 0;
   uint64_t run_index = 0;      // 0, 1, 2, ... over the backend's lifetime
+  int compute_unit = 0;        // index of the compute unit the run was started on
 };
 
 // Called after each run reports completion and before its results are read.
@@ -100,6 +101,10 @@ struct FpgaBackendConfig {
   uint64_t jpeg_bytes_per_run = uint64_t{32} << 20;
   uint64_t out_bytes_per_run = uint64_t{64} << 20;  // bounds images/run for big outputs
   int buffer_sets = 4;           // pool size; each Process() call uses <= 2
+  // Compute units of the xclbin driven (the first ones by name, at most
+  // kMaxComputeUnits): buffer set i belongs to CU i % units, and a call
+  // takes the free set of the least busy CU (fpga_device.h).
+  int max_compute_units = 2;
   bool use_p2p = true;           // allocate the input bo with flags::p2p
   bool use_o_direct = true;      // pread with O_DIRECT on the P2P path
   int run_timeout_ms = 10000;
@@ -116,6 +121,8 @@ enum class FpgaCounter : int {
   kRuns = 0,           // runs started on the device
   kDeviceImages,       // images finished on the device
   kDeviceErrors,       // runs lost to device errors
+  kRunsCu0,            // runs started on compute unit 0 / 1 (kMaxComputeUnits)
+  kRunsCu1,
   kP2pReads,           // files read with O_DIRECT into p2p buffers
   kP2pReadBytes,       // bytes landed by them
   kBufferedReads,      // files and record blocks read through host memory
@@ -135,9 +142,16 @@ enum class FpgaCounter : int {
   kNumCounters
 };
 inline constexpr int kNumFpgaCounters = static_cast<int>(FpgaCounter::kNumCounters);
+// Compute units one backend drives (connectivity.cfg: nk=...:2); one
+// kRunsCu* counter each.
+inline constexpr int kMaxComputeUnits = 2;
+static_assert(static_cast<int>(FpgaCounter::kRunsCu1) - static_cast<int>(FpgaCounter::kRunsCu0) ==
+                  kMaxComputeUnits - 1,
+              "one kRunsCu counter per compute unit");
 inline constexpr FpgaCounter kFirstFallbackCounter = FpgaCounter::kFallbackUnsupported;
 inline constexpr const char* kFpgaCounterNames[] = {
-    "runs",          "device_images",        "device_errors",    "p2p_reads",
+    "runs",          "device_images",        "device_errors",    "runs_cu0", "runs_cu1",
+    "p2p_reads",
     "p2p_read_bytes", "buffered_reads",      "buffered_read_bytes", "block_reads",
     "block_read_bytes", "block_samples",     "fallback_unsupported", "fallback_corrupt",
     "fallback_too_large", "fallback_not_run", "fallback_host",   "fallback_device_error",
@@ -191,6 +205,8 @@ class FpgaBackend : public Backend {
   const FpgaStats& fpga_stats() const { return stats_; }
   // Whether the input buffers were allocated with flags::p2p.
   bool p2p_buffers() const;
+  // The compute units driven ("nearprep_preprocess_1", ...), in index order.
+  std::vector<std::string> compute_units() const;
 
   class Impl;  // XRT state (fpga_device.h)
 

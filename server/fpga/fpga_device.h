@@ -74,6 +74,7 @@ struct BufferSet {
   bool p2p = false;
   bool direct_ok = true;  // cleared after O_DIRECT was refused (EINVAL)
   bool broken = false;    // a run never finished: buffers may be in use
+  int cu = 0;             // the compute unit its run starts on (Impl::cus)
   xrt::run run;
 
   // Per run.
@@ -130,7 +131,10 @@ class FpgaBackend::Impl {
   FpgaBackendConfig config;
   xrt::device device;
   xrt::uuid uuid;
-  xrt::kernel kernel;
+  // One xrt::kernel per compute unit driven ("name:{cu}"), and the CUs'
+  // names; bos are allocated in the memory banks of their set's CU.
+  std::vector<xrt::kernel> cus;
+  std::vector<std::string> cu_names;
   std::string device_name;
   bool p2p = false;
 
@@ -141,6 +145,10 @@ class FpgaBackend::Impl {
   CondVar cv;
   std::vector<fpga_internal::BufferSet*> free_sets ABSL_GUARDED_BY(mu);
   int live ABSL_GUARDED_BY(mu) = 0;
+  // Sets held (staging or running) per compute unit: Acquire() hands out a
+  // free set of the least busy CU, so a call's two sets (one staged while
+  // the other runs) and concurrent calls spread over the CUs.
+  std::vector<int> cu_busy ABSL_GUARDED_BY(mu);
 
   Mutex hook_mu;  // the test/simulation hook handles one run at a time
   uint64_t run_counter ABSL_GUARDED_BY(hook_mu) = 0;
@@ -154,22 +162,33 @@ class FpgaBackend::Impl {
   fpga_internal::BufferSet* Acquire() {
     MutexLock lock(&mu);
     while (free_sets.empty() && live != 0) cv.Wait(&mu);
-    if (free_sets.empty()) return nullptr;
-    fpga_internal::BufferSet* s = free_sets.back();
-    free_sets.pop_back();
-    return s;
+    return TakeLeastBusy();
   }
   fpga_internal::BufferSet* TryAcquire() {
     MutexLock lock(&mu);
+    return TakeLeastBusy();
+  }
+  // The free set whose CU holds the fewest sets (ties: the most recently
+  // freed), or null.
+  fpga_internal::BufferSet* TakeLeastBusy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (free_sets.empty()) return nullptr;
-    fpga_internal::BufferSet* s = free_sets.back();
-    free_sets.pop_back();
+    size_t best = free_sets.size() - 1;
+    for (size_t i = free_sets.size(); i-- > 0;) {
+      if (cu_busy[static_cast<size_t>(free_sets[i]->cu)] <
+          cu_busy[static_cast<size_t>(free_sets[best]->cu)]) {
+        best = i;
+      }
+    }
+    fpga_internal::BufferSet* s = free_sets[best];
+    free_sets.erase(free_sets.begin() + static_cast<std::ptrdiff_t>(best));
+    ++cu_busy[static_cast<size_t>(s->cu)];
     return s;
   }
   void Release(fpga_internal::BufferSet* s) {
     if (s == nullptr) return;
     {
       MutexLock lock(&mu);
+      --cu_busy[static_cast<size_t>(s->cu)];
       if (s->broken) {
         --live;
       } else {
@@ -187,7 +206,8 @@ class FpgaBackend::Impl {
 
   // Makes sure the output bo of `s` holds `bytes` (rounded up).
   void EnsureOut(fpga_internal::BufferSet* s, uint64_t bytes);
-  std::unique_ptr<fpga_internal::BufferSet> NewSet();
+  // A buffer set on compute unit `cu` (an index into cus).
+  std::unique_ptr<fpga_internal::BufferSet> NewSet(int cu);
 
   // A sample the device path does not serve, before it is read (the whole
   // chunk of an unsupported request, the rest of a chunk after the buffer

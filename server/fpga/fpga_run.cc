@@ -75,6 +75,7 @@ void FpgaBackend::Impl::Launch(BufferSet* s, const WorkContext& ctx) {
     s->run.set_arg(nf::kArgNumImages, n);
     s->run.start();
     stats->Add(FpgaCounter::kRuns);
+    stats->Add(static_cast<FpgaCounter>(static_cast<int>(FpgaCounter::kRunsCu0) + s->cu));
   } catch (const std::exception& e) {
     s->failed = true;
     s->error = absl::StrCat("launch: ", e.what());
@@ -111,6 +112,7 @@ void FpgaBackend::Impl::Finish(BufferSet* s, const WorkContext& ctx,
           v.status = s->status_map;
           v.num_images = n;
           v.run_index = run_counter++;
+          v.compute_unit = s->cu;
           const absl::Status hs = config.hook(v);
           if (!hs.ok()) {
             s->failed = true;

@@ -28,13 +28,15 @@ void FpgaBackend::Impl::EnsureOut(BufferSet* s, uint64_t bytes) {
   s->out_map = nullptr;
   s->out = xrt::bo();
   s->out = xrt::bo(device, bytes, xrt::bo::flags::normal,
-                   kernel.group_id(nf::kArgOut));
+                   cus[static_cast<size_t>(s->cu)].group_id(nf::kArgOut));
   s->out_map = s->out.map<uint8_t*>();
   s->out_capacity = bytes;
 }
 
-std::unique_ptr<BufferSet> FpgaBackend::Impl::NewSet() {
+std::unique_ptr<BufferSet> FpgaBackend::Impl::NewSet(int cu) {
   auto s = std::make_unique<BufferSet>();
+  s->cu = cu;
+  const xrt::kernel& kernel = cus[static_cast<size_t>(cu)];
   s->max_images = config.max_images_per_run;
   s->jpeg_capacity = AlignUp(config.jpeg_bytes_per_run);
   const auto jpeg_group = kernel.group_id(nf::kArgJpeg);

@@ -7,19 +7,22 @@
 // Layout written (struct axlf, xrt/xclbin.h):
 //   axlf (magic "xclbin2", header, section headers) then, 8-byte aligned:
 //   MEM_TOPOLOGY    one DDR4 bank tagged "bank0" (4 GiB, the SmartSSD's)
-//   IP_LAYOUT       one AP_CTRL_HS compute unit "<kernel>:<kernel>_1"
-//   CONNECTIVITY    every pointer argument of that CU -> bank0
+//   IP_LAYOUT       --cus N (default 1) AP_CTRL_CHAIN compute units
+//                   "<kernel>:<kernel>_1" ... "_N", register maps 64 KiB apart
+//   CONNECTIVITY    every pointer argument of every CU -> bank0 (the
+//                   SmartSSD has one DDR bank: connectivity.cfg's sp= lines)
 //   EMBEDDED_METADATA  the kernel XML XRT parses for argument names,
 //                   register offsets and sizes (Vitis HLS layout: control
 //                   registers from 0x10, 64-bit pointers every 12 bytes)
 //
-// Usage: xclbin_gen OUTPUT.xclbin [PLATFORM_VBNV]
+// Usage: xclbin_gen [--omit-arg NAME] [--cus N] OUTPUT.xclbin [PLATFORM_VBNV]
 // The uuid is a hash of the metadata, so a rebuild gives the same file.
 #include <xrt/xclbin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,6 +36,13 @@ namespace nf = nearprep_fpga;
 constexpr uint64_t kBankBase = 0x4000000000ull;
 constexpr uint64_t kBankKiB = uint64_t{4} << 20;  // 4 GiB
 constexpr uint64_t kCuBase = 0x1800000ull;
+constexpr uint64_t kCuStride = 0x10000ull;  // register maps of consecutive CUs
+constexpr int kMaxCus = 8;
+
+int& NumCus() {
+  static int n = 1;
+  return n;
+}
 constexpr uint32_t kRegisterRange = 0x1000;
 
 // Register offset of argument i in the s_axilite map (HLS layout: 0x00 ctrl,
@@ -87,7 +97,7 @@ std::string KernelXml(const std::string& vbnv) {
   x += "    <board name=\"smartssd\" vendor=\"samsung\" fpga=\"xcku15p\"/>\n";
   x += "    <device name=\"fpga0\" fpgaDevice=\"kintexu:xcku15p\" addrWidth=\"0\">\n";
   x += "      <core name=\"OCL_REGION_0\" target=\"bitstream\" type=\"clc_region\" "
-       "clockFreq=\"250MHz\" numComputeUnits=\"1\">\n";
+       "clockFreq=\"225MHz\" numComputeUnits=\"" + std::to_string(NumCus()) + "\">\n";
   x += "        <kernel name=\"" + k + "\" language=\"c\" vlnv=\"xilinx.com:hls:" + k +
        ":1.0\" attributes=\"\" preferredWorkGroupSizeMultiple=\"0\" workGroupSize=\"1\" "
        "interrupt=\"true\" hwControlProtocol=\"ap_ctrl_chain\" type=\"pl\">\n";
@@ -111,10 +121,12 @@ std::string KernelXml(const std::string& vbnv) {
          "\" size=\"" + Hex(a.size) + "\" offset=\"" + Hex(ArgOffset(i)) + "\" hostOffset=\"0x0\" hostSize=\"" +
          Hex(a.size) + "\" type=\"" + XmlEscape(a.type) + "\"/>\n";
   }
-  x += "          <instance name=\"" + k + "_1\">\n";
-  x += "            <addrRemap base=\"" + Hex(kCuBase) +
-       "\" range=\"" + Hex(kRegisterRange) + "\" port=\"S_AXI_CONTROL\"/>\n";
-  x += "          </instance>\n";
+  for (int c = 0; c < NumCus(); ++c) {
+    x += "          <instance name=\"" + k + "_" + std::to_string(c + 1) + "\">\n";
+    x += "            <addrRemap base=\"" + Hex(kCuBase + kCuStride * c) +
+         "\" range=\"" + Hex(kRegisterRange) + "\" port=\"S_AXI_CONTROL\"/>\n";
+    x += "          </instance>\n";
+  }
   x += "        </kernel>\n";
   x += "      </core>\n";
   x += "    </device>\n";
@@ -151,12 +163,18 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--omit-arg" && i + 1 < argc) {
       omit = argv[++i];
+    } else if (a == "--cus" && i + 1 < argc) {
+      NumCus() = std::atoi(argv[++i]);
+      if (NumCus() < 1 || NumCus() > kMaxCus) {
+        std::fprintf(stderr, "--cus %s: expected 1..%d\n", argv[i], kMaxCus);
+        return 2;
+      }
     } else {
       pos.push_back(a);
     }
   }
   if (pos.empty() || pos.size() > 2) {
-    std::fprintf(stderr, "usage: %s [--omit-arg NAME] OUTPUT.xclbin [PLATFORM_VBNV]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--omit-arg NAME] [--cus N] OUTPUT.xclbin [PLATFORM_VBNV]\n", argv[0]);
     return 2;
   }
   for (const nf::KernelArg& a : nf::kKernelArgs) {
@@ -183,26 +201,31 @@ int main(int argc, char** argv) {
 
   // IP_LAYOUT
   std::vector<char> ip;
-  Append(&ip, int32_t{1});
+  Append(&ip, int32_t{NumCus()});
   Append(&ip, int32_t{0});
-  ip_data id;
-  std::memset(&id, 0, sizeof(id));
-  id.m_type = IP_KERNEL;
-  id.properties = IP_INT_ENABLE_MASK | (AP_CTRL_CHAIN << IP_CONTROL_SHIFT);
-  id.m_base_address = kCuBase;
-  const std::string cu = std::string(nf::kKernelName) + ":" + nf::kKernelName + "_1";
-  std::snprintf(reinterpret_cast<char*>(id.m_name), sizeof(id.m_name), "%s", cu.c_str());
-  Append(&ip, id);
+  for (int c = 0; c < NumCus(); ++c) {
+    ip_data id;
+    std::memset(&id, 0, sizeof(id));
+    id.m_type = IP_KERNEL;
+    id.properties = IP_INT_ENABLE_MASK | (AP_CTRL_CHAIN << IP_CONTROL_SHIFT);
+    id.m_base_address = kCuBase + kCuStride * static_cast<uint64_t>(c);
+    const std::string cu =
+        std::string(nf::kKernelName) + ":" + nf::kKernelName + "_" + std::to_string(c + 1);
+    std::snprintf(reinterpret_cast<char*>(id.m_name), sizeof(id.m_name), "%s", cu.c_str());
+    Append(&ip, id);
+  }
 
-  // CONNECTIVITY: pointer arguments -> bank0
+  // CONNECTIVITY: pointer arguments of every CU -> bank0
   std::vector<char> con;
   int32_t n = 0;
   for (const nf::KernelArg& a : Args()) n += a.kind == 1;
-  Append(&con, n);
-  for (int i = 0; i < static_cast<int>(Args().size()); ++i) {
-    if (Args()[i].kind != 1) continue;
-    connection c{i, 0, 0};
-    Append(&con, c);
+  Append(&con, n * NumCus());
+  for (int c = 0; c < NumCus(); ++c) {
+    for (int i = 0; i < static_cast<int>(Args().size()); ++i) {
+      if (Args()[i].kind != 1) continue;
+      connection cn{i, c, 0};
+      Append(&con, cn);
+    }
   }
 
   const std::string xml = KernelXml(vbnv);

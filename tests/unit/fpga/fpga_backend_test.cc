@@ -267,6 +267,77 @@ TEST_F(FpgaBackendTest, QueuedRunsShareNoBuffer) {
   }
 }
 
+TEST_F(FpgaBackendTest, TwoComputeUnitsBothGetRunsAndMatchOneComputeUnit) {
+  // The two-CU test xclbin (connectivity.cfg: nk=nearprep_preprocess:2):
+  // the backend opens both CUs, its buffer sets alternate between them and
+  // a call's staged and running sets go to the least busy CU, so a chunk's
+  // runs spread over both. Bytes, parameters and statuses are the one-CU
+  // backend's (and the CPU's) whichever CU ran an image.
+  auto configure = [](FpgaBackendConfig c, std::vector<int>* per_cu) {
+    c.max_images_per_run = 3;
+    c.jpeg_bytes_per_run = 8192;
+    c.buffer_sets = 4;
+    c.hook = [per_cu](const FpgaRunView& v) {
+      if (v.compute_unit < 0 || v.compute_unit >= static_cast<int>(per_cu->size())) {
+        return absl::InternalError("run on an unknown compute unit");
+      }
+      ++(*per_cu)[static_cast<size_t>(v.compute_unit)];
+      return RunKernel(v);
+    };
+    return c;
+  };
+  std::vector<int> one_cu(kMaxComputeUnits, 0), two_cu(kMaxComputeUnits, 0);
+  auto single = MakeFpga(configure(TestConfig(), &one_cu));
+  FpgaBackendConfig c2 = configure(TestConfig(), &two_cu);
+  c2.xclbin = NEARPREP_TEST_XCLBIN_2CU;
+  auto dual = MakeFpga(c2);
+  ASSERT_NE(single, nullptr);
+  ASSERT_NE(dual, nullptr);
+  EXPECT_EQ(single->compute_units(), std::vector<std::string>{"nearprep_preprocess_1"});
+  EXPECT_EQ(dual->compute_units(),
+            (std::vector<std::string>{"nearprep_preprocess_1", "nearprep_preprocess_2"}));
+  EXPECT_NE(dual->detail().find("compute units nearprep_preprocess_1 nearprep_preprocess_2"),
+            std::string::npos)
+      << dual->detail();
+  const WorkContext ctx = AugmentingContext(dataset_.get());
+  const auto want = ProcessAll(cpu_, ctx, 1);
+  const auto got1 = ProcessAll(*single, ctx, dataset_->size());
+  const auto got2 = ProcessAll(*dual, ctx, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, want, got1), 0);
+  EXPECT_EQ(CountDifferences(*dataset_, got1, got2), 0);
+  const FpgaStats& s1 = single->fpga_stats();
+  const FpgaStats& s2 = dual->fpga_stats();
+  EXPECT_EQ(s2.Get(FpgaCounter::kDeviceImages), 16u);
+  EXPECT_EQ(s1.Get(FpgaCounter::kDeviceImages), 16u);
+  // >= 16 device images / 3 per run on each backend; both CUs worked.
+  EXPECT_GE(s2.Get(FpgaCounter::kRuns), 6u);
+  EXPECT_GT(s2.Get(FpgaCounter::kRunsCu0), 0u);
+  EXPECT_GT(s2.Get(FpgaCounter::kRunsCu1), 0u);
+  EXPECT_EQ(s2.Get(FpgaCounter::kRunsCu0) + s2.Get(FpgaCounter::kRunsCu1),
+            s2.Get(FpgaCounter::kRuns));
+  EXPECT_GT(two_cu[0], 0);
+  EXPECT_GT(two_cu[1], 0);
+  EXPECT_EQ(static_cast<uint64_t>(two_cu[1]), s2.Get(FpgaCounter::kRunsCu1));
+  // A call alternates between the CUs: neither takes more than half + 1.
+  EXPECT_LE(std::abs(two_cu[0] - two_cu[1]), 1) << two_cu[0] << " / " << two_cu[1];
+  EXPECT_EQ(s1.Get(FpgaCounter::kRunsCu1), 0u);
+  EXPECT_EQ(one_cu[1], 0);
+  EXPECT_EQ(s1.Get(FpgaCounter::kRunsCu0), s1.Get(FpgaCounter::kRuns));
+
+  // max_compute_units = 1 drives only the first CU of the two-CU xclbin.
+  std::vector<int> limited_cu(kMaxComputeUnits, 0);
+  FpgaBackendConfig c3 = configure(TestConfig(), &limited_cu);
+  c3.xclbin = NEARPREP_TEST_XCLBIN_2CU;
+  c3.max_compute_units = 1;
+  auto limited = MakeFpga(c3);
+  ASSERT_NE(limited, nullptr);
+  EXPECT_EQ(limited->compute_units().size(), 1u);
+  const auto got3 = ProcessAll(*limited, ctx, dataset_->size());
+  EXPECT_EQ(CountDifferences(*dataset_, got1, got3), 0);
+  EXPECT_GT(limited_cu[0], 0);
+  EXPECT_EQ(limited_cu[1], 0);
+}
+
 TEST_F(FpgaBackendTest, CpuFallbackKeepsTheRequestFidelity) {
   // The kernel computes TF_COMPAT only; other fidelities are unsupported on
   // the device and served by the CPU with the request's own fidelity, so the

@@ -795,6 +795,48 @@ def resource_budget(texts, overrides=None):
     return sum(u for _, u, _ in items), sum(b for _, _, b in items), items
 
 
+# The device as a whole (issue 33 item 6): every compute unit of
+# connectivity.cfg (nk=kernel:N) plus the platform shell's share, against
+# the xcku15p's totals. The shell figures are an ASSUMPTION, not read from
+# the platform: the SmartSSD's xilinx_u2_gen3x4_xdma_gc_2_202110_1 static
+# region holds the XDMA PCIe bridge, the DDR4 controller of bank0, the P2P
+# BAR bridge and the management / firewall logic. No public document of this
+# workplace gives its utilisation; Vitis Libraries' tables list an Alveo
+# XDMA platform's own row at ~375 BRAM36 / 162k LUT / 7 DSP on a device with
+# HBM and four DDR-class interfaces; a one-bank gen3x4 shell is taken here
+# at ~40 % of that: 150 BRAM36, 0 URAM, 16 DSP, 100k LUT. `platforminfo -p
+# <platform>` or the first v++ link's utilisation report replaces them.
+# LUT and DSP of the kernel are not estimated here (no synthesis report):
+# only the shell's LUT/DSP are checked against the totals, and the report
+# says so.
+DEVICE_TOTALS = {"BRAM36": 984, "URAM": 128, "DSP": 1968, "LUT": 523000}
+SHELL_SHARE = {"BRAM36": 150, "URAM": 0, "DSP": 16, "LUT": 100000}
+
+
+def compute_units(connectivity):
+    """[cu names] of connectivity.cfg's nk=kernel:N[:name1.name2...] lines
+    (default names kernel_1 ... kernel_N, as v++ gives them)."""
+    out = []
+    for m in re.finditer(r"^\s*nk\s*=\s*(\w+)\s*:\s*(\d+)(?:\s*:\s*([\w.]+))?", connectivity,
+                         re.M):
+        n = int(m.group(2))
+        names = m.group(3).split(".") if m.group(3) else []
+        out += names[:n] + ["%s_%d" % (m.group(1), i) for i in range(len(names) + 1, n + 1)]
+    return out
+
+
+def check_device(uram, bram, cus, shell=None):
+    """Findings where `cus` compute units of (uram, bram) each plus the
+    shell's share exceed the KU15P's totals."""
+    shell = SHELL_SHARE if shell is None else shell
+    need = {"URAM": cus * uram + shell["URAM"], "BRAM36": cus * bram + shell["BRAM36"],
+            "DSP": shell["DSP"], "LUT": shell["LUT"]}
+    return ["(e) device: %d compute units x %d %s + the shell's %d = %d, over the KU15P's %d"
+            % (cus, {"URAM": uram, "BRAM36": bram}.get(k, 0), k, shell[k], need[k],
+               DEVICE_TOTALS[k])
+            for k in ("URAM", "BRAM36", "DSP", "LUT") if need[k] > DEVICE_TOTALS[k]], need
+
+
 def check_resources(texts):
     uram, bram, items = resource_budget(texts)
     findings = []
@@ -950,6 +992,20 @@ def abi_findings(top_code, abi_code, connectivity=""):
             if kind == "1" and arg not in mapped:
                 findings.append("(abi) connectivity.cfg maps no bank for the pointer "
                                 "argument '%s'" % arg)
+    # per compute unit: every CU that nk= declares maps every pointer
+    # argument (a CU without its sp= lines would get the platform's default
+    # bank, not the P2P bank), and no sp= line names an undeclared CU
+    cus = compute_units(connectivity)
+    per_cu = re.findall(r"^\s*sp\s*=\s*(\w+)\.(\w+)\s*:", connectivity, re.M)
+    if cus and per_cu:
+        for cu in cus:
+            for arg, kind in kinds.items():
+                if kind == "1" and (cu, arg) not in per_cu:
+                    findings.append("(abi) connectivity.cfg maps no bank for '%s' of compute "
+                                    "unit %s" % (arg, cu))
+        for cu in sorted({c for c, _ in per_cu} - set(cus)):
+            findings.append("(abi) connectivity.cfg maps compute unit %s, which nk= does not "
+                            "declare" % cu)
     if re.search(r"^\s*\[clock\]|freqHz", connectivity, re.M | re.I):
         findings.append("(abi) connectivity.cfg sets a clock: the clock is set in one place, "
                         "KERNEL_MHZ in the Makefile (--kernel_frequency)")
@@ -967,7 +1023,13 @@ def run_structure(makefile):
     res, uram, bram, _ = check_resources(texts)
     print("resources as declared: %d URAM (limit %d), %d BRAM36 (limit %d)"
           % (uram, URAM_LIMIT, bram, BRAM_LIMIT))
-    return findings + res
+    cus = compute_units(open(conn).read() if os.path.exists(conn) else "") or ["(one)"]
+    dev, need = check_device(uram, bram, len(cus))
+    print("device: %d compute units (%s) + the shell's assumed share (%s): %s; kernel LUT/DSP "
+          "not estimated (no synthesis report)"
+          % (len(cus), " ".join(cus), ", ".join("%s %d" % (k, SHELL_SHARE[k]) for k in SHELL_SHARE),
+             ", ".join("%s %d of %d" % (k, need[k], DEVICE_TOTALS[k]) for k in DEVICE_TOTALS)))
+    return findings + res + dev
 
 
 def strip_comments_keep(path):
@@ -978,6 +1040,7 @@ ABI_TOP = ('extern "C" void nearprep_preprocess(const WideWord* jpeg, const uint
            'uint32_t num_images) {}\n')
 ABI_GOOD = ('{"jpeg", 1, "M_AXI_GMEM0", "ap_uint<512>*", 8}, {"desc", 1, "M_AXI_GMEM1", '
             '"unsigned int*", 8}, {"num_images", 0, "S_AXI_CONTROL", "unsigned int", 4},')
+ABI_POINTERS = ("jpeg", "desc")
 
 
 def selftest_structure():
@@ -993,6 +1056,10 @@ def selftest_structure():
         ("(abi) connectivity misses a pointer argument", ABI_TOP, ABI_GOOD,
          "[connectivity]\nnk=k:1\nsp=k_1.jpeg:bank0\n"),
     ]
+    planted_abi.append(
+        ("(abi) the second CU of nk=k:2 maps no bank", ABI_TOP, ABI_GOOD,
+         "[connectivity]\nnk=k:2:k_1.k_2\n" + "".join(
+             "sp=k_1.%s:bank0\n" % a for a in ABI_POINTERS)))
     for label, top, abi, conn in planted_abi:
         found = abi_findings(top, abi, conn)
         print("planted %-45s -> %s" % (label[:45], "caught" if found else "MISSED"))
@@ -1001,8 +1068,23 @@ def selftest_structure():
     ok = abi_findings(ABI_TOP, ABI_GOOD, "[connectivity]\nnk=k:1\n")
     ok += abi_findings(ABI_TOP, ABI_GOOD,
                        "[connectivity]\nnk=k:1\nsp=k_1.jpeg:bank0\nsp=k_1.desc:bank0\n")
+    ok += abi_findings(ABI_TOP, ABI_GOOD, "[connectivity]\nnk=k:2:k_1.k_2\n" + "".join(
+        "sp=%s.%s:bank0\n" % (c, a) for c in ("k_1", "k_2") for a in ABI_POINTERS))
     if ok:
         failures.append("clean ABI flagged: " + "; ".join(ok))
+    # the device budget: two CUs of the kernel's size plus the shell fit;
+    # two CUs of 420 BRAM36 (+150 shell = 990) or of 70 URAM do not
+    if compute_units("nk=k:2\n") != ["k_1", "k_2"] or \
+            compute_units("nk=k:2:a.b\n") != ["a", "b"]:
+        failures.append("compute_units() misreads nk= lines")
+    for label, (u, b, n), bad in [("two CUs of 48 URAM / 350 BRAM36", (48, 350, 2), False),
+                                  ("two CUs of 420 BRAM36", (48, 420, 2), True),
+                                  ("two CUs of 70 URAM", (70, 350, 2), True),
+                                  ("three CUs of 350 BRAM36", (48, 350, 3), True)]:
+        found = check_device(u, b, n)[0]
+        print("device %-45s -> %s" % (label, found[0] if found else "fits"))
+        if bool(found) != bad:
+            failures.append("device budget wrong for " + label)
     for label, bad, clean in PLANTED_STRUCTURE:
         found = structure_findings([("planted.cc", _strip_keep_strings(bad))])
         found += check_resources([("planted.cc", _strip_keep_strings(bad))])[0]
