@@ -67,18 +67,21 @@ std::vector<LoopTiming>& MutableTimingTable() {
        "nine parallel compares on maxcode/valoffset (completely partitioned: registers) "
        "select one length and index, then ONE vals[] read (BRAM, 1 port) and one look[] "
        "write per entry (before the third pass: 9 reads of the unpartitioned arrays, II 5)"},
-      {"HuffmanDecode.symbols", {1, 2}, {8, 10},
-       "per iteration one token in and one symbol step (a code longer than 9 bits takes two "
-       "iterations: compares on registers, then the vals[] BRAM read). The loop-carried "
-       "cycle through the bit count, as written: nbits - 32, the 64->32-bit window shift by "
-       "it, the table select by block_comp[bi] and k, the look[] read (LUTRAM, asynchronous), "
-       "the select of the total length, nbits -= it, and the phase chain's selects: ~6 ns of "
-       "dependent operators (issue 33's review) against 3.24 ns: expected II 2. The "
-       "recurrence check's walk (every select of the if/else chain counted) gives an upper "
-       "bound of ~11-14 ns (nbits, k): a what-if at II 3 is in docs/fpga.md. Optimistic 1: "
-       "what retiming and a merged mux tree could at best give; the reshaped decoder of "
-       "issue 33 item 1 (window shifted by the registered table output, refill off the "
-       "path) is not written yet. Before the third pass: II 3-4"},
+      {"HuffmanDecode.symbols", {1, 1}, {8, 10},
+       "fourth pass (issue 33 item 1), one cycle per iteration: the window is MSB-aligned and "
+       "shifted by the total length read from a 16-entry register table (the table in use's "
+       "codes of <= 4 bits, copied in when the table changes); the byte appended is ORed in "
+       "before the shift at a position from nbits (a register); nbits and the real-bit count "
+       "are each one select of two sums; the phase is one-hot; errors and the MCU step act "
+       "one iteration later. Recurrences (the check's walk): win, nbits, k, ready, real and "
+       "the phase bits 2.4 ns each (<= 80 % of 3.24 ns: not unsure). The longest one-cycle "
+       "register-to-register paths outside them (win -> cur_adv -> k + advance -> block end "
+       "-> k / comp) are ~2.7-3.0 ns by the same figures, within the budget; they close "
+       "cycles of two or more iterations (<= 2.4 ns per iteration). Extra iterations, "
+       "counted by the C simulation: one after a DC symbol and one after a block's last "
+       "symbol (the table reload), one for a 5-9 bit code (look[] read), four for a 10-16 "
+       "bit code (compares, vals[] read, entry). Third pass: II 2 expected (the review's ~6 ns "
+       "cycle; the walk 11-14 ns)"},
       // --- AssembleBlocks ---
       {"AssembleBlocks.tokens", {1, 1}, {3, 4},
        "buf[] completely partitioned: one indexed write (a mux) and the 64-bit mask per cycle"},

@@ -21,19 +21,27 @@ namespace {
 //    bits: the entry of a code of at most 4 bits, else 0. The symbols loop
 //    copies the fast entries of the table in use into 16 registers (cur[])
 //    when the table changes, so its one-cycle path reads a 16:1 mux.
-//  Entry: (total << 16) | (code length << 8) | symbol, total = code length +
-//  value length (DC: the symbol, <= 15 by CheckHuffTable; AC: its low
-//  nibble), so one read gives the bits the symbol consumes.
+//  Entry: (total << 27) | (1 << 26) | (advance << 13) | (code length << 8) |
+//  symbol (bit 26: a code; 0 = no code of that length here),
+//  total = code length + value length (DC: the symbol, <= 15 by
+//  CheckHuffTable; AC: its low nibble): one read gives the bits the symbol
+//  consumes (the top field: no mask) and the zig-zag positions it advances.
 //  - maxcode/valoffset resolve 10..16-bit codes (registers: the seven
 //    compares read them in parallel); vals[t][] (BRAM) is read once per long
 //    code, in the iteration after the compares.
 constexpr int kTables = 6;
 constexpr int kFastBits = 4;
-constexpr int kFast = 1 << kFastBits;
+constexpr int kFast = 16;  // 1 << kFastBits
+static_assert(kFast == 1 << kFastBits, "fast table size");
 
 inline uint32_t Entry(uint32_t len, uint32_t sym, bool dc) {
   const uint32_t size = dc ? sym : (sym & 15);
-  return ((len + size) << 16) | (len << 8) | sym;
+  const uint32_t run = sym >> 4;
+  // zig-zag positions the symbol advances: AC run + 1 with a value, 16 for
+  // ZRL, 64 for EOB (or any other run without a value); DC 64, so that bit
+  // 6 of k + advance (k = 0 at a DC) says "the table changes after it"
+  const uint32_t adv = dc ? 64u : (size != 0 ? run + 1 : (run == 15 ? 16u : 64u));
+  return ((len + size) << 27) | (1u << 26) | (adv << 13) | (len << 8) | sym;
 }
 
 // Reads table t (16 counts, 256 values) and builds its lookups. The first
@@ -42,6 +50,7 @@ inline uint32_t Entry(uint32_t len, uint32_t sym, bool dc) {
 // INLINE: t indexes the partitioned arrays of the caller's process.
 inline void ReadTable(hls::stream<uint8_t, kTableDepth>& tables, int t, bool dc,
                       uint32_t look[kTables][512], uint32_t fast[kTables][kFast],
+                      uint8_t fast_adv[kTables][kFast],
                       int32_t maxcode[kTables][17],
                       int32_t valoffset[kTables][17], uint8_t vals[kTables][256]) {
 #pragma HLS INLINE
@@ -101,7 +110,10 @@ lookahead:
     if (sel != 0) e = Entry(static_cast<uint32_t>(sel), vals[t][idx], dc);
     look[t][i] = e;
     // the first index of each run of 32 is the 4-bit prefix i >> 5
-    if ((i & 31) == 0) fast[t][i >> 5] = sel != 0 && sel <= kFastBits ? e : 0u;
+    if ((i & 31) == 0) {
+      fast[t][i >> 5] = sel != 0 && sel <= kFastBits ? e : 0u;
+      fast_adv[t][i >> 5] = static_cast<uint8_t>(sel != 0 && sel <= kFastBits ? (e >> 13) & 127 : 0);
+    }
   }
 }
 
@@ -109,7 +121,6 @@ inline int Extend(uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
 }
 
-enum Phase { kMcuStart, kDecode, kRestart, kFinal, kPad, kDrain, kDone };
 
 }  // namespace
 
@@ -121,12 +132,14 @@ void HuffmanDecode(uint32_t num_images, hls::stream<ImageJob, kJobDepth>& job_in
                    hls::stream<StageStatus, kStatusDepth>& status) {
   uint32_t look[kTables][512];
   uint32_t fast[kTables][kFast];
+  uint8_t fast_adv[kTables][kFast];  // the entries' advance fields, apart
   int32_t maxcode[kTables][17];    // largest code of length l, -1 if none
   int32_t valoffset[kTables][17];  // vals index = code + valoffset[l]
   uint8_t vals[kTables][256];
 #pragma HLS ARRAY_PARTITION variable = look complete dim = 1
 #pragma HLS BIND_STORAGE variable = look type = ram_1p impl = lutram
 #pragma HLS ARRAY_PARTITION variable = fast complete dim = 0
+#pragma HLS ARRAY_PARTITION variable = fast_adv complete dim = 0
 #pragma HLS ARRAY_PARTITION variable = maxcode complete dim = 0
 #pragma HLS ARRAY_PARTITION variable = valoffset complete dim = 0
 #pragma HLS ARRAY_PARTITION variable = vals complete dim = 1
@@ -139,11 +152,11 @@ images:
   load_tables:
     for (int t = 0; t < 2 * j.ncomp; ++t) {
 #pragma HLS LOOP_TRIPCOUNT min = 2 max = 6
-      ReadTable(tables, t, (t & 1) == 0, look, fast, maxcode, valoffset, vals);
+      ReadTable(tables, t, (t & 1) == 0, look, fast, fast_adv, maxcode, valoffset, vals);
     }
     // Components of the blocks of one MCU, in scan order, 2 bits each (first
-    // block lowest): the symbols loop shifts them out of a register, one
-    // per block (no indexed select of the block's component).
+    // block lowest): the symbols loop shifts them out of a register, one per
+    // block, instead of selecting block_comp[bi].
     uint32_t mcu_comps = 0;
     int per_mcu = 0;
   mcu_layout:
@@ -156,252 +169,272 @@ images:
       }
     }
     const uint32_t total_mcus = static_cast<uint32_t>(j.mcus_x) * static_cast<uint32_t>(j.mcus_y);
+    const bool restarts = j.restart_interval != 0;
 
     // The bit window: the next nbits bits of the scan at the TOP of win
-    // (MSB first), zeros below them.
+    // (MSB first), zeros below them; real of them are scan bits, the rest
+    // (nbits - real) zeros supplied after a marker.
     uint64_t win = 0;
     int nbits = 0;
-    int fake = 0;       // zero bits supplied after a marker, at the bottom
+    int real = 0;
     bool held = false;  // a marker (or the end) stopped the data
     ScanToken held_tok = kTokEnd;
     bool ended = false;  // kTokEnd was read
     int pred[3] = {0, 0, 0};
 #pragma HLS ARRAY_PARTITION variable = pred complete
-    int k = 0;                             // next zig-zag position of the block (0: DC)
+    int k = 0;             // next zig-zag position of an AC symbol
+    bool is_dc = true;     // the next symbol is the block's DC
     int comp = static_cast<int>(mcu_comps & 3);  // the current block's component
-    uint32_t comp_sr = mcu_comps >> 2;     // the MCU's later blocks' components
-    int blocks_left = per_mcu - 1;         // blocks of the MCU after this one
+    uint32_t comp_sr = mcu_comps >> 2;           // the MCU's later blocks' components
+    int blocks_left = per_mcu - 1;               // blocks of the MCU after this one
     uint32_t mcu = 0, blocks_out = 0;
     int restarts_left = j.restart_interval;
-    int next_rst = 0;
+    ScanToken want_rst = static_cast<ScanToken>(kTokMarker | 0xD0);  // the next RSTn
     uint32_t result = kStatusOk;
     uint32_t iterations = 0;
-    // The fast entries of the table in use (table 2 x comp + (k != 0)),
-    // reloaded in the iteration after the table changes (after a DC symbol,
-    // after a block's last symbol): that iteration decodes nothing.
+    // The fast entries of the table in use (2 x comp + !is_dc), reloaded in
+    // the iteration after the table changes (a DC symbol, a block's last
+    // symbol): that iteration decodes nothing and, after the MCU's last
+    // block, steps the MCU (mcu_done).
     uint32_t cur[kFast];
+    uint8_t cur_adv[kFast];
 #pragma HLS ARRAY_PARTITION variable = cur complete
+#pragma HLS ARRAY_PARTITION variable = cur_adv complete
     bool reload = true;
-    // A symbol whose code is longer than 4 bits takes more iterations:
-    // slow = 0: none; the iteration that misses cur[] reads look[] (a 5-9
-    // bit code: its entry goes to pend, slow = 1) or compares the next 16
-    // bits with maxcode[] (10-16 bits: slow = 2, the vals[] index kept);
-    // slow = 2: vals[] read, the entry built into pend (slow = 1); slow = 1:
-    // pend is consumed like a fast entry.
-    int slow = 0;
+    bool mcu_done = false;
+    // A code longer than 4 bits: the iteration that misses cur[] reads
+    // look[] (5-9 bits: its entry into pend, ready) or compares the next 16
+    // bits with maxcode[] (10-16 bits: long, the vals[] index kept); a long
+    // iteration reads vals[] (LUTRAM) and builds the entry into pend; a
+    // ready iteration consumes pend like a fast entry.
+    bool ready = false, l1 = false, l2 = false, l3 = false;
+    uint32_t bits_l = 0;  // the next 16 bits, kept by a miss for l1
+    int lsym = 0;         // the long code's symbol, read by l2
     uint32_t pend = 0;
     int long_len = 0, long_idx = 0;
-    Phase phase = total_mcus == 0 ? kFinal : kMcuStart;
+    bool err = false;         // an error found by the last iteration's symbol step
+    bool rst_pending = false;  // RSTn accepted: the window is emptied now
+    // The phase, one-hot.
+    bool p_mcu = total_mcus != 0, p_dec = false, p_rst = false, p_fin = total_mcus == 0;
+    bool p_pad = false, p_drain = false, done = false;
   NEARPREP_SIM_LOOP("HuffmanDecode.symbols")
   symbols:
-    while (phase != kDone) {
+    while (!done) {
 #pragma HLS PIPELINE II = 1
 #pragma HLS LOOP_TRIPCOUNT min = 1000 max = 400000
       NEARPREP_SIM_ITER();
-      // Loop-carried path (issue 33): win -> cur[win >> 60] (a 16:1 mux of
-      // registers) -> the entry's total length -> win << total (a 64-bit
-      // barrel shifter) -> the select between that and the slow path's
-      // shift -> win: 3 dependent operators. The byte appended this
-      // iteration is ORed into win BEFORE the shift, at a position from
-      // nbits (a register), off that path; nbits is updated as the select
-      // of two precomputed sums (nbits - total, nbits + 8 - total); the
-      // decision to decode reads registers only (nbits >= 32, phase, slow,
-      // reload); the component is a shift register; a long code's value
-      // (vals[], LUTRAM) is read in its own iteration into pend, so no
-      // memory read feeds the bit count.
+      // Loop-carried path (issue 33 item 1), one iteration = one cycle:
+      //   win -> cur[win >> 60] (16:1 mux of registers) -> the entry's total
+      //   (its top field: no mask) -> in << total (64-bit barrel shifter) ->
+      //   the select against the slow path's shift -> win: 3 dependent
+      //   operators, 2.4 ns in kernel_checks.py's figures (0.6 + 1.5 + 0.3;
+      //   the OR of the appended byte is on the shifter's data input, in
+      //   parallel with the lookup). Off that path: the byte's position comes
+      //   from nbits (a register); nbits and real are each one select of two
+      //   sums computed in parallel (2.4 ns); whether the step runs reads
+      //   registers only (nbits >= 32 as two bits, reload, rst_pending, the
+      //   one-hot phase, the slow-path flags); the component is a shift
+      //   register (comp_sr); the block end is bit 6 of k + the entry's
+      //   advance (cur_adv: no mask); a 5-9 bit code's look[] entry and a
+      //   long code's compares, vals[] read and entry each take their own
+      //   iteration, so no memory read feeds nbits; errors found by a symbol
+      //   and the MCU step act in the next iteration (err, mcu_done). The
+      //   longest one-cycle paths outside the recurrences (win -> cur_adv ->
+      //   k + advance -> block end -> k, comp) are ~2.7-3.0 ns by the same
+      //   figures; they close cycles of two or more iterations.
       ++iterations;
-      const Phase phase0 = phase;  // the phase steps below read the iteration's first phase
-      const bool decoding = phase == kDecode;
-      const bool need_bits = decoding || phase == kMcuStart;
-      const bool need_marker = (phase == kRestart || phase == kFinal) && !held;
+      const bool need_bits = p_dec || p_mcu;
+      const bool need_marker = (p_rst || p_fin) && !held;
       const bool room = nbits <= 56;
       // Input: at most one token per iteration.
-      bool fill = false;     // 8 more bits: a data byte, or zeros after a marker
+      bool fill = false;   // 8 more bits in the window
+      bool data = false;   // ... which are scan bits (not zeros after a marker)
       uint32_t byte = 0;
-      if (phase == kDrain) {
+      bool data_err = false;
+      if (p_drain) {
         if (!ended && tokens.read() == kTokEnd) ended = true;  // rest of the image
       } else if (need_bits && room && held) {
         fill = true;  // libjpeg supplies zeros after a marker
-        fake += 8;
       } else if ((need_bits && room) || need_marker) {
         const ScanToken t = tokens.read();
         if ((t & 0x300) == kTokData && need_bits) {
           fill = true;
+          data = true;
           byte = t & 0xFF;
         } else if ((t & 0x300) == kTokData) {
-          result = kStatusCorrupt;  // data bytes before RSTn / EOI
-          phase = kPad;
+          data_err = true;  // data bytes before RSTn / EOI
         } else {
           held = true;
           held_tok = t;
           ended = t == kTokEnd;
         }
       }
-      // The symbol step (registers only decide whether it runs).
-      const bool step = decoding && !reload && nbits >= 32;
-      const bool fast_case = step && slow == 0;
-      const bool pend_case = step && slow == 1;
-      const int tsel = 2 * comp + (k == 0 ? 0 : 1);
+      const bool pad_more = p_pad && blocks_out < j.blocks;
+      // The symbol step.
+      const bool have32 = (nbits >> 5) & 3;  // nbits >= 32 (nbits <= 64)
+      // A pending entry came from a miss iteration that had 32 bits, and
+      // nothing was consumed since: it needs no have32.
+      const bool go = p_dec && !rst_pending && !reload;
+      const bool step = go && have32;
+      const bool idle = !l1 && !l2 && !l3 && !ready;  // no slow-path symbol pending
+      const bool fast_case = step && idle;
+      const bool pend_case = ready && go;
+      const bool l1_case = l1 && go;
+      const bool l2_case = l2 && go;
+      const bool l3_case = l3 && go;
+      const int tsel = 2 * comp + (is_dc ? 0 : 1);
       const uint32_t fe = cur[win >> 60];
-      const uint32_t ce = pend_case ? pend : fe;  // the entry consumed, if any
-      const bool consume = pend_case || (fast_case && fe != 0);
-      const int fast_total = static_cast<int>(fe >> 16);
-      const int pend_total = pend_case ? static_cast<int>(pend >> 16) : 0;
-      const uint64_t in = win | (fill ? static_cast<uint64_t>(byte) << (56 - nbits) : 0);
-      const uint64_t next_win = fast_case ? in << fast_total : in << pend_total;
-      const int sh = fast_case ? fast_total : pend_total;
+      const int fast_total = static_cast<int>(fe >> 27);
+      const int pend_sh = pend_case ? static_cast<int>(pend >> 27) : 0;
+      // nbits after RSTn: 0, as nbits - nbits (the window itself is zeroed
+      // through base)
+      const int slow_total = rst_pending ? nbits : pend_sh;
+      const uint64_t base = rst_pending ? 0 : win;
+      const int at = rst_pending ? 0 : nbits;
+      const uint64_t in = base | (fill ? static_cast<uint64_t>(byte) << (56 - at) : 0);
+      const uint64_t next_win = fast_case ? in << fast_total : in << pend_sh;
+      const int sh = fast_case ? fast_total : slow_total;  // bits consumed (nbits)
+      const int used = fast_case ? fast_total : pend_sh;   // bits consumed (real)
       const int next_nbits = fill ? nbits + 8 - sh : nbits - sh;
-      bool restart_reset = false;
-      if (fast_case && fe == 0) {
-        // A code longer than 4 bits: its look[] entry, or the long-code search.
-        const uint32_t e9 = look[tsel][win >> 55];
-        if (e9 != 0) {
-          pend = e9;
-          slow = 1;
-        } else {
-          const uint32_t bits16 = static_cast<uint32_t>(win >> 48);
-          int sel = 0, idx = 0;
-          for (int l = 16; l >= 10; --l) {  // shortest length wins: checked last
-            const int32_t code = static_cast<int32_t>(bits16 >> (16 - l));
-            if (code <= maxcode[tsel][l]) {
-              sel = l;
-              idx = code + valoffset[tsel][l];
-            }
-          }
-          if (sel != 0) {
-            long_len = sel;
-            long_idx = idx;
-            slow = 2;
-          } else {
-            result = kStatusCorrupt;  // no such code (JWRN_HUFF_BAD_CODE)
-            phase = kPad;
-          }
+      const int base_real = rst_pending ? 0 : real;
+      const int next_real = data ? base_real + 8 - used : base_real - used;
+      const bool hit = (fe >> 26) & 1;
+      const bool miss = !hit && fast_case;
+      const bool consume = (hit && fast_case) || pend_case;
+      const uint32_t ce = ready ? pend : fe;  // the entry consumed
+      const int sym = static_cast<int>(ce & 0xFF);
+      const int len = static_cast<int>((ce >> 8) & 31);
+      const int fadv = cur_adv[win >> 60];
+      const int padv = static_cast<int>((pend >> 13) & 127);
+      const int size = is_dc ? sym : (sym & 15);
+      const uint32_t raw = size == 0 ? 0u : static_cast<uint32_t>((win << len) >> (64 - size));
+      const int ext = size != 0 ? Extend(raw, size) : 0;
+      const int pc = pred[comp];
+      const int dc_sum = static_cast<int>(static_cast<uint32_t>(pc) + static_cast<uint32_t>(ext));
+      const bool dc_ovf = ((pc ^ dc_sum) & (ext ^ dc_sum)) < 0;  // int32 overflow
+      const bool overrun = next_real < 0;  // consumed supplied zeros
+      // AC: the position after the symbol (+1); bit 6: the table changes
+      // after this symbol (a DC, or the block's last AC symbol)
+      const int ksum_f = k + fadv;  // a miss reads advance 0: no change
+      const int ksum_p = k + padv;
+      const bool sw_f = (ksum_f >> 6) & 1;
+      const bool sw_p = (ksum_p >> 6) & 1;
+      const int ksum = ready ? ksum_p : ksum_f;
+      const bool sw = ready ? sw_p : sw_f;
+      const bool last = sw && !is_dc;  // the block's last symbol
+      // The slow path. A miss reads the next 9 bits' look[] entry (a 5-9 bit
+      // code: ready) and keeps the next 16 bits (a longer code: l1). l1:
+      // seven parallel compares with maxcode[] give the length and the
+      // vals[] index; l2: the vals[] read (LUTRAM); l3: the entry built.
+      const uint32_t e9 = look[tsel][win >> 55];
+      const bool e9_hit = (e9 >> 26) & 1;
+      int sel = 0, idx = 0;
+      for (int l = 16; l >= 10; --l) {  // shortest length wins: checked last
+        const int32_t code = static_cast<int32_t>(bits_l >> (16 - l));
+        if (code <= maxcode[tsel][l]) {
+          sel = l;
+          idx = code + valoffset[tsel][l];
         }
-      } else if (step && slow == 2) {
-        if (long_idx >= 0 && long_idx <= 255) {
-          pend = Entry(static_cast<uint32_t>(long_len), vals[tsel][long_idx], k == 0);
-          slow = 1;
-        } else {
-          result = kStatusCorrupt;  // no such code
-          phase = kPad;
+      }
+      const bool idx_ok = long_idx >= 0 && long_idx <= 255;
+      const bool bad_code = (l1_case && sel == 0) || (l2_case && !idx_ok);
+      const bool sym_err = consume && (overrun || (is_dc && dc_ovf));
+      // Outputs of a consumed symbol (none when it is an error).
+      if (consume && !sym_err && !err) {
+        if (is_dc) {
+          coefs.write(CoefToken{static_cast<int16_t>(dc_sum), 0, static_cast<uint8_t>(comp),
+                                true, false});
+        } else if (size != 0) {
+          const int pos = ksum - 1;
+          coefs.write(CoefToken{static_cast<int16_t>(Extend(raw, size)),
+                                kNatural[pos < 79 ? pos : 79], static_cast<uint8_t>(comp), true,
+                                ksum >= 64});
+        } else if (last) {  // EOB, or a ZRL reaching the end
+          coefs.write(CoefToken{0, 0, static_cast<uint8_t>(comp), false, true});
         }
-      } else if (consume) {
-        slow = 0;
-        const int sym = static_cast<int>(ce & 0xFF);
-        const int len = static_cast<int>((ce >> 8) & 31);
-        const int size = k == 0 ? sym : (sym & 15);
-        const uint32_t raw =
-            size == 0 ? 0u : static_cast<uint32_t>((win << len) >> (64 - size));
-        if (next_nbits < fake) {
-          result = kStatusCorrupt;  // consumed supplied zeros: overrun
-          phase = kPad;
-        } else if (k == 0) {
-          const int64_t next =
-              static_cast<int64_t>(pred[comp]) + (size != 0 ? Extend(raw, size) : 0);
-          if (next > INT32_MAX || next < INT32_MIN) {
-            result = kStatusCorrupt;  // libjpeg-turbo: JERR_BAD_DCT_COEF
-            phase = kPad;
-          } else {
-            pred[comp] = static_cast<int>(next);
-            coefs.write(CoefToken{static_cast<int16_t>(pred[comp]), 0,
-                                  static_cast<uint8_t>(comp), true, false});
-            k = 1;
-            reload = true;  // the AC table next
-          }
-        } else {
-          const int run = sym >> 4;
-          bool last = false;
-          if (size != 0) {
-            const int pos = k + run;
-            coefs.write(CoefToken{static_cast<int16_t>(Extend(raw, size)),
-                                  kNatural[pos < 79 ? pos : 79], static_cast<uint8_t>(comp),
-                                  true, pos + 1 >= 64});
-            k = pos + 1;
-            last = k >= 64;
-          } else if (run == 15) {  // ZRL
-            k += 16;
-            last = k >= 64;
-            if (last) coefs.write(CoefToken{0, 0, static_cast<uint8_t>(comp), false, true});
-          } else {  // EOB
-            coefs.write(CoefToken{0, 0, static_cast<uint8_t>(comp), false, true});
-            last = true;
-          }
-          if (last) {
-            ++blocks_out;
-            k = 0;
-            reload = true;  // the next block's DC table
-            if (blocks_left == 0) {
-              comp = static_cast<int>(mcu_comps & 3);
-              comp_sr = mcu_comps >> 2;
-              blocks_left = per_mcu - 1;
-              phase = ++mcu == total_mcus ? kFinal : kMcuStart;
-            } else {
-              comp = static_cast<int>(comp_sr & 3);
-              comp_sr >>= 2;
-              --blocks_left;
-            }
-          }
-        }
-      } else if (reload) {
+      }
+      if (consume && is_dc) pred[comp] = dc_sum;
+      if (pad_more || (consume && last && !sym_err && !err)) ++blocks_out;
+      // The block and MCU bookkeeping of a consumed symbol.
+      const bool mcu_end = consume && last && blocks_left == 0;
+      if (consume && last) {
+        comp = blocks_left == 0 ? static_cast<int>(mcu_comps & 3) : static_cast<int>(comp_sr & 3);
+        comp_sr = blocks_left == 0 ? mcu_comps >> 2 : comp_sr >> 2;
+        blocks_left = blocks_left == 0 ? per_mcu - 1 : blocks_left - 1;
+      }
+      // The slow path's state.
+      if (miss) {
+        pend = e9;
+        bits_l = static_cast<uint32_t>(win >> 48);
+      }
+      if (l1_case) {
+        long_len = sel;
+        long_idx = idx;
+      }
+      if (l2_case) lsym = vals[tsel][idx_ok ? long_idx : 0];
+      if (l3_case) pend = Entry(static_cast<uint32_t>(long_len), static_cast<uint32_t>(lsym), is_dc);
+      ready = miss ? e9_hit : (l3_case ? true : (consume ? false : ready));
+      l1 = miss ? !e9_hit : (l1_case ? false : l1);
+      l2 = l1_case ? true : (l2_case ? false : l2);
+      l3 = l2_case ? true : (l3_case ? false : l3);
+      k = consume ? (is_dc ? 1 : (sw ? 0 : ksum)) : k;
+      is_dc = consume ? last : is_dc;
+      // The table of the next symbol.
+      if (reload) {
         for (int q = 0; q < kFast; ++q) {
 #pragma HLS UNROLL
           cur[q] = fast[tsel][q];
-        }
-        reload = false;
-      }
-      if (phase0 == kMcuStart) {
-        if (j.restart_interval != 0 && restarts_left == 0) {
-          phase = kRestart;
-        } else {
-          if (j.restart_interval != 0) --restarts_left;
-          phase = kDecode;
-        }
-      } else if (phase0 == kRestart) {
-        // Only padding of the current byte may be left, then RSTn.
-        if (nbits - fake >= 8) {
-          result = kStatusCorrupt;
-          phase = kPad;
-        } else if (held) {
-          if (held_tok != (kTokMarker | (0xD0 + next_rst))) {
-            result = kStatusCorrupt;
-            phase = kPad;
-          } else {
-            restart_reset = true;
-            fake = 0;
-            held = false;
-            next_rst = (next_rst + 1) & 7;
-            restarts_left = j.restart_interval - 1;
-            pred[0] = pred[1] = pred[2] = 0;
-            phase = kDecode;
-          }
-        }
-      } else if (phase0 == kFinal) {
-        if (nbits - fake >= 8) {
-          result = kStatusCorrupt;  // extraneous bytes after the last MCU
-          phase = kPad;
-        } else if (held) {
-          if (held_tok == (kTokMarker | 0xD9)) {
-            result = kStatusOk;
-          } else if (held_tok == (kTokMarker | 0xDA)) {
-            result = kStatusUnsupported;  // another scan follows
-          } else {
-            result = kStatusCorrupt;
-          }
-          phase = kPad;
-        }
-      } else if (phase0 == kPad) {
-        // Every block the header promised, so the later stages finish the
-        // image; a block cut short by an error is closed by the first one.
-        if (blocks_out < j.blocks) {
-          coefs.write(CoefToken{0, 0, 0, false, true});
-          ++blocks_out;
-        } else {
-          phase = kDrain;
+          cur_adv[q] = fast_adv[tsel][q];
         }
       }
-      win = restart_reset ? 0 : next_win;
-      nbits = restart_reset ? 0 : next_nbits;
-      if (phase == kDrain && ended) phase = kDone;
+      const bool reload_mcu = reload && mcu_done;  // the MCU's last block was decoded
+      reload = (sw_f && fast_case) || (sw_p && pend_case);
+      mcu_done = consume ? mcu_end : mcu_done && !reload_mcu;
+      // Phase steps, on the phase the iteration started in.
+      const bool pad_left = real >= 8;  // a whole byte not consumed
+      const bool rst_ok = p_rst && !pad_left && held && held_tok == want_rst;
+      const bool rst_bad = p_rst && (pad_left || (held && held_tok != want_rst));
+      const bool fin = p_fin && (pad_left || held);
+      const bool start_rst = p_mcu && restarts && restarts_left == 0;
+      if (pad_more) coefs.write(CoefToken{0, 0, 0, false, true});
+      if (p_mcu && restarts && restarts_left != 0) --restarts_left;
+      if (rst_ok) {
+        held = false;
+        want_rst = static_cast<ScanToken>(kTokMarker | 0xD0 | ((want_rst + 1) & 7));
+        restarts_left = j.restart_interval - 1;
+        pred[0] = pred[1] = pred[2] = 0;
+      }
+      if (rst_bad || data_err || sym_err || bad_code) result = kStatusCorrupt;
+      if (fin) {
+        result = pad_left ? kStatusCorrupt
+                          : held_tok == (kTokMarker | 0xD9)
+                                ? kStatusOk
+                                : held_tok == (kTokMarker | 0xDA) ? kStatusUnsupported
+                                                                  : kStatusCorrupt;
+      }
+      const bool last_mcu = mcu + 1 == total_mcus;
+      if (reload_mcu) ++mcu;
+      // The next phase (one-hot), each bit from the transitions into it.
+      const bool err_now = err && p_dec;   // an error of the last symbol step
+      const bool pad_end = p_pad && !pad_more;
+      const bool leave = pad_end || p_drain;
+      const bool n_mcu = reload_mcu && !last_mcu && !err;
+      const bool n_fin = (reload_mcu && last_mcu && !err) || (p_fin && !fin && !data_err);
+      const bool n_dec = (p_mcu && !start_rst) || (p_dec && !reload_mcu && !err) || rst_ok;
+      const bool n_rst = start_rst || (p_rst && !rst_ok && !rst_bad && !data_err);
+      const bool n_pad = err_now || rst_bad || fin || data_err || pad_more;
+      p_mcu = n_mcu;
+      p_fin = n_fin;
+      p_dec = n_dec;
+      p_rst = n_rst;
+      p_pad = n_pad;
+      p_drain = leave && !ended;
+      done = leave && ended;
+      err = (err || sym_err || bad_code) && !err_now;
+      rst_pending = rst_ok;
+      win = next_win;
+      nbits = next_nbits;
+      real = next_real;
     }
     status.write(StageStatus{result, iterations});
   }

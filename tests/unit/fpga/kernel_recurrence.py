@@ -817,6 +817,9 @@ def function_arrays(fn_text, consts):
     for m in ARRAY.finditer(fn_text):
         if m.group(1) in KEYWORDS or m.group(1) in ("return", "new", "delete"):
             continue
+        line = fn_text[fn_text.rfind("\n", 0, m.start(1)) + 1:m.start(1)]
+        if "#" in line:  # the last word of a pragma line, then an indexed write
+            continue
         dims = re.findall(r"\[([^\]]+)\]", m.group(3))
         sizes = []
         for d in dims:
