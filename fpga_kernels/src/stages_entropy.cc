@@ -306,7 +306,10 @@ images:
       const int len = static_cast<int>((ce >> 8) & 31);
       const int fadv = cur_adv[win >> 60];
       const int padv = static_cast<int>((pend >> 13) & 127);
-      const int size = is_dc ? sym : (sym & 15);
+      // DC: the symbol (<= 15, CheckHuffTable); AC: its low nibble. Masked
+      // for both: in iterations that consume nothing ce may hold an entry
+      // of another table, and the shifts below must stay defined.
+      const int size = sym & 15;
       const uint32_t raw = size == 0 ? 0u : static_cast<uint32_t>((win << len) >> (64 - size));
       const int ext = size != 0 ? Extend(raw, size) : 0;
       const int pc = pred[comp];
