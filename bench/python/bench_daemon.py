@@ -1,7 +1,8 @@
 """Start a nearprepd for a benchmark: one YAML dataset, port 0, wait for the
 port file; a larger image folder made of hard links to a small one; and the
-/proc readings of a serving process (CPU seconds, peak RSS). Shared by the
-bench/python scripts, bench/peers and bench/scaling (standard library only,
+/proc readings of a serving process (CPU seconds, peak RSS); a small packed
+fleet dataset with its manifest. Shared by the bench/python scripts,
+bench/peers and bench/scaling (standard library only,
 so any interpreter can import it)."""
 
 import os
@@ -48,6 +49,23 @@ def start_daemon(nearprepd, workdir, root, *, name="bench", fmt="image_folder",
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"nearprepd did not listen within {timeout_s} s")
+
+
+def make_fleet_dataset(cli, workdir, *, classes, per_class, partitions,
+                       shard_size="100KiB"):
+    """`nearprep mkdataset` (classes x per_class images) under workdir/src,
+    packed into TFRecord shards under workdir/shards, and a manifest with
+    `partitions` partitions. Returns (shards_dir, manifest_path)."""
+    src, shards = os.path.join(workdir, "src"), os.path.join(workdir, "shards")
+    manifest = os.path.join(workdir, "ds.nearprep-manifest")
+    for args in (["mkdataset", "--out", src, "--classes", str(classes),
+                  "--per-class", str(per_class)],
+                 ["pack", "--source", src, "--out", shards, "--format", "tfrecord",
+                  "--shard-size", shard_size],
+                 ["manifest", "--root", shards, "--format", "tfrecord", "--partitions",
+                  str(partitions), "--out", manifest]):
+        subprocess.run([cli, *args], check=True, capture_output=True)
+    return shards, manifest
 
 
 def replicate_image_folder(root, copies, out):

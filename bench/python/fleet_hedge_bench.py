@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -83,15 +82,8 @@ def main():
     nearprepd = os.path.join(a.build, "server", "daemon", "nearprepd")
     procs, relays = [], []
     with tempfile.TemporaryDirectory(prefix="fleet_hedge_bench_") as tmp:
-        src, shards = os.path.join(tmp, "src"), os.path.join(tmp, "shards")
-        manifest = os.path.join(tmp, "ds.nearprep-manifest")
-        for args in (["mkdataset", "--out", src, "--classes", str(a.classes),
-                      "--per-class", str(a.per_class)],
-                     ["pack", "--source", src, "--out", shards, "--format", "tfrecord",
-                      "--shard-size", "100KiB"],
-                     ["manifest", "--root", shards, "--format", "tfrecord", "--partitions",
-                      str(a.partitions), "--out", manifest]):
-            subprocess.run([cli, *args], check=True, capture_output=True)
+        shards, manifest = bench_daemon.make_fleet_dataset(
+            cli, tmp, classes=a.classes, per_class=a.per_class, partitions=a.partitions)
         m = fp.load_manifest(manifest)
         release = threading.Event()
         slow = {"on": False}
