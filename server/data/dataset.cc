@@ -382,6 +382,10 @@ absl::StatusOr<SampleView> Dataset::ViewInBlock(uint64_t id,
     view.data += *start;
     view.size = where.size;
   }
+  if (absl::Status c = CheckTarLabel(id, nullptr, block->data.get(), block->offset,
+                                     block->size); !c.ok()) {
+    return c;
+  }
   if (absl::Status c = CheckDigest(id, view.data, view.size); !c.ok()) return c;
   return view;
 }
@@ -419,6 +423,7 @@ absl::StatusOr<SampleFile> Dataset::OpenSample(
   if (absl::Status c = CheckShardIdentity(where.file, **file); !c.ok()) {
     return absl::DataLossError(Where(id, c.message()));
   }
+  if (absl::Status c = CheckTarLabel(id, file->get()); !c.ok()) return c;
   SampleFile out;
   out.offset = where.whole_file ? 0 : where.offset;
   out.size = where.whole_file ? (*file)->size() : where.size;

@@ -240,6 +240,18 @@ class Dataset {
   // the manifest's digest of sample `id`; OK without digests, or for a
   // sample the manifest recorded as bad (an all-zero digest).
   absl::Status CheckDigest(uint64_t id, const uint8_t* data, size_t n) const;
+  // A tar sample whose index entry says where its .cls member is (index
+  // version 3): DATA_LOSS naming the sample and its shard unless that .cls
+  // still holds the label the sample is served with (records::
+  // CheckTarLabel; a mismatch is counted in shard_changed). The .cls bytes
+  // come from [have, have + have_bytes), bytes [have_offset, ...) of the
+  // shard (a block), when they lie there; else one read of `file` (the shard,
+  // open; O_DIRECT is fine), or of the shard opened again when `file` is
+  // null. OK for every other sample. dataset_tar_label.cc.
+  absl::Status CheckTarLabel(uint64_t id, const RandomAccessFile* file,
+                             const uint8_t* have = nullptr,
+                             uint64_t have_offset = 0,
+                             uint64_t have_bytes = 0) const;
   // "dataset 'NAME': PATH: " + what.
   std::string Where(uint64_t id, absl::string_view what) const;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -18,7 +19,8 @@
 namespace nearprep::records {
 namespace {
 
-constexpr char kMagic[] = "nearprep-shard-index 2";
+// The first line: this, a space, the version.
+constexpr char kMagic[] = "nearprep-shard-index";
 
 // A field of an index line: percent-escaped (common/percent_escape.h: no
 // ';' or '=' escaping here, so files keep their bytes), "-" for an empty
@@ -175,6 +177,10 @@ absl::StatusOr<ShardIndex> BuildShardIndex(const std::string& name,
       e.payload_bytes = s.image_size;
       e.has_label = s.has_label;
       e.label = s.label;
+      if (s.has_label) {  // the .cls parsed: checked again when served
+        e.cls_offset = s.cls_offset;
+        e.cls_bytes = s.cls_size;
+      }
       e.key = s.key;
       if (!s.status.ok()) {
         e.error = absl::StrCat(name, ": ", s.status.message());
@@ -266,7 +272,8 @@ absl::StatusOr<ShardIndex> BuildTfRecordIndexFromDali(
 }
 
 std::string SerializeShardIndex(const ShardIndex& index) {
-  std::string out = absl::StrCat(kMagic, "\nformat ", index.format,
+  const bool v3 = index.version >= 3;
+  std::string out = absl::StrCat(kMagic, " ", v3 ? 3 : 2, "\nformat ", index.format,
                                  "\nshard_bytes ", index.shard_bytes,
                                  "\nshard_mtime_ns ", index.shard_mtime_ns,
                                  "\nshard_check ", index.shard_check,
@@ -279,6 +286,13 @@ std::string SerializeShardIndex(const ShardIndex& index) {
   for (const auto& e : index.entries) {
     absl::StrAppend(&out, e.record_offset, " ", e.record_bytes, " ",
                     e.payload_offset, " ", e.payload_bytes, " ");
+    if (v3) {
+      if (e.cls_bytes != 0) {
+        absl::StrAppend(&out, e.cls_offset, " ", e.cls_bytes, " ");
+      } else {
+        out += "- - ";
+      }
+    }
     if (e.has_data_crc) {
       char hex[16];
       std::snprintf(hex, sizeof(hex), "%08x", e.data_crc);
@@ -333,7 +347,18 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
     ++i;
     return true;
   };
-  if (lines.empty() || lines[0] != kMagic) return bad("not a shard index");
+  if (lines.empty() || !absl::StartsWith(lines[0], kMagic)) {
+    return bad("not a shard index");
+  }
+  if (lines[0] == absl::StrCat(kMagic, " 2")) {
+    index.version = 2;
+  } else if (lines[0] == absl::StrCat(kMagic, " 3")) {
+    index.version = 3;
+  } else {
+    return bad(absl::StrCat("'", absl::CEscape(lines[0]),
+                            "': not a version read here (2, 3)"));
+  }
+  const size_t cls_fields = index.version >= 3 ? 2 : 0;
   i = 1;
   std::string v;
   if (!next("format", &index.format)) return bad("want 'format'");
@@ -367,23 +392,42 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
     if (i >= lines.size()) return bad("missing entries");
     std::vector<std::string> f = absl::StrSplit(lines[i], ' ');
     IndexEntry e;
-    if (f.size() < 7 || f.size() > 8 ||
+    // Version 3 has CLS_OFFSET CLS_BYTES after PAYLOAD_BYTES; `c` is where
+    // CRC is.
+    const size_t c = 4 + cls_fields;
+    if (f.size() < c + 3 || f.size() > c + 4 ||
         !absl::SimpleAtoi(f[0], &e.record_offset) ||
         !absl::SimpleAtoi(f[1], &e.record_bytes) ||
         !absl::SimpleAtoi(f[2], &e.payload_offset) ||
         !absl::SimpleAtoi(f[3], &e.payload_bytes) ||
-        !Unescape(f[6], &e.key) ||
-        (f.size() == 8 && !Unescape(f[7], &e.error))) {
+        !Unescape(f[c + 2], &e.key) ||
+        (f.size() == c + 4 && !Unescape(f[c + 3], &e.error))) {
       return bad("malformed entry");
     }
-    if (f[4] != "-") {
-      if (f[4].size() != 8 || !absl::SimpleHexAtoi(f[4], &e.data_crc)) {
+    if (cls_fields != 0 && (f[4] != "-" || f[5] != "-")) {
+      if (!absl::SimpleAtoi(f[4], &e.cls_offset) ||
+          !absl::SimpleAtoi(f[5], &e.cls_bytes)) {
+        return bad("malformed .cls place");
+      }
+      if (tfrecord) return bad("a .cls place in a TFRecord index");
+      if (e.cls_bytes == 0 || e.cls_bytes > kMaxClassLabelBytes ||
+          e.cls_offset % 512 != 0) {
+        return bad(absl::StrCat("not a .cls member's place (want 1..",
+                                kMaxClassLabelBytes,
+                                " bytes at a 512-byte tar block)"));
+      }
+      if (e.cls_offset > size || e.cls_bytes > size - e.cls_offset) {
+        return bad(".cls member outside the shard");
+      }
+    }
+    if (f[c] != "-") {
+      if (f[c].size() != 8 || !absl::SimpleHexAtoi(f[c], &e.data_crc)) {
         return bad("malformed record CRC");
       }
       e.has_data_crc = true;
     }
-    if (f[5] != "-") {
-      if (!absl::SimpleAtoi(f[5], &e.label)) return bad("malformed label");
+    if (f[c + 1] != "-") {
+      if (!absl::SimpleAtoi(f[c + 1], &e.label)) return bad("malformed label");
       e.has_label = true;
     }
     // Bounds before anything trusts the numbers (a reader allocates
@@ -398,7 +442,15 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
         e.payload_offset > size || e.payload_bytes > size - e.payload_offset) {
       return bad("entry outside the shard");
     }
-    if ((tfrecord || e.error.empty()) && e.record_offset < prev_end) {
+    // A tar sample's members follow the previous sample's: its image and
+    // .cls lie after the previous ones (a .cls place moved to another
+    // sample's .cls is refused here).
+    uint64_t begin = e.record_offset, end = e.record_offset + e.record_bytes;
+    if (e.cls_bytes != 0) {
+      begin = std::min(begin, e.cls_offset);
+      end = std::max(end, e.cls_offset + e.cls_bytes);
+    }
+    if ((tfrecord || e.error.empty()) && begin < prev_end) {
       return bad("entry out of file order (overlaps the previous one)");
     }
     if (tfrecord) {
@@ -418,8 +470,17 @@ absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text) {
                                    e.record_bytes != e.payload_bytes ||
                                    e.payload_offset % 512 != 0)) {
       return bad("tar entry not a member's data");
+    } else if (e.error.empty() && cls_fields != 0) {
+      if (e.has_label != (e.cls_bytes != 0)) {
+        return bad(e.has_label ? "a label without its .cls place"
+                               : "a .cls place without a label");
+      }
+      if (e.cls_bytes != 0 && e.cls_offset < e.payload_offset + e.payload_bytes &&
+          e.payload_offset < e.cls_offset + e.cls_bytes) {
+        return bad("the .cls place lies inside the image");
+      }
     }
-    if (tfrecord || e.error.empty()) prev_end = e.record_offset + e.record_bytes;
+    if (tfrecord || e.error.empty()) prev_end = end;
     index.entries.push_back(std::move(e));
   }
   if (tfrecord && prev_end != (index.damage.empty() ? size : index.damaged_at)) {
@@ -444,6 +505,11 @@ std::string IndexMismatch(const ShardIndex& index, uint64_t shard_bytes,
   if (index.format != options.format || index.options != options.Fingerprint()) {
     return absl::StrCat("options '", options.Fingerprint(), "', index has '",
                         index.options, "'");
+  }
+  if (index.format == "tar" && index.version < 3) {
+    return absl::StrCat("index version ", index.version,
+                        " does not say where each sample's .cls member is, so "
+                        "its labels could not be checked when read");
   }
   return "";
 }

@@ -8,7 +8,7 @@
 // record limit (ParseShardIndex). Anything else is rebuilt by a scan.
 //
 // Cached form (text, one line per entry; '#' lines are comments):
-//   nearprep-shard-index 2
+//   nearprep-shard-index 3
 //   format tfrecord|tar
 //   shard_bytes N
 //   shard_mtime_ns N
@@ -16,14 +16,24 @@
 //   options <the IndexOptions fingerprint>
 //   damage OFFSET MESSAGE...            (only when the scan stopped early)
 //   entries N
-//   RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES CRC|- LABEL|- KEY|- [ERROR...]
+//   RECORD_OFFSET RECORD_BYTES PAYLOAD_OFFSET PAYLOAD_BYTES CLS_OFFSET|- CLS_BYTES|- CRC|- LABEL|- KEY|- [ERROR...]
 //   checksum HEX                        (CRC-32C of every byte before this line)
 // KEY is the tar sample key, percent-escaped (bytes <= 0x20, '%' and
 // >= 0x7f as %XX), or '-'. PAYLOAD_OFFSET is absolute in the shard. CRC is
 // a TFRecord record's masked data CRC (its footer, 8 hex digits), checked
-// against the record read at serve time, '-' for tar. ERROR, when present,
-// is the message of the DATA_LOSS the sample fails with. Version 1 indexes
-// (no binding) are rebuilt.
+// against the record read at serve time, '-' for tar. CLS_OFFSET and
+// CLS_BYTES (tar only, else '-'): where the sample's .cls member's data is,
+// the label's source, read again when the sample is served
+// (records::CheckTarLabel); a tar entry without ERROR has them exactly when
+// it has a LABEL, at a 512-byte tar block, 1..kMaxClassLabelBytes bytes, not
+// inside the image, and each sample's image and .cls lie after the
+// previous sample's. ERROR, when present, is the message of the DATA_LOSS
+// the sample fails with.
+// Version 2 (the same without CLS_OFFSET and CLS_BYTES) is still parsed and
+// written back as it is: a TFRecord index of version 2 holds all the
+// read-time checks need and is used; a tar one cannot have its labels
+// checked, so IndexMismatch refuses it and it is rebuilt. Version 1
+// indexes (no binding) are not parsed (rebuilt).
 // DALI's tfrecord2idx index ("OFFSET SIZE" per record) is read to skip the
 // framing scan when a FILE.idx sits beside a TFRecord shard: the records
 // are still parsed and their CRCs checked.
@@ -53,6 +63,9 @@ struct IndexOptions {
   std::string Fingerprint() const;
 };
 
+// The version SerializeShardIndex writes for a built index.
+inline constexpr int kShardIndexVersion = 3;
+
 struct IndexEntry {
   uint64_t record_offset = 0;  // TFRecord: header start; tar: image data.
   uint64_t record_bytes = 0;   // TFRecord: header + data + footer.
@@ -64,11 +77,17 @@ struct IndexEntry {
   // CRC was good at indexing.
   bool has_data_crc = false;
   uint32_t data_crc = 0;
+  // Tar (version 3): the .cls member's data, where the label came from
+  // (cls_bytes 0: no .cls).
+  uint64_t cls_offset = 0;
+  uint64_t cls_bytes = 0;
   std::string key;    // Tar: the WebDataset key.
   std::string error;  // Non-empty: the sample fails with DATA_LOSS(error).
 };
 
 struct ShardIndex {
+  // 2 or 3 (kShardIndexVersion): what the text was; written back the same.
+  int version = kShardIndexVersion;
   std::string format;
   uint64_t shard_bytes = 0;
   int64_t shard_mtime_ns = 0;
@@ -117,12 +136,14 @@ std::string SerializeShardIndex(const ShardIndex& index);
 // an entry outside the shard, over kMaxIndexedRecordBytes, out of file order
 // or overlapping the previous one, a TFRecord entry whose payload is not
 // inside its record or that does not start where the previous record ends
-// (a dropped or swapped entry), or records that do not reach the shard's
-// end (or the damage).
+// (a dropped or swapped entry), records that do not reach the shard's end
+// (or the damage), a .cls place that breaks the rules above, or a version
+// other than 2 or 3.
 absl::StatusOr<ShardIndex> ParseShardIndex(const std::string& text);
 
-// Why a cached index does not describe the shard (size, mtime, options),
-// empty when it still does. The shard's bytes (shard_check) are compared by
+// Why a cached index does not describe the shard (size, mtime, options, a
+// tar index of version 2, whose labels cannot be checked when read), empty
+// when it still does. The shard's bytes (shard_check) are compared by
 // the caller, which can read them.
 std::string IndexMismatch(const ShardIndex& index, uint64_t shard_bytes,
                           int64_t shard_mtime_ns, const IndexOptions& options);

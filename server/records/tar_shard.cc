@@ -208,11 +208,14 @@ std::vector<TarSample> GroupWebDataset(
       continue;
     }
     if (cls != nullptr) {
+      s.has_cls = true;
       s.cls_offset = cls->data_offset;
+      s.cls_size = cls->size;
       std::string text;
-      absl::Status st = cls->size > 64
-                            ? absl::InvalidArgumentError(
-                                  "class label member is over 64 bytes")
+      absl::Status st = cls->size > kMaxClassLabelBytes
+                            ? absl::InvalidArgumentError(absl::StrCat(
+                                  "class label member is over ",
+                                  kMaxClassLabelBytes, " bytes"))
                             : read_cls(cls->data_offset, cls->size, &text);
       absl::StatusOr<int64_t> label =
           st.ok() ? ParseClassLabel(text) : absl::StatusOr<int64_t>(st);
@@ -229,6 +232,55 @@ std::vector<TarSample> GroupWebDataset(
     i = j;
   }
   return out;
+}
+
+absl::Status CheckTarLabel(const TarLabelClaim& claim, const uint8_t* have,
+                           uint64_t have_offset, uint64_t have_bytes,
+                           const RangeReader& read, bool* index_does_not_hold) {
+  *index_does_not_hold = false;
+  const auto at = [&](absl::StatusCode code, absl::string_view what) {
+    return absl::Status(code, absl::StrCat(claim.shard, " offset ",
+                                           claim.cls_offset, ": ", what));
+  };
+  const uint64_t off = claim.cls_offset, n = claim.cls_bytes;
+  const uint64_t page = off / kTarLabelReadBytes * kTarLabelReadBytes;
+  if (n == 0 || n > kMaxClassLabelBytes ||
+      off + n - page > kTarLabelReadBytes) {
+    // The index parser refuses such an entry; never read past the page.
+    return at(absl::StatusCode::kDataLoss, "not a .cls member's place");
+  }
+  std::string text;
+  if (have != nullptr && off >= have_offset && n <= have_bytes &&
+      off - have_offset <= have_bytes - n) {
+    text.assign(reinterpret_cast<const char*>(have) + (off - have_offset), n);
+  } else {
+    alignas(kTarLabelReadBytes) uint8_t buf[kTarLabelReadBytes];
+    absl::StatusOr<size_t> got = read(page, sizeof(buf), buf);
+    if (!got.ok()) {
+      return at(got.status().code(),
+                absl::StrCat("reading the .cls member: ", got.status().message()));
+    }
+    if (*got < off + n - page) {
+      return at(absl::StatusCode::kDataLoss,
+                "the .cls member is cut short (the shard shrank since it "
+                "was indexed)");
+    }
+    text.assign(reinterpret_cast<const char*>(buf) + (off - page), n);
+  }
+  absl::StatusOr<int64_t> parsed = ParseClassLabel(text);
+  if (parsed.ok() && *parsed + claim.label_offset == claim.label) {
+    return absl::OkStatus();
+  }
+  *index_does_not_hold = true;
+  return at(absl::StatusCode::kDataLoss,
+            absl::StrCat(
+                "the index does not hold for this sample (index: label ",
+                claim.label, "; .cls: ",
+                parsed.ok() ? absl::StrCat("label ", *parsed + claim.label_offset)
+                            : std::string(parsed.status().message()),
+                "): the index was edited or the shard rewritten; none of it "
+                "is trusted until the daemon re-indexes it (delete the index, "
+                "restart)"));
 }
 
 }  // namespace nearprep::records

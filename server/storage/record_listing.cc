@@ -179,6 +179,9 @@ absl::Status ListRecordShards(const Storage& storage,
         sample.record_bytes = e.record_bytes;
         sample.has_data_crc = e.has_data_crc;
         sample.data_crc = e.data_crc;
+      } else {
+        sample.cls_offset = e.cls_offset;
+        sample.cls_bytes = e.cls_bytes;
       }
       sample.error = e.error;
       if (sample.error.empty() && e.has_label) {

@@ -104,6 +104,11 @@ struct ListedSample {
   // the record read at serve time must still have.
   bool has_data_crc = false;
   uint32_t data_crc = 0;
+  // tar: the sample's .cls member's data, where its label came from
+  // (cls_bytes 0: no .cls), which the label served must still match when
+  // the sample is read (records::CheckTarLabel).
+  uint64_t cls_offset = 0;
+  uint64_t cls_bytes = 0;
   // Non-empty: the sample is known bad; reading it fails with DATA_LOSS
   // and this message (it names the shard and offset).
   std::string error;

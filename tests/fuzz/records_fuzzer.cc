@@ -106,6 +106,23 @@ int FuzzRecords(const uint8_t* data, size_t size) {
                     e.record_bytes <= index->shard_bytes - e.record_offset &&
                     e.record_bytes <= records::kMaxIndexedRecordBytes,
                 "index record outside its shard or over the record limit");
+      if (e.cls_bytes != 0) {
+        CHECK_REC(e.cls_offset <= index->shard_bytes &&
+                      e.cls_bytes <= index->shard_bytes - e.cls_offset &&
+                      e.cls_bytes <= records::kMaxClassLabelBytes &&
+                      e.cls_offset % 512 == 0,
+                  "index .cls place outside its shard or not a .cls");
+        // The read-time check over the fuzz input as the shard: any answer,
+        // no crash, never a read past the page that holds the .cls.
+        records::TarLabelClaim claim;
+        claim.shard = "fuzz";
+        claim.cls_offset = e.cls_offset;
+        claim.cls_bytes = e.cls_bytes;
+        claim.label = e.label;
+        bool changed = false;
+        (void)records::CheckTarLabel(claim, data, 0, size, Reader(data, size), &changed);
+        (void)records::CheckTarLabel(claim, nullptr, 0, 0, Reader(data, size), &changed);
+      }
     }
     CountOutcome(kTarget, "index:parsed");
   }
@@ -181,6 +198,8 @@ std::vector<std::vector<uint8_t>> RecordSeeds() {
   e.key = "a/x";
   e.has_label = true;
   e.label = 7;
+  e.cls_offset = 1536;  // version 3: where the .cls is
+  e.cls_bytes = 2;
   index.entries.push_back(e);
   const std::string text = records::SerializeShardIndex(index);
   seeds.emplace_back(text.begin(), text.end());

@@ -115,7 +115,7 @@ def test_index_is_cached_and_revalidated(served, tmp_path):
     idx = sorted(glob.glob(str(tmp / "tf" / "*.nearprep-index")))
     assert len(idx) == 6
     text = open(idx[0]).read()
-    assert text.startswith("nearprep-shard-index 2\nformat tfrecord\n")
+    assert text.startswith("nearprep-shard-index 3\nformat tfrecord\n")
     # Bound to its shard, with its own checksum last (issue 23 item 6).
     assert "\nshard_check crc32c:" in text
     assert text.split("\n")[-2].startswith("checksum ")

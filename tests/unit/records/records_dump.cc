@@ -57,11 +57,14 @@ int main(int argc, char** argv) {
         },
         &without_image);
     for (const auto& s : samples) {
-      std::printf("sample %s %llu %llu %s %s\n", s.key.c_str(),
+      std::printf("sample %s %llu %llu %s %s %s\n", s.key.c_str(),
                   static_cast<unsigned long long>(s.image_offset),
                   static_cast<unsigned long long>(s.image_size),
                   s.has_label ? std::to_string(s.label).c_str() : "-",
-                  s.status.ok() ? "OK" : "ERROR");
+                  s.status.ok() ? "OK" : "ERROR",
+                  s.has_cls ? (std::to_string(s.cls_offset) + " " +
+                               std::to_string(s.cls_size)).c_str()
+                            : "- -");
     }
     std::printf("without_image %llu\n",
                 static_cast<unsigned long long>(without_image));

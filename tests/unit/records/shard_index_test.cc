@@ -107,10 +107,13 @@ TEST(ShardIndexTest, SerializesAndParsesBack) {
   e.record_bytes = e.payload_bytes = 3000;
   e.has_label = true;
   e.label = -7;
+  e.cls_offset = 4096;  // the .cls after the image's padding and header
+  e.cls_bytes = 3;
   e.key = "caf\xc3\xa9 dir/50% off\x01";
   index.entries.push_back(e);
   e.key = "-";
   e.has_label = false;
+  e.cls_offset = e.cls_bytes = 0;
   e.error = "t.tar: sample: .cls is not a decimal integer";
   index.entries.push_back(e);
   const std::string text = SerializeShardIndex(index);
@@ -122,6 +125,11 @@ TEST(ShardIndexTest, SerializesAndParsesBack) {
   EXPECT_EQ(back->entries[1].error, index.entries[1].error);
   EXPECT_EQ(back->damage, index.damage);
   EXPECT_EQ(back->entries[0].label, -7);
+  EXPECT_EQ(back->entries[0].cls_offset, 4096u);
+  EXPECT_EQ(back->entries[0].cls_bytes, 3u);
+  EXPECT_EQ(back->version, 3);
+  EXPECT_EQ(text.rfind("nearprep-shard-index 3\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\n512 3000 512 3000 4096 3 - -7 "), std::string::npos) << text;
   EXPECT_FALSE(back->entries[1].has_label);
 }
 
@@ -143,11 +151,11 @@ TEST(ShardIndexTest, KeysKeepTheirEscapedBytes) {
   e.error = "bad .cls";
   index.entries.push_back(e);
   const std::string text = SerializeShardIndex(index);
-  EXPECT_NE(text.find("\n0 5 0 5 - - a;b=c%20d%25%7F%C3%A9\n"
-                      "512 5 512 5 - - %2D\n"
-                      "1024 5 1024 5 - - -\n"
-                      "1536 5 1536 5 - - --\n"
-                      "2048 5 2048 5 - - k bad%20.cls\n"),
+  EXPECT_NE(text.find("\n0 5 0 5 - - - - a;b=c%20d%25%7F%C3%A9\n"
+                      "512 5 512 5 - - - - %2D\n"
+                      "1024 5 1024 5 - - - - -\n"
+                      "1536 5 1536 5 - - - - --\n"
+                      "2048 5 2048 5 - - - - k bad%20.cls\n"),
             std::string::npos)
       << text;
   auto back = ParseShardIndex(text);
@@ -271,8 +279,8 @@ TEST(ShardIndexBindingTest, ForgedLabelFailsTheIndexChecksum) {
   std::vector<std::string> lines = Lines(text);
   const size_t l = EntryLine(lines, 2);
   std::vector<std::string> f = absl::StrSplit(lines[l], ' ');
-  ASSERT_EQ(f[5], "2");
-  f[5] = "999";  // the forged label
+  ASSERT_EQ(f[7], "2");
+  f[7] = "999";  // the forged label
   lines[l] = absl::StrJoin(f, " ");
   auto r = ParseShardIndex(absl::StrJoin(lines, "\n"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
