@@ -177,5 +177,42 @@ def test_memory_request_covers_the_daemons_bound():
     assert _bytes(c["resources"]["limits"]["memory"]) >= request
 
 
+def _flag(args, name):
+    return args[args.index(name) + 1]
+
+
+def test_trainer_job_reads_the_daemonsets_headless_service():
+    """deploy/k8s/trainer-job.yaml: the trainers' --targets-dns is the
+    headless Service of the DaemonSet (its name, a namespace, its gRPC port),
+    and that Service selects the DaemonSet's pods and publishes only ready
+    ones (a pod that is not ready is not in the DNS answer)."""
+    docs = [d for _, d in _documents()]
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    svc = next(d for d in docs if d["kind"] == "Service")
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert not svc["spec"].get("publishNotReadyAddresses", False)
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    args = c["args"]
+    name, port = _flag(args, "--targets-dns").rsplit(":", 1)
+    labels_ = name.split(".")
+    assert labels_[0] == svc["metadata"]["name"] and labels_[2:] == ["svc", "cluster", "local"]
+    grpc = next(p for p in svc["spec"]["ports"] if p["name"] == "grpc")
+    assert int(port) == grpc["port"]
+    # The DaemonSet's config serves the dataset the trainers ask for.
+    _, config = _daemonset_and_config()
+    assert _flag(args, "--dataset") in {d["name"] for d in config["datasets"]}
+    # One trainer rank per pod: the Job's completion index.
+    trainers = int(_flag(args, "--trainers"))
+    assert job["spec"]["completions"] == trainers and job["spec"]["completionMode"] == "Indexed"
+    rank = _flag(args, "--trainer")
+    env = {e["name"]: e for e in c["env"]}
+    assert rank.startswith("$(") and rank[2:-1] in env
+    assert "job-completion-index" in env[rank[2:-1]]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert int(_flag(args, "--global-batch")) % trainers == 0
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

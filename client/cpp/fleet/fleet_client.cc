@@ -29,6 +29,11 @@ struct Node {
   int64_t placement_version = -1;  // DatasetInfo.placement_version; -1: not probed
   std::string last_error;  // why it is dead (the last failed probe or request)
   bool probing = false;    // its probe loop (ProbeLoop) runs
+  // Membership (fleet_client.h): left the node set (never probed, never
+  // assigned, until it is back); added and not probed yet (its probe loop
+  // probes at once).
+  bool removed = false;
+  bool probe_soon = false;
 };
 
 struct Item {
@@ -221,7 +226,7 @@ struct FleetClient::Impl {
   void Probe(size_t i, bool check_mix = true, bool initial = false) {
     absl::StatusOr<std::vector<v1::DatasetInfo>> infos = ClientOf(i).ListDatasets();
     MutexLock lock(&mu);
-    if (closing) return;
+    if (closing || nodes[i].removed) return;
     Node& n = nodes[i];
     const bool was_alive = n.alive;
     std::string why;
@@ -274,7 +279,7 @@ struct FleetClient::Impl {
   void StartProbes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (closing) return;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i].alive || nodes[i].probing) continue;
+      if (nodes[i].alive || nodes[i].probing || nodes[i].removed) continue;
       // A previous loop of this node has set probing = false under mu:
       // it has returned or is about to, holding nothing.
       if (probers[i].joinable()) probers[i].join();
@@ -292,7 +297,10 @@ struct FleetClient::Impl {
       {
         MutexLock lock(&mu);
         const Clock::time_point next =
-            Clock::now() + std::max(o.probe_interval, std::chrono::milliseconds(10));
+            nodes[i].probe_soon
+                ? Clock::now()
+                : Clock::now() + std::max(o.probe_interval, std::chrono::milliseconds(10));
+        nodes[i].probe_soon = false;
         while (!closing && !closing_cv.WaitUntil(&mu, next)) {
         }
         if (closing) {
@@ -302,7 +310,7 @@ struct FleetClient::Impl {
       }
       Probe(i);
       MutexLock lock(&mu);
-      if (nodes[i].alive || closing) {
+      if (nodes[i].alive || closing || nodes[i].removed) {
         nodes[i].probing = false;
         return;
       }
@@ -451,7 +459,97 @@ struct FleetClient::Impl {
     }
   }
 
+  // The membership's node set generation last applied (0: none).
+  uint64_t membership_generation ABSL_GUARDED_BY(mu) = 0;
+
+  // Takes the membership's latest node set (between batches: at the start
+  // of each Run): nodes that left are removed like dead ones, nodes that
+  // appeared (or came back) are added dead and probed at once, so the
+  // rejoin path makes them live. Requests in flight stay where they are.
+  void ApplyMembership() {
+    if (!o.membership) return;
+    const Membership::Snapshot now = o.membership->Current();
+    std::vector<std::string> events;
+    {
+      MutexLock lock(&mu);
+      if (now.generation == membership_generation || closing) return;
+      membership_generation = now.generation;
+      const std::set<std::string> want(now.targets.begin(), now.targets.end());
+      std::set<std::string> known;
+      for (Node& n : nodes) {
+        known.insert(n.target);
+        const bool in = want.count(n.target) > 0;
+        if (!in && !n.removed) {
+          n.removed = true;
+          n.alive = false;
+          n.dead_since = Clock::now();
+          n.last_error = "removed from " + o.membership->Describe();
+          events.push_back(absl::StrCat("node ", n.target, " removed by membership (",
+                                        o.membership->Describe(), "): treated as dead"));
+        } else if (in && n.removed) {
+          n.removed = false;
+          n.probe_soon = true;
+          events.push_back(absl::StrCat("node ", n.target, " added by membership (",
+                                        o.membership->Describe(), "): probing it"));
+        }
+      }
+      for (const std::string& t : want) {
+        if (known.count(t)) continue;
+        if (nodes.size() >= kMaxFleetNodes) {
+          events.push_back(absl::StrCat("node ", t, " not added: the client knows ",
+                                        kMaxFleetNodes, " nodes already"));
+          continue;
+        }
+        // No reallocation (reserved in Create): TargetOf / ClientOf read
+        // the other nodes without mu meanwhile.
+        Node n;
+        n.target = t;
+        n.client = std::make_unique<Client>(NodeClientOptions(t));
+        n.dead_since = Clock::now();
+        n.last_error = "added, not probed yet";
+        n.probe_soon = true;
+        nodes.push_back(std::move(n));
+        probers.resize(nodes.size());
+        events.push_back(absl::StrCat("node ", t, " added by membership (",
+                                      o.membership->Describe(), "): probing it"));
+      }
+      StartProbes();
+    }
+    for (const std::string& e : events) Event(e);
+  }
+
+  // The ClientOptions of the node at `target`.
+  ClientOptions NodeClientOptions(const std::string& target) const {
+    ClientOptions co;
+    co.target = target;
+    const ClientOptions& cred = o.credentials;
+    co.tls_root_ca_file = cred.tls_root_ca_file;
+    co.tls_client_cert_file = cred.tls_client_cert_file;
+    co.tls_client_key_file = cred.tls_client_key_file;
+    co.tls_target_name_override = cred.tls_target_name_override;
+    co.bearer_token_file = cred.bearer_token_file;
+    co.bearer_token = cred.bearer_token;
+    co.reconnect_deadline = std::chrono::milliseconds(0);  // fail over instead
+    co.keepalive_time = o.keepalive_time;
+    co.keepalive_timeout = o.keepalive_timeout;
+    co.rpc_timeout = std::chrono::milliseconds(5000);
+    // gRPC's reconnect backoff to a node that refused (down at start, or
+    // killed) grows to this at most: a node that comes back answers a probe
+    // within about a second, as with the Python client.
+    co.max_backoff = std::chrono::milliseconds(1000);
+    // A node answers at most a trainer's slice of a global batch per request,
+    // in messages of at most response_batch (else 256) samples: a message
+    // larger than that request allows is refused when received
+    // (RESOURCE_EXHAUSTED: fail over) before it is parsed or copied.
+    const uint64_t slice = o.plan.global_batch / std::max<uint32_t>(1, o.trainers);
+    const uint64_t per_message = o.response_batch > 0 ? o.response_batch : 256;
+    co.max_receive_message_bytes =
+        MaxBatchMessageBytes(o.request, std::max<uint64_t>(1, std::min(slice, per_message)));
+    return co;
+  }
+
   absl::StatusOr<FleetBatch> Run(uint64_t epoch, uint64_t g) {
+    ApplyMembership();
     std::shared_ptr<fleet::GlobalPlan> plan = Plan(epoch);
     if (!plan) return absl::InvalidArgumentError("epoch: outside the fleet plan's range");
     const auto [lo, hi] = plan->Slice(g, o.rank, o.trainers);
@@ -570,40 +668,30 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
     return absl::InvalidArgumentError(
         absl::StrCat("rank: must be < trainers = ", o.trainers, ", got ", o.rank));
   }
+  if (o.membership) {
+    if (!o.targets.empty()) {
+      return absl::InvalidArgumentError("targets: give a target list or a membership, not both");
+    }
+  }
+  // One snapshot: the targets and their generation.
+  const Membership::Snapshot first =
+      o.membership ? o.membership->Current() : Membership::Snapshot{};
+  if (o.membership) o.targets = first.targets;
   if (o.targets.empty()) return absl::InvalidArgumentError("targets: at least one is needed");
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(o);
-  for (const std::string& t : impl->o.targets) {
-    ClientOptions co;
-    co.target = t;
-    const ClientOptions& cred = impl->o.credentials;
-    co.tls_root_ca_file = cred.tls_root_ca_file;
-    co.tls_client_cert_file = cred.tls_client_cert_file;
-    co.tls_client_key_file = cred.tls_client_key_file;
-    co.tls_target_name_override = cred.tls_target_name_override;
-    co.bearer_token_file = cred.bearer_token_file;
-    co.bearer_token = cred.bearer_token;
-    co.reconnect_deadline = std::chrono::milliseconds(0);  // fail over instead
-    co.keepalive_time = impl->o.keepalive_time;
-    co.keepalive_timeout = impl->o.keepalive_timeout;
-    co.rpc_timeout = std::chrono::milliseconds(5000);
-    // gRPC's reconnect backoff to a node that refused (down at start, or
-    // killed) grows to this at most: a node that comes back answers a probe
-    // within about a second, as with the Python client.
-    co.max_backoff = std::chrono::milliseconds(1000);
-    // A node answers at most a trainer's slice of a global batch per request,
-    // in messages of at most response_batch (else 256) samples: a message
-    // larger than that request allows is refused when received
-    // (RESOURCE_EXHAUSTED: fail over) before it is parsed or copied.
-    {
-      const uint64_t slice = impl->o.plan.global_batch / std::max<uint32_t>(1, impl->o.trainers);
-      const uint64_t per_message = impl->o.response_batch > 0 ? impl->o.response_batch : 256;
-      co.max_receive_message_bytes = MaxBatchMessageBytes(
-          impl->o.request, std::max<uint64_t>(1, std::min(slice, per_message)));
+  {
+    MutexLock lock(&impl->mu);
+    if (impl->o.membership) {
+      impl->membership_generation = first.generation;
+      // Never reallocated (ApplyMembership): see there.
+      impl->nodes.reserve(std::max(kMaxFleetNodes, impl->o.targets.size()));
     }
+  }
+  for (const std::string& t : impl->o.targets) {
     Node n;
     n.target = t;
-    n.client = std::make_unique<Client>(co);
+    n.client = std::make_unique<Client>(impl->NodeClientOptions(t));
     MutexLock lock(&impl->mu);
     impl->nodes.push_back(std::move(n));
   }

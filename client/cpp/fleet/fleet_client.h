@@ -47,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/cpp/fleet/membership.h"
 #include "nearprep/client.h"
 #include "nearprep/v1/nearprep.pb.h"
 #include "server/fleet/global_plan.h"
@@ -56,6 +57,16 @@ namespace nearprep {
 
 struct FleetClientOptions {
   std::vector<std::string> targets;  // host:port each
+  // Instead of `targets` (leave it empty): the node set from a DNS name or a
+  // targets file, followed as it changes (membership.h). At the start of
+  // each global batch the client takes the latest set: a node that left is
+  // removed (no new request; it is treated as dead and no longer probed),
+  // a node that appeared is added (probed at once, used once it answers
+  // with the plan's manifest), through the dead-node and rejoin paths.
+  // A node is its "HOST:PORT" string (docs/operations.md, "Fleet
+  // membership"). At most kMaxFleetNodes distinct nodes over the client's
+  // life.
+  std::shared_ptr<Membership> membership;
   std::string dataset;
   fleet::Manifest manifest;
   // epoch is set per call; plan.version selects the algorithm (2: at most
@@ -128,6 +139,11 @@ inline constexpr int kFleetSameNodeRetries = 2;
 FleetAction FleetStatusAction(absl::StatusCode code);
 // "retry", "fail over" or "raise": the docs table's words.
 const char* FleetActionName(FleetAction action);
+
+// The most distinct nodes a FleetClient with a membership can know (the
+// node table is allocated once, so that a node added never moves the
+// others while requests read them).
+inline constexpr size_t kMaxFleetNodes = 4096;
 
 class FleetClient {
  public:

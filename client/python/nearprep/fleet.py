@@ -81,7 +81,14 @@ the same on both paths, byte for byte: `images` is a new array the client
 owns (stacked from the received batches), never a view of a receive buffer.
 
 Discovery: `targets` is a list of "host:port", or one "dns:NAME:PORT" that
-resolves to every node (a Kubernetes headless Service: deploy/k8s).
+resolves to every node (a Kubernetes headless Service: deploy/k8s), once.
+Membership (nearprep.fleet_membership; targets=None): targets_dns=
+"NAME:PORT" (resolved again every membership_interval s, default 30) or
+targets_file=PATH (one host:port per line, # comments; read again every
+membership_interval s, default 1); at each batch start the client takes the
+latest set: nodes that left are removed as dead ones, nodes that appeared
+are probed at once and used once live (docs/operations.md, "Fleet
+membership").
 
 Thread-safety: one FleetClient per trainer; iterate from one thread.
 on_event may be called from the client's pool threads (a background probe,
@@ -108,6 +115,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
+from nearprep import fleet_membership as _fm
 from nearprep import fleet_plan as fp
 from nearprep import transport as _transport
 from nearprep.client import CREDENTIAL_ARGS, Client, _at_exit
@@ -161,6 +169,9 @@ SAME_NODE_RETRIES = 2
 # Hedged requests (FleetClient(hedge=...)): the latencies kept per node (the
 # last HEDGE_WINDOW node requests) for its latency percentile.
 HEDGE_WINDOW = 64
+# Probe threads a FleetClient with a membership may start (one per dead node
+# being probed; the pool starts them as needed).
+MEMBERSHIP_POOL = 256
 
 
 def status_action(code_name) -> str:
@@ -330,6 +341,11 @@ class _Node:
         self.last_error = ""
         self.placement_version = None  # DatasetInfo.placement_version, once probed
         self.probing = False  # its probe loop (_probe_loop) runs; under the client's _lock
+        # Membership (FleetClient._apply_membership): left the node set (not
+        # probed, not assigned, until it is back); added and not probed yet
+        # (its probe loop probes at once).
+        self.removed = False
+        self.probe_soon = False
 
 
 def _probe_loop(client_ref, node, closing, interval):
@@ -339,8 +355,11 @@ def _probe_loop(client_ref, node, closing, interval):
     request on), or close() (which sets `closing` and cancels the probe in
     flight), or the client is gone."""
     done = False
+    wait = 0.0 if node.probe_soon else interval  # a node membership added: at once
+    node.probe_soon = False
     try:
-        while not closing.wait(interval):
+        while not closing.wait(wait):
+            wait = interval
             fc = client_ref()
             if fc is None:
                 return
@@ -350,7 +369,7 @@ def _probe_loop(client_ref, node, closing, interval):
                 with fc._lock:
                     node.last_error = f"{type(e).__name__}: {e}"
             with fc._lock:
-                if node.alive or fc._closed:
+                if node.alive or fc._closed or node.removed:
                     # Under the lock that _mark_dead takes: a node marked
                     # dead from now on gets a new loop.
                     node.probing, done = False, True
@@ -385,6 +404,10 @@ class FleetClient:
     latencies (at least hedge_min s, once it has hedge_samples of them) is
     also sent to the next replica (module docstring).
 
+    targets_dns / targets_file / membership_interval: the node set from a
+    membership instead of `targets` (pass targets=None, or pass a
+    nearprep.fleet_membership.Membership as targets; module docstring).
+
     verify_fraction: in [0, 1] (default 0: off), the share of positions
     (those with verify_score(seed, epoch, position) below it) also fetched
     from a second replica and compared (module docstring).
@@ -399,7 +422,8 @@ class FleetClient:
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
                  slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
-                 verify_fraction=0.0, **request_kw):
+                 verify_fraction=0.0, targets_dns=None, targets_file=None,
+                 membership_interval=None, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
@@ -451,7 +475,19 @@ class FleetClient:
         self.hedge = None if hedge is None else float(hedge)
         self.hedge_min = float(hedge_min)
         self.hedge_samples = hedge_samples
-        self._targets = discover(targets)
+        # Membership (nearprep.fleet_membership): the node set from a DNS
+        # name or a targets file, followed between batches (_apply_membership).
+        # targets may also be a ready fleet_membership.Membership.
+        self._membership = _fm.make_membership(targets_dns, targets_file, membership_interval,
+                                                on_event=self.on_event)
+        if isinstance(targets, _fm.Membership) and self._membership is None:
+            self._membership, targets = targets, None
+        if self._membership is not None and targets is not None:
+            self._membership.close()
+            raise ValueError("targets: give a target list or targets_dns / targets_file, "
+                             "not both")
+        self._membership_generation, self._targets = (
+            self._membership.current() if self._membership else (0, discover(targets)))
         self._own_client = client is None
         # TLS and token keywords (nearprep.client.CREDENTIAL_ARGS) reach every node alike.
         creds = {k: request_kw.pop(k) for k in CREDENTIAL_ARGS if k in request_kw}
@@ -510,8 +546,11 @@ class FleetClient:
         # Background probes of dead nodes (_probe_dead), at most one per node
         # in flight: a pool of their own, so that a probe waiting out a
         # black-holed node's rpc_timeout never holds up a request.
+        # (A membership may add nodes: room for them; threads start lazily.)
         self._probe_pool = _futures.ThreadPoolExecutor(
-            max_workers=len(self._targets), thread_name_prefix="nearprep-fleet-probe")
+            max_workers=len(self._targets) if self._membership is None
+            else max(len(self._targets), MEMBERSHIP_POOL),
+            thread_name_prefix="nearprep-fleet-probe")
         self._epoch = None
         self._next_batch = 0
         self.stats = {"requests": 0, "failovers": 0, "duplicates_dropped": 0,
@@ -593,7 +632,7 @@ class FleetClient:
             why = str(e)
         events = []
         with self._lock:
-            if self._closed:
+            if self._closed or node.removed:
                 return
             was_alive, old_why = node.alive, node.last_error
             if why is None:
@@ -672,13 +711,49 @@ class FleetClient:
         with self._lock:
             if self._closed:
                 return
-            due = [n for n in self._nodes.values() if not n.alive and not n.probing]
+            due = [n for n in self._nodes.values()
+                   if not n.alive and not n.probing and not n.removed]
             for n in due:
                 n.probing = True
                 # A weak reference: a loop keeps no dropped client alive
                 # (its __del__ closes it, which ends the loop).
                 self._probe_pool.submit(_probe_loop, weakref.ref(self), n, self._closing,
                                         max(self.probe_interval, 0.01))
+
+    def _apply_membership(self):
+        """Takes the membership's latest node set (between batches: at each
+        batch start): a node that left is removed like a dead one (no new
+        request, no probes), a node that appeared (or came back) is added
+        dead and probed at once, so the rejoin path makes it live. Requests
+        in flight stay where they are."""
+        if self._membership is None:
+            return
+        gen, targets = self._membership.current()
+        events, where = [], self._membership.describe
+        with self._lock:
+            if gen == self._membership_generation or self._closed:
+                return
+            self._membership_generation = gen
+            want = set(targets)
+            for t, n in self._nodes.items():
+                if t not in want and not n.removed:
+                    n.removed, n.alive = True, False
+                    n.last_error, n.dead_since = f"removed from {where}", time.monotonic()
+                    events.append(f"node {t} removed by membership ({where}): treated as dead")
+                elif t in want and n.removed:
+                    n.removed, n.probe_soon = False, True
+                    events.append(f"node {t} added by membership ({where}): probing it")
+            for t in targets:
+                if t not in self._nodes:
+                    n = _Node(t)
+                    n.probe_soon, n.last_error = True, "added, not probed yet"
+                    n.dead_since = time.monotonic()
+                    self._nodes[t] = n
+                    self._latency.setdefault(t, collections.deque(maxlen=HEDGE_WINDOW))
+                    events.append(f"node {t} added by membership ({where}): probing it")
+        for message in events:
+            self.on_event(message)
+        self._probe_dead()
 
     def live_nodes(self) -> List[str]:
         with self._lock:
@@ -829,6 +904,7 @@ class FleetClient:
         return out, orphans
 
     def _start_batch(self, plan, epoch, g):
+        self._apply_membership()  # nodes a membership added or removed
         self._probe_dead()  # (probe() may have found a node dead)
         lo, hi = plan.slice(g, self.rank, self.trainers)
         want = {}
@@ -1197,6 +1273,8 @@ class FleetClient:
             self._closed = True
             calls = list(self._calls)
         self._closing.set()
+        if getattr(self, "_membership", None) is not None:
+            self._membership.close()
         _live_clients.discard(self)
         for call in calls:
             call.cancel()

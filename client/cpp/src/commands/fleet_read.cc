@@ -1,4 +1,5 @@
-// `nearprep fleet-read --targets A,B,... --manifest M [plan flags]
+// `nearprep fleet-read --targets A,B,...|--targets-dns NAME:PORT|--targets-file PATH
+// --manifest M [plan flags]
 // [--trainers T --trainer k] [transform and output flags]`: reads trainer k's slices of a
 // fleet epoch with the C++ fleet client (client/cpp/fleet/fleet_client.h)
 // and prints "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE" lines.
@@ -17,9 +18,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "client/cpp/fleet/fleet_cli.h"
 #include "client/cpp/fleet/fleet_client.h"
+#include "client/cpp/fleet/membership.h"
 #include "client/cpp/src/commands/command.h"
 #include "client/cpp/src/request_flags.h"
 #include "server/fleet/global_plan.h"
@@ -41,6 +44,9 @@ class FleetReadCommand final : public Command {
 
  private:
   std::string targets_, manifest_;
+  // Membership (client/cpp/fleet/membership.h): instead of --targets.
+  std::string targets_dns_, targets_file_, dns_server_;
+  int membership_interval_ms_ = 0;
   PlanFlags plan_;  // --epoch: the epoch read
   uint64_t start_ = 0;
   int64_t stop_ = -1;
@@ -52,9 +58,28 @@ class FleetReadCommand final : public Command {
 };
 
 void FleetReadCommand::AddOptions(CLI::App* app) {
-  app->add_option("--targets", targets_, "host:port,host:port,...")
-      ->check(TargetValidator(/*list=*/true))
-      ->required();
+  CLI::Option* targets = app->add_option("--targets", targets_, "host:port,host:port,...")
+                             ->check(TargetValidator(/*list=*/true));
+  CLI::Option* dns =
+      app->add_option("--targets-dns", targets_dns_,
+                      "the nodes: every A/AAAA address of NAME (a Kubernetes headless "
+                      "Service), port PORT; resolved again every --membership-interval-ms")
+          ->type_name("NAME:PORT");
+  CLI::Option* file = app->add_option("--targets-file", targets_file_,
+                                      "the nodes: one host:port per line (# comments), read "
+                                      "again every --membership-interval-ms")
+                          ->type_name("PATH");
+  targets->excludes(dns)->excludes(file);
+  dns->excludes(file);
+  app->add_option("--membership-interval-ms", membership_interval_ms_,
+                  "how often --targets-dns is resolved / --targets-file read again "
+                  "(0: 30000 for DNS, 1000 for a file); changes apply between batches")
+      ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  app->add_option("--dns-server", dns_server_,
+                  "--targets-dns: ask this IPv4:PORT nameserver instead of /etc/resolv.conf's "
+                  "(a test hook)")
+      ->needs(dns);
   request_.dataset = "ds";
   request_.RegisterSampleFlags(app);
   app->get_option("--dataset")->required(false)->capture_default_str();
@@ -113,7 +138,34 @@ int FleetReadCommand::Run() {
   absl::StatusOr<v1::StreamBatchesRequest> req = request_.ToRequest();
   if (!req.ok()) return FleetFail(std::string(req.status().message()));
   FleetClientOptions o;
-  o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
+  if (!targets_dns_.empty() || !targets_file_.empty()) {
+    MembershipOptions mo;
+    mo.file = targets_file_;
+    mo.dns_server = dns_server_;
+    mo.interval = std::chrono::milliseconds(membership_interval_ms_);
+    if (!targets_dns_.empty()) {
+      const size_t colon = targets_dns_.rfind(':');
+      uint32_t port = 0;
+      if (colon == std::string::npos || colon == 0 ||
+          !absl::SimpleAtoi(targets_dns_.substr(colon + 1), &port) || port == 0 ||
+          port > 65535) {
+        return FleetFail("--targets-dns: expected NAME:PORT, got '" + targets_dns_ + "'");
+      }
+      mo.dns_name = targets_dns_.substr(0, colon);
+      mo.dns_port = static_cast<uint16_t>(port);
+    }
+    mo.on_event = [](const std::string& e) { std::fprintf(stderr, "event: %s\n", e.c_str()); };
+    absl::StatusOr<std::unique_ptr<Membership>> ms = Membership::Create(mo);
+    if (!ms.ok()) {
+      return FleetFail(std::string(targets_dns_.empty() ? "--targets-file: " : "--targets-dns: ") +
+                       std::string(ms.status().message()));
+    }
+    o.membership = std::move(*ms);
+  } else if (targets_.empty()) {
+    return FleetFail("give the nodes: --targets, --targets-dns or --targets-file");
+  } else {
+    o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
+  }
   o.dataset = request_.dataset;
   o.manifest = *m;
   o.plan = fleet::ResolveSlice(plan_.params, plan_.trainers);  // v2: L = 0 is G / T
