@@ -63,8 +63,8 @@ from nearprep.fleet import (HEDGE_WINDOW, choose, group_by_node, hedge_after,
 
 # Measured on this machine with the real daemon (bench/fleet/measure_service.py,
 # docs/benchmarks.md "Fleet simulator"): server CPU of one explicit-id request.
-PER_REQUEST_S = 150e-6
-PER_SAMPLE_S = 4.0e-3
+PER_REQUEST_S = 627e-6
+PER_SAMPLE_S = 1.525e-3
 
 
 def node_name(i):
@@ -103,13 +103,14 @@ class Node:
 
 
 class Sim:
-    def __init__(self, a, plan, parts_arr, sids_arr, holders, trainers_at, hedge, slow, kills,
-                 step, rng_seed):
+    def __init__(self, a, plan, holders, trainers_at, hedge, slow, kills, step, rng_seed):
         self.a, self.plan = a, plan
-        self.parts_arr, self.sids_arr = parts_arr, sids_arr
         self.holders = holders  # partition -> [node names], best score first
         self.trainers_at = trainers_at  # batch -> T
-        self.hedge = hedge
+        # hedge: None, or (percentile, pooled): pooled keeps one latency
+        # window per trainer over all nodes instead of FleetClient's one per
+        # node (a variant, not the client's logic).
+        self.hedge, self.pooled = (hedge if hedge is not None else (None, False))
         self.kills = kills  # [(time, [node index])]
         self.step = step
         self.rng = random.Random(rng_seed)
@@ -189,14 +190,16 @@ class Sim:
                     self.move_background(job)
 
     def move_background(self, job):
-        """Background trainers re-send a dead node's work to the partition's
-        next live replica (after a network round trip)."""
-        live = [h for h in self.holders[job.part] if h not in self.dead_global]
-        if not live:
-            self.stats["background_orphaned"] += 1
-            return
-        self.at(self.now + 2 * self.net(), self.arrive,
-                Job(live[0], job.work, part=job.part, batch=job.batch))
+        """Background trainers re-send a dead node's work to each
+        partition's next live replica (after a network round trip).
+        job.part: {partition: share of job.work}."""
+        for part, share in job.part.items():
+            live = [h for h in self.holders[part] if h not in self.dead_global]
+            if not live:
+                self.stats["background_orphaned"] += 1
+                continue
+            self.at(self.now + 2 * self.net(), self.arrive,
+                    Job(live[0], job.work * share, part={part: 1.0}, batch=job.batch))
 
     # -- sampled trainers (FleetClient's logic) -------------------------------
     def assign_for(self, tr):
@@ -235,7 +238,8 @@ class Sim:
                 self.stats["hedges"] += 1
             self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r))
             if self.hedge is not None and hedge_of is None:
-                after = hedge_after(tr["lat"][t], self.hedge, self.a.hedge_min,
+                after = hedge_after(tr["lat"]["*" if self.pooled else t], self.hedge,
+                                    self.a.hedge_min,
                                     self.a.hedge_samples)
                 if after is not None:
                     self.at(self.now + after, self.maybe_hedge, r)
@@ -262,7 +266,7 @@ class Sim:
             return
         filled = st["filled"]
         if ok:
-            tr["lat"][r.target].append(self.now - r.started)
+            tr["lat"]["*" if self.pooled else r.target].append(self.now - r.started)
             kept = 0
             for pos, _ in r.items:
                 if pos in filled:
@@ -307,12 +311,11 @@ class Sim:
                 self.at(g * self.step, self.issue, tr, g)
         for g, per_node in background.items():
             for name, parts in per_node.items():
-                for part, work in parts.items():
-                    k = max(1, min(a.bg_chunks, int(round(a.bg_chunks * work / max(
-                        1e-12, sum(parts.values()))))))
-                    for _ in range(k):
-                        self.at(g * self.step + self.net(), self.arrive,
-                                Job(name, work / k, part=part, batch=g))
+                total = sum(parts.values())
+                share = {part: w / total for part, w in parts.items()}
+                for _ in range(a.bg_chunks):
+                    self.at(g * self.step + self.net(), self.arrive,
+                            Job(name, total / a.bg_chunks, part=share, batch=g))
         for t, idx in self.kills:
             self.at(t, self.kill, idx)
         while self.heap:
@@ -346,28 +349,13 @@ def build_holders(a):
     return holders
 
 
-def plan_arrays(a, version, g_total, t_slice):
-    """(GlobalPlan, partition of each simulated position, sample id of each,
-    CPU seconds of plan.range over them)."""
+def make_plan(a, version, g_total, t_slice):
     c = a.nodes * a.partitions_per_node
     starts = [i * a.samples_per_partition for i in range(c + 1)]
     kw = dict(version=2, slice_partitions=a.k, slice_samples=t_slice) if version == 2 else {}
     params = fgp.PlanParams(seed=a.seed, epoch=0, block_samples=a.block, window=a.window,
                             global_batch=g_total, **kw)
-    plan = fgp.GlobalPlan(starts, params)
-    n = min(len(plan), a.batches * g_total)
-    t0 = time.process_time()
-    items = plan.range(0, n)
-    cpu = time.process_time() - t0
-    arr = np.array(items, dtype=np.int64).reshape(-1, 2)
-    sids, parts = arr[:, 0], arr[:, 1]
-    # Every simulated position is a distinct sample (the plan's exactly-once
-    # over the positions simulated; the whole epoch when --batches covers it).
-    assert len(np.unique(sids)) == n, "plan: a sample twice in the simulated positions"
-    if n == len(plan):
-        assert np.array_equal(np.sort(sids), np.arange(n)), "plan: epoch not a permutation"
-    # Fresh plan for the trainers (its caches warm as they go, as a client's).
-    return fgp.GlobalPlan(starts, params), parts, sids, cpu / max(n, 1)
+    return fgp.GlobalPlan(starts, params)
 
 
 def node_index(holders, dead, c):
@@ -379,59 +367,86 @@ def node_index(holders, dead, c):
     return out
 
 
-def scenario(a, name, version, parts, sids, plan, holders, plan_cpu, g_total, trainers_at,
-             slow, kill_at, kill_idx, hedge):
-    c = a.nodes * a.partitions_per_node
-    per_node_work = a.per_sample * g_total / (a.nodes * a.cores)
-    step = per_node_work / a.load
-    kill_time = kill_at * step if kill_idx else None
-    dead_names = {node_name(i) for i in kill_idx}
-    # Plan-level figures and background work, for all trainers of each batch.
+_BACKGROUND = {}
+
+
+def background(a, plan, holders, g_total, trainers_at, kill_time, dead_names, step, c):
+    """Plan-level figures (--bg-sample trainers' slices of each batch, the
+    plan computed for them) and the background work they stand for (scaled
+    to the T - sampled trainers not simulated in detail)."""
     nodes_per = []
     spr_req = spr_samples = 0
     bg = {}
     sampled_ranks = {}
+    plan_cpu = plan_pos = 0
+    seen = set()
     for g in range(a.batches):
         t = trainers_at[g]
-        lo, hi = g * g_total, min(len(parts), (g + 1) * g_total)
-        if lo >= hi:
+        if g * g_total >= len(plan):
             break
         per = g_total // t
         # Batches issued after the kill see the dead nodes (the background
         # trainers' view; sampled trainers discover them by failing).
         dead = dead_names if (kill_time is not None and g * step >= kill_time) else set()
         owner = node_index(holders, dead, c)
-        p = parts[lo:hi]
-        rows = np.arange(hi - lo) // per
+        b = min(a.bg_sample, t)
+        ranks_bg = sorted({(i * t) // b + (t // b) // 2 for i in range(b)})
+        t0 = time.process_time()
+        slices = [plan.range(*plan.slice(g, r, t)) for r in ranks_bg]
+        plan_cpu += time.process_time() - t0
+        lens = [len(x) for x in slices]
+        plan_pos += sum(lens)
+        flat = np.array([pt for x in slices for pt in x], dtype=np.int64).reshape(-1, 2)
+        sids = flat[:, 0].tolist()
+        assert len(set(sids)) == len(sids) and not seen.intersection(sids), \
+            "plan: a sample twice in the slices computed"
+        seen.update(sids)
+        p = flat[:, 1]
+        rows = np.repeat(np.arange(len(slices)), lens)
         nd = owner[p]
+        live = nd >= 0  # a partition whose replicas are all dead: nobody serves it
+        p, rows, nd = p[live], rows[live], nd[live]
         key = np.unique(rows * a.nodes + nd)
-        req_rows, req_nodes = key // a.nodes, key % a.nodes
-        nodes_per.append(np.bincount(req_rows, minlength=(hi - lo + per - 1) // per))
+        nodes_per.append(np.bincount(key // a.nodes, minlength=len(slices)))
         spr_req += len(key)
-        spr_samples += hi - lo
-        ranks = sorted({(i * t) // a.sampled for i in range(a.sampled)})
-        sampled_ranks[g] = ranks
-        mask = ~np.isin(rows, ranks)
-        keym = np.unique(rows[mask] * a.nodes + nd[mask])
-        nreq = np.bincount(keym % a.nodes, minlength=a.nodes)
+        spr_samples += len(p)
+        sampled_ranks[g] = sorted({(i * t) // a.sampled for i in range(a.sampled)})
+        scale = (t - len(sampled_ranks[g])) / len(slices)
+        nreq = np.bincount(key % a.nodes, minlength=a.nodes) * scale
         # work per (node, partition) of the background trainers
-        pk = np.unique(nd[mask] * c + p[mask], return_counts=True)
+        pk = np.unique(nd * c + p, return_counts=True)
         work = collections.defaultdict(dict)
         for (k, cnt) in zip(*pk):
             ni, part = int(k // c), int(k % c)
-            work[node_name(ni)][part] = cnt * a.per_sample
+            work[node_name(ni)][part] = cnt * scale * a.per_sample
         for ni in np.nonzero(nreq)[0]:
             d = work[node_name(int(ni))]
             share = nreq[ni] * a.per_request / len(d)
             for part in d:
                 d[part] += share
         bg[g] = work
+    return nodes_per, spr_req, spr_samples, bg, sampled_ranks, plan_cpu / max(plan_pos, 1)
+
+
+def scenario(a, name, version, plan, holders, g_total, trainers_at,
+             slow, kill_at, kill_idx, hedge):
+    c = a.nodes * a.partitions_per_node
+    per_node_work = a.per_sample * g_total / (a.nodes * a.cores)
+    step = per_node_work / a.load
+    kill_time = kill_at * step if kill_idx else None
+    dead_names = {node_name(i) for i in kill_idx}
+    key = (id(plan), name, tuple(kill_idx), tuple(sorted(trainers_at.items())))
+    if key not in _BACKGROUND:
+        _BACKGROUND.clear()
+        _BACKGROUND[key] = background(a, plan, holders, g_total, trainers_at, kill_time,
+                                      dead_names, step, c)
+    nodes_per, spr_req, spr_samples, bg, sampled_ranks, plan_cpu = _BACKGROUND[key]
     nb = len(bg)
     sampled = [{"rank_at": {g: sampled_ranks[g][i] for g in range(nb)}}
                for i in range(min(len(sampled_ranks[g]) for g in range(nb)))]
     a_local = argparse.Namespace(**vars(a))
     a_local.batches = nb
-    sim = Sim(a_local, plan, parts, sids, holders, trainers_at, hedge, slow,
+    sim = Sim(a_local, plan, holders, trainers_at, hedge, slow,
               [(kill_time, kill_idx)] if kill_idx else [], step, a.seed + version)
     t0 = time.process_time()
     sim.run(sampled, bg)
@@ -442,7 +457,8 @@ def scenario(a, name, version, parts, sids, plan, holders, plan_cpu, g_total, tr
     lat = np.array(sim.latencies) * 1000
     s = sim.stats
     return {
-        "scenario": name, "v": version, "hedge": "on" if hedge is not None else "off",
+        "scenario": name, "v": version,
+        "hedge": "off" if hedge is None else ("pooled" if hedge[1] else "per node"),
         "nodes/batch": f"{npb.mean():.1f} / {npb.max()}",
         "samples/req": f"{spr_samples / spr_req:.1f}",
         "req/s/node": f"{spr_req / nb / a.nodes / step:.0f}",
@@ -499,9 +515,14 @@ def main(argv=None):
     ap.add_argument("--net-sigma", type=float, default=0.5)
     ap.add_argument("--load", type=float, default=0.5,
                     help="nodes' CPU busy with per-sample work alone (sets the step)")
-    ap.add_argument("--bg-chunks", type=int, default=16)
+    ap.add_argument("--bg-chunks", type=int, default=8)
+    ap.add_argument("--bg-sample", type=int, default=256,
+                    help="trainers whose slices are computed to stand for the background")
     ap.add_argument("--hedge", type=float, default=0.95, help="hedging percentile when on")
     ap.add_argument("--hedge-min", type=float, default=0.0)
+    ap.add_argument("--pooled", action="store_true",
+                    help="also a row hedging on one latency window per trainer over all its "
+                         "nodes (a variant; FleetClient keeps one per node)")
     ap.add_argument("--hedge-samples", type=int, default=1)
     ap.add_argument("--slow-fraction", type=float, default=0.01)
     ap.add_argument("--slow-factor", type=float, default=10.0)
@@ -547,15 +568,15 @@ def main(argv=None):
         for v in versions:
             key = (v, g_total, g_total // t_before)
             if key not in plans:
-                plans[key] = plan_arrays(a, v, g_total, g_total // t_before)
-            plan, parts, sids, range_cpu = plans[key]
-            for hedge in (None, a.hedge):
-                r = scenario(a, name, v, parts, sids, plan, holders, range_cpu, g_total,
-                             trainers_at, slow, mid, kill_idx, hedge)
+                plans[key] = make_plan(a, v, g_total, g_total // t_before)
+            plan = plans[key]
+            modes = [None, (a.hedge, False)] + ([(a.hedge, True)] if a.pooled else [])
+            for hedge in modes:
+                r = scenario(a, name, v, plan, holders, g_total, trainers_at, slow, mid,
+                             kill_idx, hedge)
                 rows.append(r)
                 print(f"# {name} v{v} hedge {r['hedge']}: simulated in {r['_sim_cpu']:.1f} s CPU "
-                      f"(step {r['_step'] * 1000:.1f} ms; plan.range {range_cpu * 1e6:.2f} "
-                      f"us/position)", file=sys.stderr, flush=True)
+                      f"(step {r['_step'] * 1000:.1f} ms)", file=sys.stderr, flush=True)
         print(f"\n## {name}" + (f" (T {t_before} -> {t_after} at batch {a.batches // 2}, "
                                  f"G = {g_total})" if name == "tchange" else ""))
         print_table(rows)
