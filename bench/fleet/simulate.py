@@ -8,9 +8,9 @@ client request logic against simulated storage nodes, on a virtual clock.
 
 What is real and what is modelled:
 - The plan: nearprep.fleet_global_plan.GlobalPlan (v1 and v2, K = 4,
-  L = G / T), the same code the Python FleetClient runs. Every position of
-  the simulated global batches is computed (plan.range over all of them),
-  for all T trainers.
+  L = G / T), the same code the Python FleetClient runs, computed for every
+  position the sampled trainers read and for the slices of --bg-sample
+  (256) more trainers per global batch, which stand for the others.
 - A sampled trainer (--sampled of the T, evenly spaced ranks) builds its
   node requests with the FleetClient's own pure functions
   (nearprep.fleet.slice_items, group_by_node with choose() over the live
@@ -24,9 +24,9 @@ What is real and what is modelled:
   bench/fleet/measure_service.py); one-way network latency lognormal with
   median --net-ms. A killed node drops its queue and running requests (the
   trainer sees the reset one network latency later) and refuses new ones.
-- The other T - sampled trainers are background load: their requests
-  (counted exactly from the plan: one request per node per trainer batch,
-  the samples it carries) become node work, cut into --bg-chunks jobs per
+- The other T - sampled trainers are background load: the --bg-sample
+  trainers' requests (from the plan: one request per node per trainer
+  batch, the samples it carries), scaled to T - sampled, become node work, cut into --bg-chunks jobs per
   node and global batch arriving with the same network latency; when a
   node dies their unfinished work moves to the partition's next live
   replica. They do not hedge (their hedges' extra load is not modelled).
@@ -37,13 +37,13 @@ What is real and what is modelled:
   rendezvous score (as `nearprep placement`), served by the live one with
   the highest score (as the clients' choose()).
 
-Columns: nodes/trainer batch (mean, max; all trainers, from the plan),
+Columns: nodes/trainer batch (mean, max; the --bg-sample trainers),
 samples/request (mean), requests/s per node (mean), node load max/mean (CPU
 work served per node, nominal speed, over the simulated batches), batch
 latency p50/p99 (sampled trainers, ms, without and with hedging),
 delivered exactly once (every position of every sampled trainer batch
-filled once; misses; duplicates dropped), plan CPU per position (the
-sampled trainers' slice_items calls, Python).
+filled once; misses; duplicates dropped), plan CPU per position (Python
+plan.range over the --bg-sample trainers' slices).
 """
 
 import argparse
@@ -408,8 +408,9 @@ def background(a, plan, holders, g_total, trainers_at, kill_time, dead_names, st
         p, rows, nd = p[live], rows[live], nd[live]
         key = np.unique(rows * a.nodes + nd)
         nodes_per.append(np.bincount(key // a.nodes, minlength=len(slices)))
-        spr_req += len(key)
-        spr_samples += len(p)
+        # Scaled to all T trainers of the batch (requests/s per node).
+        spr_req += len(key) * t / len(slices)
+        spr_samples += len(p) * t / len(slices)
         sampled_ranks[g] = sorted({(i * t) // a.sampled for i in range(a.sampled)})
         scale = (t - len(sampled_ranks[g])) / len(slices)
         nreq = np.bincount(key % a.nodes, minlength=a.nodes) * scale
