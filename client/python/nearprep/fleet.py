@@ -272,6 +272,66 @@ def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
     return max(live_holders, key=lambda n: (rendezvous_score(n, partition), n))
 
 
+# -- pure request building (no I/O, no clock): FleetClient calls these, and
+# so does the fleet simulator (bench/fleet/simulate.py), so both build the
+# same node requests from the same plan.
+
+
+def slice_items(plan, g: int, rank: int, trainers: int):
+    """Trainer `rank` of `trainers`' slice of global batch g of `plan` (a
+    fleet_plan.GlobalPlan): ({position: (sample_id, partition)},
+    {partition: [(position, sample_id)]} in position order)."""
+    lo, hi = plan.slice(g, rank, trainers)
+    want = {}
+    parts: Dict[int, list] = {}
+    for pos, (sid, part) in zip(range(lo, hi), plan.range(lo, hi)):
+        want[pos] = (sid, part)
+        parts.setdefault(part, []).append((pos, sid))
+    return want, parts
+
+
+def group_by_node(items_by_part, assign, exclude=None):
+    """{partition: [(pos, sid)]} -> ({node: [(pos, sid)] sorted}, partitions
+    without a node): one request per node. assign(partition, exclude) is
+    the live replica serving it (or None); exclude a node not to choose (a
+    hedge's: the node it hedges)."""
+    by_node: Dict[str, list] = {}
+    orphans = []
+    for part, items in items_by_part.items():
+        t = assign(part, exclude)
+        if t is None:
+            orphans.append(part)
+            continue
+        by_node.setdefault(t, []).extend(items)
+    for items in by_node.values():
+        items.sort()
+    return by_node, orphans
+
+
+def hedge_after(latencies, quantile, minimum, samples) -> Optional[float]:
+    """Seconds after which a node request is hedged: the `quantile` of the
+    node's recent request latencies, at least `minimum`; None while there
+    are fewer than `samples` of them."""
+    lat = sorted(latencies)
+    if len(lat) < samples:
+        return None
+    i = min(len(lat) - 1, max(0, math.ceil(quantile * len(lat)) - 1))
+    return max(minimum, lat[i])
+
+
+def missing_by_part(items, filled, delivered, want):
+    """The positions of a request's `items` [(pos, sid)] that are neither
+    filled in the batch (filled(pos)) nor delivered by the request so far
+    (delivered(sid)), by partition (want[pos] = (sid, partition)): what a
+    hedge or a fail-over asks the next replica for."""
+    missing: Dict[int, list] = {}
+    for pos, sid in items:
+        if filled(pos) or delivered(sid):
+            continue
+        missing.setdefault(want[pos][1], []).append((pos, sid))
+    return missing
+
+
 def checkpoint_at(manifest: fp.Manifest, seed, block_samples, window, global_batch,
                   epoch, next_batch, version=1, slice_partitions=0,
                   slice_samples=0) -> fp.Checkpoint:
@@ -887,17 +947,10 @@ class FleetClient:
         """Submits requests for {partition: [(pos, sid)]}; returns [_Req]
         and the partitions without a live replica. hedge_of: the _Req
         these hedge (its node is not asked)."""
-        by_node: Dict[str, list] = {}
-        orphans = []
-        for part, items in items_by_part.items():
-            t = self._assign(part, exclude=hedge_of.target if hedge_of else None)
-            if t is None:
-                orphans.append(part)
-                continue
-            by_node.setdefault(t, []).extend(items)
+        by_node, orphans = group_by_node(items_by_part, self._assign,
+                                         hedge_of.target if hedge_of else None)
         out = []
         for t, items in by_node.items():
-            items.sort()
             r = _Req(t, items, hedge_of)
             r.fut = self._pool.submit(self._fetch, r, epoch)
             out.append(r)
@@ -906,12 +959,7 @@ class FleetClient:
     def _start_batch(self, plan, epoch, g):
         self._apply_membership()  # nodes a membership added or removed
         self._probe_dead()  # (probe() may have found a node dead)
-        lo, hi = plan.slice(g, self.rank, self.trainers)
-        want = {}
-        parts: Dict[int, list] = {}
-        for pos, (sid, part) in zip(range(lo, hi), plan.range(lo, hi)):
-            want[pos] = (sid, part)
-            parts.setdefault(part, []).append((pos, sid))
+        want, parts = slice_items(plan, g, self.rank, self.trainers)
         pending, orphans = self._submit(epoch, parts)
         # Verification requests go out with the batch's (to the next replica
         # of each position's first node), so they overlap its answers.
@@ -932,11 +980,8 @@ class FleetClient:
         `hedge` percentile of its last HEDGE_WINDOW request latencies, at
         least hedge_min; None while it has fewer than hedge_samples."""
         with self._lock:
-            lat = sorted(self._latency[target])
-        if len(lat) < self.hedge_samples:
-            return None
-        i = min(len(lat) - 1, max(0, math.ceil(self.hedge * len(lat)) - 1))
-        return max(self.hedge_min, lat[i])
+            lat = list(self._latency[target])
+        return hedge_after(lat, self.hedge, self.hedge_min, self.hedge_samples)
 
     def _record_latency(self, r, end=None):
         if r.started is None:
@@ -949,11 +994,8 @@ class FleetClient:
         nor delivered by r so far) to the next live replica of their
         partitions; returns the hedge requests."""
         r.hedged = True
-        missing: Dict[int, list] = {}
-        for pos, sid in r.items:
-            if pos in st["ok"] or pos in st["bad"] or sid in r.ok or sid in r.bad:
-                continue
-            missing.setdefault(st["want"][pos][1], []).append((pos, sid))
+        missing = missing_by_part(r.items, lambda pos: pos in st["ok"] or pos in st["bad"],
+                                  lambda sid: sid in r.ok or sid in r.bad, st["want"])
         if not missing:
             return []
         hedges, _ = self._submit(epoch, missing, hedge_of=r)  # no other replica: none
@@ -1203,9 +1245,10 @@ class FleetClient:
                 # Positions still empty that no request in flight covers
                 # (a hedge, or the request it hedges) are asked again.
                 covered = {pos for o in pending for pos, _ in o.items}
-                for pos, sid in r.items:
-                    if not filled(pos) and pos not in covered:
-                        retry_parts.setdefault(want[pos][1], []).append((pos, sid))
+                for part, items in missing_by_part(
+                        r.items, lambda pos: filled(pos) or pos in covered,
+                        lambda sid: False, want).items():
+                    retry_parts.setdefault(part, []).extend(items)
         if self.verify_fraction > 0:
             self._verify(epoch, st)
         positions = sorted(st["ok"])

@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""Fleet simulator (issue 31, item 3): the real global plan and the real
+client request logic against simulated storage nodes, on a virtual clock.
+
+    PYTHONPATH=client/python /usr/bin/python3 bench/fleet/simulate.py
+        [--nodes 1024] [--trainers 4096] [--local-batch 128] [--sampled 64]
+        [--samples-per-partition 4096] [--batches 8] [--scenario all] ...
+
+What is real and what is modelled:
+- The plan: nearprep.fleet_global_plan.GlobalPlan (v1 and v2, K = 4,
+  L = G / T), the same code the Python FleetClient runs, computed for every
+  position the sampled trainers read and for the slices of --bg-sample
+  (256) more trainers per global batch, which stand for the others.
+- A sampled trainer (--sampled of the T, evenly spaced ranks) builds its
+  node requests with the FleetClient's own pure functions
+  (nearprep.fleet.slice_items, group_by_node with choose() over the live
+  holders it knows, missing_by_part for fail-over and hedges, hedge_after
+  for the hedge deadline over its last HEDGE_WINDOW latencies per node),
+  and fills each position with the first answer (later ones are dropped and
+  counted), as FleetClient._finish_batch does.
+- Nodes: `--cores` servers each, FIFO; a request of n samples costs
+  (per_request + n * per_sample) * slow factor * lognormal(0, --service-sigma)
+  CPU seconds (defaults: measured with the real daemon, see
+  bench/fleet/measure_service.py); one-way network latency lognormal with
+  median --net-ms. A killed node drops its queue and running requests (the
+  trainer sees the reset one network latency later) and refuses new ones.
+- The other T - sampled trainers are background load: the --bg-sample
+  trainers' requests (from the plan: one request per node per trainer
+  batch, the samples it carries), scaled to T - sampled, become node work, cut into --bg-chunks jobs per
+  node and global batch arriving with the same network latency; when a
+  node dies their unfinished work moves to the partition's next live
+  replica. They do not hedge (their hedges' extra load is not modelled).
+- Open loop: global batch g is issued by every trainer at g * step; step is
+  set so that the per-sample work alone keeps the nodes --load busy
+  (per-request work comes on top: v1 pays more of it).
+- Placement: each partition on the --replicas nodes with the highest
+  rendezvous score (as `nearprep placement`), served by the live one with
+  the highest score (as the clients' choose()).
+
+Columns: nodes/trainer batch (mean, max; the --bg-sample trainers),
+samples/request (mean), requests/s per node (mean), node load max/mean (CPU
+work served per node, nominal speed, over the simulated batches), batch
+latency p50/p99 (sampled trainers, ms, without and with hedging),
+delivered exactly once (every position of every sampled trainer batch
+filled once; misses; duplicates dropped), plan CPU per position (Python
+plan.range over the --bg-sample trainers' slices).
+"""
+
+import argparse
+import collections
+import heapq
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+from nearprep import fleet_global_plan as fgp
+from nearprep.fleet import (HEDGE_WINDOW, choose, group_by_node, hedge_after,
+                            missing_by_part, rendezvous_score, slice_items)
+
+# Measured on this machine with the real daemon (bench/fleet/measure_service.py,
+# docs/benchmarks.md "Fleet simulator"): server CPU of one explicit-id request.
+PER_REQUEST_S = 627e-6
+PER_SAMPLE_S = 1.525e-3
+
+
+def node_name(i):
+    return f"node{i:04d}"
+
+
+class Job:
+    __slots__ = ("node", "work", "req", "part", "killed", "batch")
+
+    def __init__(self, node, work, req=None, part=None, batch=0):
+        self.node, self.work, self.req, self.part, self.batch = node, work, req, part, batch
+        self.killed = False
+
+
+class Req:
+    """A sampled trainer's node request (FleetClient's _Req, simulated)."""
+    __slots__ = ("trainer", "st", "target", "items", "hedge_of", "hedged", "cancelled",
+                 "started", "finished", "done", "failed")
+
+    def __init__(self, trainer, st, target, items, hedge_of=None):
+        self.trainer, self.st, self.target, self.items = trainer, st, target, items
+        self.hedge_of, self.hedged, self.cancelled = hedge_of, False, False
+        self.started = self.finished = None
+        self.done = self.failed = False
+
+
+class Node:
+    __slots__ = ("name", "cores", "free", "queue", "slow", "dead", "running", "work")
+
+    def __init__(self, name, cores, slow):
+        self.name, self.cores, self.free, self.slow = name, cores, cores, slow
+        self.queue = collections.deque()
+        self.running = set()
+        self.dead = False
+        self.work = 0.0  # nominal CPU seconds served
+
+
+class Sim:
+    def __init__(self, a, plan, holders, trainers_at, hedge, slow, kills, step, rng_seed):
+        self.a, self.plan = a, plan
+        self.holders = holders  # partition -> [node names], best score first
+        self.trainers_at = trainers_at  # batch -> T
+        # hedge: None, or (percentile, pooled): pooled keeps one latency
+        # window per trainer over all nodes instead of FleetClient's one per
+        # node (a variant, not the client's logic).
+        self.hedge, self.pooled = (hedge if hedge is not None else (None, False))
+        self.kills = kills  # [(time, [node index])]
+        self.step = step
+        self.rng = random.Random(rng_seed)
+        self.nodes = {node_name(i): Node(node_name(i), a.cores, slow.get(i, 1.0))
+                      for i in range(a.nodes)}
+        self.heap, self.seq = [], 0
+        self.now = 0.0
+        self.net_mu = math.log(a.net_ms / 1000.0)
+        self.stats = collections.Counter()
+        self.latencies = []  # sampled trainers' batch latencies (s)
+        self.plan_cpu = 0.0
+        self.plan_positions = 0
+        self.dead_global = set()
+
+    # -- helpers ------------------------------------------------------------
+    def at(self, t, fn, *args):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn, args))
+
+    def net(self):
+        return self.rng.lognormvariate(self.net_mu, self.a.net_sigma)
+
+    def service(self, n, node):
+        w = self.a.per_request + n * self.a.per_sample
+        return w, w * node.slow * self.rng.lognormvariate(0.0, self.a.service_sigma)
+
+    # -- nodes --------------------------------------------------------------
+    def arrive(self, job):
+        node = self.nodes[job.node]
+        if node.dead:
+            if job.req is not None:
+                self.at(self.now + self.net(), self.reply, job.req, False)
+            else:
+                self.move_background(job)
+            return
+        node.queue.append(job)
+        self.start(node)
+
+    def start(self, node):
+        while node.free and node.queue:
+            job = node.queue.popleft()
+            if job.req is not None and job.req.cancelled:
+                continue  # a hedge race's loser, still queued: cancelled
+            node.free -= 1
+            node.running.add(job)
+            if job.req is not None:
+                nominal, took = self.service(len(job.req.items), node)
+            else:
+                nominal, took = job.work, job.work * node.slow
+            job.work = nominal
+            self.at(self.now + took, self.finish, job)
+
+    def finish(self, job):
+        if job.killed:
+            return
+        node = self.nodes[job.node]
+        node.running.discard(job)
+        node.free += 1
+        node.work += job.work
+        if job.req is not None:
+            self.at(self.now + self.net(), self.reply, job.req, True)
+        self.start(node)
+
+    def kill(self, idx):
+        for i in idx:
+            node = self.nodes[node_name(i)]
+            node.dead = True
+            self.dead_global.add(node.name)
+            lost = list(node.running) + list(node.queue)
+            node.running.clear()
+            node.queue.clear()
+            for job in lost:
+                job.killed = True
+                if job.req is not None:
+                    self.at(self.now + self.net(), self.reply, job.req, False)
+                else:
+                    self.move_background(job)
+
+    def move_background(self, job):
+        """Background trainers re-send a dead node's work to each
+        partition's next live replica (after a network round trip).
+        job.part: {partition: share of job.work}."""
+        for part, share in job.part.items():
+            live = [h for h in self.holders[part] if h not in self.dead_global]
+            if not live:
+                self.stats["background_orphaned"] += 1
+                continue
+            self.at(self.now + 2 * self.net(), self.arrive,
+                    Job(live[0], job.work * share, part={part: 1.0}, batch=job.batch))
+
+    # -- sampled trainers (FleetClient's logic) -------------------------------
+    def assign_for(self, tr):
+        dead = tr["dead"]
+
+        def assign(partition, exclude=None):
+            live = [h for h in self.holders[partition] if h not in dead and h != exclude]
+            return choose(partition, live)
+        return assign
+
+    def issue(self, tr, g):
+        t0 = time.process_time()
+        want, parts = slice_items(self.plan, g, tr["rank_at"][g], self.trainers_at[g])
+        self.plan_cpu += time.process_time() - t0
+        self.plan_positions += len(want)
+        st = {"g": g, "want": want, "filled": {}, "pending": set(), "t0": self.now,
+              "tr": tr, "done": False}
+        tr["batches"].append(st)
+        self.submit(tr, st, parts)
+        if not want:
+            self.batch_done(st)
+
+    def submit(self, tr, st, items_by_part, hedge_of=None):
+        by_node, orphans = group_by_node(items_by_part, self.assign_for(tr),
+                                         hedge_of.target if hedge_of else None)
+        if orphans and hedge_of is None:
+            # No live replica known: the real client waits and re-probes;
+            # nothing comes back here (all replicas dead): counted as missed.
+            self.stats["orphan_partitions"] += len(orphans)
+        for t, items in by_node.items():
+            r = Req(tr, st, t, items, hedge_of)
+            r.started = self.now
+            st["pending"].add(r)
+            self.stats["requests"] += 1
+            if hedge_of is not None:
+                self.stats["hedges"] += 1
+            self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r))
+            if self.hedge is not None and hedge_of is None:
+                after = hedge_after(tr["lat"]["*" if self.pooled else t], self.hedge,
+                                    self.a.hedge_min,
+                                    self.a.hedge_samples)
+                if after is not None:
+                    self.at(self.now + after, self.maybe_hedge, r)
+        return by_node
+
+    def maybe_hedge(self, r):
+        st = r.st
+        if r.done or r.hedged or st["done"]:
+            return
+        r.hedged = True
+        filled = st["filled"]
+        missing = missing_by_part(r.items, lambda pos: pos in filled, lambda sid: False,
+                                  st["want"])
+        if missing:
+            self.submit(r.trainer, st, missing, hedge_of=r)
+
+    def reply(self, r, ok):
+        if r.done:
+            return
+        r.done, r.finished = True, self.now
+        st, tr = r.st, r.trainer
+        st["pending"].discard(r)
+        if r.cancelled:
+            return
+        filled = st["filled"]
+        if ok:
+            tr["lat"]["*" if self.pooled else r.target].append(self.now - r.started)
+            kept = 0
+            for pos, _ in r.items:
+                if pos in filled:
+                    self.stats["duplicates_dropped"] += 1
+                    continue
+                filled[pos] = r.target
+                kept += 1
+            if r.hedge_of is not None:
+                self.stats["hedge_wins"] += kept
+            # Hedge races decided: requests whose positions are all filled
+            # are cancelled (FleetClient._cancel).
+            for o in list(st["pending"]):
+                if (o.hedged or o.hedge_of is not None) and all(p in filled for p, _ in o.items):
+                    o.cancelled = True
+                    st["pending"].discard(o)
+                    self.stats["cancelled"] += 1
+        else:
+            tr["dead"].add(r.target)
+            self.stats["failovers"] += 1
+            covered = {pos for o in st["pending"] for pos, _ in o.items}
+            missing = missing_by_part(r.items, lambda pos: pos in filled or pos in covered,
+                                      lambda sid: False, st["want"])
+            if missing:
+                self.submit(tr, st, missing)
+        if not st["done"] and len(filled) == len(st["want"]):
+            self.batch_done(st)
+
+    def batch_done(self, st):
+        st["done"] = True
+        self.latencies.append(self.now - st["t0"])
+        for o in st["pending"]:
+            o.cancelled = True
+
+    # -- run ------------------------------------------------------------------
+    def run(self, sampled, background):
+        """sampled: [{"rank_at": {g: rank}}]; background: {g: {node: (work, {part: work})}}."""
+        a = self.a
+        for tr in sampled:
+            tr.update(dead=set(), batches=[],
+                      lat=collections.defaultdict(lambda: collections.deque(maxlen=HEDGE_WINDOW)))
+            for g in range(a.batches):
+                self.at(g * self.step, self.issue, tr, g)
+        for g, per_node in background.items():
+            for name, parts in per_node.items():
+                total = sum(parts.values())
+                share = {part: w / total for part, w in parts.items()}
+                for _ in range(a.bg_chunks):
+                    self.at(g * self.step + self.net(), self.arrive,
+                            Job(name, total / a.bg_chunks, part=share, batch=g))
+        for t, idx in self.kills:
+            self.at(t, self.kill, idx)
+        while self.heap:
+            self.now, _, fn, args = heapq.heappop(self.heap)
+            fn(*args)
+        # Exactly once: every position of every sampled trainer batch filled
+        # once (filled is a dict: a second fill would have been dropped and
+        # counted), none missing.
+        missed = dup = 0
+        for tr in sampled:
+            for st in tr["batches"]:
+                missed += len(st["want"]) - len(st["filled"])
+                if set(st["filled"]) - set(st["want"]):
+                    dup += 1
+        self.stats["missed"] = missed
+        self.stats["foreign"] = dup
+        return self
+
+
+def build_holders(a):
+    """partition -> its --replicas holders, highest rendezvous score first:
+    each partition on R distinct nodes drawn at random (top-R rendezvous
+    over 1,024 nodes, as `nearprep placement` does it, is the same
+    distribution but 1,024 sha256 per partition), ordered by the clients'
+    rendezvous_score, so choose() serves it from the first live one."""
+    rng = np.random.default_rng(a.seed)
+    holders = []
+    for p in range(a.nodes * a.partitions_per_node):
+        picked = [node_name(int(i)) for i in rng.choice(a.nodes, a.replicas, replace=False)]
+        holders.append(sorted(picked, key=lambda n: (rendezvous_score(n, p), n), reverse=True))
+    return holders
+
+
+def make_plan(a, version, g_total, t_slice):
+    c = a.nodes * a.partitions_per_node
+    starts = [i * a.samples_per_partition for i in range(c + 1)]
+    kw = dict(version=2, slice_partitions=a.k, slice_samples=t_slice) if version == 2 else {}
+    params = fgp.PlanParams(seed=a.seed, epoch=0, block_samples=a.block, window=a.window,
+                            global_batch=g_total, **kw)
+    return fgp.GlobalPlan(starts, params)
+
+
+def node_index(holders, dead, c):
+    """partition -> index of the node serving it (dead: node names)."""
+    out = np.empty(c, dtype=np.int64)
+    for p in range(c):
+        live = [h for h in holders[p] if h not in dead]
+        out[p] = int(live[0][4:]) if live else -1
+    return out
+
+
+_BACKGROUND = {}
+
+
+def background(a, plan, holders, g_total, trainers_at, kill_time, dead_names, step, c):
+    """Plan-level figures (--bg-sample trainers' slices of each batch, the
+    plan computed for them) and the background work they stand for (scaled
+    to the T - sampled trainers not simulated in detail)."""
+    nodes_per = []
+    spr_req = spr_samples = 0
+    bg = {}
+    sampled_ranks = {}
+    plan_cpu = plan_pos = 0
+    seen = set()
+    for g in range(a.batches):
+        t = trainers_at[g]
+        if g * g_total >= len(plan):
+            break
+        per = g_total // t
+        # Batches issued after the kill see the dead nodes (the background
+        # trainers' view; sampled trainers discover them by failing).
+        dead = dead_names if (kill_time is not None and g * step >= kill_time) else set()
+        owner = node_index(holders, dead, c)
+        b = min(a.bg_sample, t)
+        ranks_bg = sorted({(i * t) // b + (t // b) // 2 for i in range(b)})
+        t0 = time.process_time()
+        slices = [plan.range(*plan.slice(g, r, t)) for r in ranks_bg]
+        plan_cpu += time.process_time() - t0
+        lens = [len(x) for x in slices]
+        plan_pos += sum(lens)
+        flat = np.array([pt for x in slices for pt in x], dtype=np.int64).reshape(-1, 2)
+        sids = flat[:, 0].tolist()
+        assert len(set(sids)) == len(sids) and not seen.intersection(sids), \
+            "plan: a sample twice in the slices computed"
+        seen.update(sids)
+        p = flat[:, 1]
+        rows = np.repeat(np.arange(len(slices)), lens)
+        nd = owner[p]
+        live = nd >= 0  # a partition whose replicas are all dead: nobody serves it
+        p, rows, nd = p[live], rows[live], nd[live]
+        key = np.unique(rows * a.nodes + nd)
+        nodes_per.append(np.bincount(key // a.nodes, minlength=len(slices)))
+        # Scaled to all T trainers of the batch (requests/s per node).
+        spr_req += len(key) * t / len(slices)
+        spr_samples += len(p) * t / len(slices)
+        sampled_ranks[g] = sorted({(i * t) // a.sampled for i in range(a.sampled)})
+        scale = (t - len(sampled_ranks[g])) / len(slices)
+        nreq = np.bincount(key % a.nodes, minlength=a.nodes) * scale
+        # work per (node, partition) of the background trainers
+        pk = np.unique(nd * c + p, return_counts=True)
+        work = collections.defaultdict(dict)
+        for (k, cnt) in zip(*pk):
+            ni, part = int(k // c), int(k % c)
+            work[node_name(ni)][part] = cnt * scale * a.per_sample
+        for ni in np.nonzero(nreq)[0]:
+            d = work[node_name(int(ni))]
+            share = nreq[ni] * a.per_request / len(d)
+            for part in d:
+                d[part] += share
+        bg[g] = work
+    return nodes_per, spr_req, spr_samples, bg, sampled_ranks, plan_cpu / max(plan_pos, 1)
+
+
+def scenario(a, name, version, plan, holders, g_total, trainers_at,
+             slow, kill_at, kill_idx, hedge):
+    c = a.nodes * a.partitions_per_node
+    per_node_work = a.per_sample * g_total / (a.nodes * a.cores)
+    step = per_node_work / a.load
+    kill_time = kill_at * step if kill_idx else None
+    dead_names = {node_name(i) for i in kill_idx}
+    key = (id(plan), name, tuple(kill_idx), tuple(sorted(trainers_at.items())))
+    if key not in _BACKGROUND:
+        _BACKGROUND.clear()
+        _BACKGROUND[key] = background(a, plan, holders, g_total, trainers_at, kill_time,
+                                      dead_names, step, c)
+    nodes_per, spr_req, spr_samples, bg, sampled_ranks, plan_cpu = _BACKGROUND[key]
+    nb = len(bg)
+    sampled = [{"rank_at": {g: sampled_ranks[g][i] for g in range(nb)}}
+               for i in range(min(len(sampled_ranks[g]) for g in range(nb)))]
+    a_local = argparse.Namespace(**vars(a))
+    a_local.batches = nb
+    sim = Sim(a_local, plan, holders, trainers_at, hedge, slow,
+              [(kill_time, kill_idx)] if kill_idx else [], step, a.seed + version)
+    t0 = time.process_time()
+    sim.run(sampled, bg)
+    sim_cpu = time.process_time() - t0
+    npb = np.concatenate(nodes_per)
+    work = np.array([n.work for n in sim.nodes.values() if not n.dead] or [0.0])
+    # Node load over nodes alive to the end (the dead ones served less).
+    lat = np.array(sim.latencies) * 1000
+    s = sim.stats
+    return {
+        "scenario": name, "v": version,
+        "hedge": "off" if hedge is None else ("pooled" if hedge[1] else "per node"),
+        "nodes/batch": f"{npb.mean():.1f} / {npb.max()}",
+        "samples/req": f"{spr_samples / spr_req:.1f}",
+        "req/s/node": f"{spr_req / nb / a.nodes / step:.0f}",
+        "load max/mean": f"{work.max() / work.mean():.2f}",
+        "p50 ms": f"{np.percentile(lat, 50):.1f}", "p99 ms": f"{np.percentile(lat, 99):.1f}",
+        "exactly once": ("yes" if s["missed"] == 0 and s["foreign"] == 0
+                         and len(lat) == len(sampled) * nb else "NO"),
+        "missed": s["missed"], "dups dropped": s["duplicates_dropped"],
+        "hedges": s["hedges"], "failovers": s["failovers"],
+        "plan us/pos": f"{1e6 * plan_cpu:.2f}",
+        "_sim_cpu": sim_cpu, "_step": step,
+    }
+
+
+COLUMNS = ["scenario", "v", "hedge", "nodes/batch", "samples/req", "req/s/node",
+           "load max/mean", "p50 ms", "p99 ms", "exactly once", "missed", "dups dropped",
+           "hedges", "failovers", "plan us/pos"]
+
+
+def print_table(rows, out=None):
+    out = out or sys.stdout
+    out.write("| " + " | ".join(COLUMNS) + " |\n")
+    out.write("|" + "|".join("---:" if c not in ("scenario", "hedge", "exactly once") else "---"
+                             for c in COLUMNS) + "|\n")
+    for r in rows:
+        out.write("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |\n")
+    out.flush()
+
+
+SCENARIOS = ["base", "kill10", "slow1", "rack", "tchange"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--trainers", type=int, default=4096)
+    ap.add_argument("--trainers-after", type=int, default=3072,
+                    help="tchange: T after the change (mid-epoch)")
+    ap.add_argument("--local-batch", type=int, default=128, help="G / T")
+    ap.add_argument("--sampled", type=int, default=64, help="trainers simulated in detail")
+    ap.add_argument("--partitions-per-node", type=int, default=16)
+    ap.add_argument("--samples-per-partition", type=int, default=256)
+    ap.add_argument("--batches", type=int, default=8, help="global batches simulated")
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--k", type=int, default=4, help="plan v2's K")
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cores", type=int, default=16, help="a node's parallel requests")
+    ap.add_argument("--per-request", type=float, default=PER_REQUEST_S)
+    ap.add_argument("--per-sample", type=float, default=PER_SAMPLE_S)
+    ap.add_argument("--service-sigma", type=float, default=0.3)
+    ap.add_argument("--net-ms", type=float, default=0.2)
+    ap.add_argument("--net-sigma", type=float, default=0.5)
+    ap.add_argument("--load", type=float, default=0.5,
+                    help="nodes' CPU busy with per-sample work alone (sets the step)")
+    ap.add_argument("--bg-chunks", type=int, default=8)
+    ap.add_argument("--bg-sample", type=int, default=256,
+                    help="trainers whose slices are computed to stand for the background")
+    ap.add_argument("--hedge", type=float, default=0.95, help="hedging percentile when on")
+    ap.add_argument("--hedge-min", type=float, default=0.0)
+    ap.add_argument("--pooled", action="store_true",
+                    help="also a row hedging on one latency window per trainer over all its "
+                         "nodes (a variant; FleetClient keeps one per node)")
+    ap.add_argument("--hedge-samples", type=int, default=1)
+    ap.add_argument("--slow-fraction", type=float, default=0.01)
+    ap.add_argument("--slow-factor", type=float, default=10.0)
+    ap.add_argument("--kill-fraction", type=float, default=0.10)
+    ap.add_argument("--rack", type=int, default=32)
+    ap.add_argument("--scenario", default="all", help=",".join(SCENARIOS) + " or all")
+    ap.add_argument("--versions", default="1,2")
+    a = ap.parse_args(argv)
+    names = SCENARIOS if a.scenario == "all" else a.scenario.split(",")
+    versions = [int(v) for v in a.versions.split(",")]
+    wall0 = time.time()
+    holders = build_holders(a)
+    rng = random.Random(a.seed)
+    mid = a.batches / 2.0 - 0.5  # killed halfway through the simulated batches
+    print(f"# {a.nodes} nodes x {a.trainers} trainers, G/T = {a.local_batch}, "
+          f"{a.partitions_per_node} partition(s)/node of {a.samples_per_partition} samples, "
+          f"{a.replicas} replicas, {a.batches} global batches simulated, {a.sampled} trainers "
+          f"sampled; node: {a.cores} cores, {a.per_request * 1e6:.0f} us/request + "
+          f"{a.per_sample * 1e6:.0f} us/sample, load {a.load}", flush=True)
+    all_rows = []
+    plans = {}
+    for name in names:
+        t_before = a.trainers
+        t_after = a.trainers_after if name == "tchange" else a.trainers
+        if name == "tchange":
+            # G must be divisible by both T: G = T_after * local batch.
+            g_total = t_after * a.local_batch
+            if g_total % t_before:
+                raise SystemExit(f"tchange: G = {g_total} not divisible by T = {t_before}")
+        else:
+            g_total = a.trainers * a.local_batch
+        trainers_at = {g: (t_before if g < a.batches // 2 else t_after) for g in range(a.batches)}
+        slow = {}
+        kill_idx = []
+        if name == "slow1":
+            for i in rng.sample(range(a.nodes), max(1, int(a.nodes * a.slow_fraction))):
+                slow[i] = a.slow_factor
+        if name == "kill10":
+            kill_idx = sorted(rng.sample(range(a.nodes), int(a.nodes * a.kill_fraction)))
+        if name == "rack":
+            kill_idx = list(range(a.rack))
+        rows = []
+        for v in versions:
+            key = (v, g_total, g_total // t_before)
+            if key not in plans:
+                plans[key] = make_plan(a, v, g_total, g_total // t_before)
+            plan = plans[key]
+            modes = [None, (a.hedge, False)] + ([(a.hedge, True)] if a.pooled else [])
+            for hedge in modes:
+                r = scenario(a, name, v, plan, holders, g_total, trainers_at, slow, mid,
+                             kill_idx, hedge)
+                rows.append(r)
+                print(f"# {name} v{v} hedge {r['hedge']}: simulated in {r['_sim_cpu']:.1f} s CPU "
+                      f"(step {r['_step'] * 1000:.1f} ms)", file=sys.stderr, flush=True)
+        print(f"\n## {name}" + (f" (T {t_before} -> {t_after} at batch {a.batches // 2}, "
+                                 f"G = {g_total})" if name == "tchange" else ""))
+        print_table(rows)
+        all_rows += rows
+    print(f"\n# wall {time.time() - wall0:.0f} s", flush=True)
+    return all_rows
+
+
+if __name__ == "__main__":
+    main()

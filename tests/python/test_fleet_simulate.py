@@ -1,0 +1,66 @@
+"""The fleet simulator (bench/fleet/simulate.py) on a tiny fleet: its
+scenarios deliver every position of every sampled trainer batch exactly
+once (also with nodes killed, a rack lost and the trainer count changed),
+plan v2 keeps a trainer batch on at most K nodes where v1 spreads it, and
+the client's pure request helpers it shares with FleetClient behave as
+FleetClient needs (one request per node, failover past the dead, hedges
+only for what is still missing)."""
+
+import os
+import sys
+
+from nearprep import fleet_plan as fp
+from nearprep.fleet import group_by_node, hedge_after, missing_by_part, slice_items
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fleet"))
+import simulate  # noqa: E402
+
+TINY = ["--nodes", "32", "--trainers", "32", "--trainers-after", "16", "--local-batch", "32",
+        "--sampled", "8", "--partitions-per-node", "2", "--samples-per-partition", "64",
+        "--batches", "4", "--rack", "8", "--bg-chunks", "4", "--slow-fraction", "0.1",
+        "--kill-fraction", "0.25"]
+
+
+def test_scenarios_exactly_once_and_v2_bound(capsys):
+    rows = simulate.main(TINY + ["--scenario", "base,kill10,slow1,rack,tchange", "--pooled"])
+    assert len(rows) == 5 * 2 * 3
+    for r in rows:
+        assert r["exactly once"] == "yes" and r["missed"] == 0, r
+    kills = [r for r in rows if r["scenario"] in ("kill10", "rack")]
+    assert all(r["failovers"] > 0 for r in kills), kills  # the kills hit sampled trainers
+    for r in rows:
+        mean, mx = (float(x) for x in r["nodes/batch"].split(" / "))
+        if r["v"] == 2 and r["scenario"] == "base":
+            assert mx <= 4, r  # K = 4
+        if r["v"] == 1 and r["scenario"] == "base":
+            assert mean > 8, r  # 32 positions over 64 partitions: v1 spreads
+    slow_on = [r for r in rows if r["scenario"] == "slow1" and r["hedge"] != "off"]
+    assert sum(r["hedges"] for r in slow_on) > 0, slow_on
+    out = capsys.readouterr().out
+    assert "## tchange" in out and "| scenario |" in out
+
+
+def test_request_helpers():
+    m_starts = [0, 10, 20, 30, 40]
+    plan = fp.GlobalPlan(m_starts, fp.PlanParams(seed=3, global_batch=8, block_samples=2,
+                                                  window=4))
+    want, parts = slice_items(plan, 1, 1, 2)
+    assert sorted(want) == list(range(12, 16))
+    assert {p for _, p in want.values()} == set(parts)
+    holders = {p: ["a", "b"] if p % 2 else ["b", "c"] for p in range(4)}
+    dead = {"b"}
+
+    def assign(part, exclude=None):
+        live = [h for h in holders[part] if h not in dead and h != exclude]
+        return live[0] if live else None
+    by_node, orphans = group_by_node({0: [(5, 50), (1, 10)], 1: [(2, 20)], 2: [(3, 30)]}, assign)
+    assert by_node == {"c": [(1, 10), (3, 30), (5, 50)], "a": [(2, 20)]} and orphans == []
+    by_node, orphans = group_by_node({1: [(2, 20)]}, assign, "a")
+    assert by_node == {} and orphans == [1]
+    assert hedge_after([0.3, 0.1, 0.2], 0.5, 0.0, 4) is None
+    assert hedge_after([0.3, 0.1, 0.2, 0.4], 0.5, 0.0, 4) == 0.2
+    assert hedge_after([0.3, 0.1, 0.2, 0.4], 0.5, 0.25, 4) == 0.25
+    wanted = {1: (10, 0), 2: (20, 1), 3: (30, 0)}
+    miss = missing_by_part([(1, 10), (2, 20), (3, 30)], lambda pos: pos == 1,
+                           lambda sid: sid == 30, wanted)
+    assert miss == {1: [(2, 20)]}
