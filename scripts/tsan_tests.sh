@@ -7,8 +7,11 @@
 #     builds only nearprep_pipeline_test, data_block_cache_test,
 #     fleet_plan_threads_test and the `nearprep` CLI;
 #  2. runs those three tests (ctest);
-#  3. runs the `nearprep fleet-read` tests of tests/python/test_fleet_daemons.py
-#     with that TSan CLI against the regular build's daemons (NEARPREP_BUILD_DIR,
+#  3. runs the `nearprep fleet-read` tests of tests/python/test_fleet_daemons.py,
+#     test_fleet_hedge.py and test_fleet_verify.py (hedged requests cancel
+#     the losing node request from another thread; verification runs a
+#     second and third replica's requests beside the batch's) with that
+#     TSan CLI against the regular build's daemons (NEARPREP_BUILD_DIR,
 #     default build: scripts/setup.sh must have built it).
 # A race makes the process exit 66 (TSAN_OPTIONS halt_on_error), which fails
 # the test. Locks must be visible to TSan: Debian's libabsl is not built with
@@ -63,5 +66,6 @@ env PYTHONPATH="$ROOT/client/python:$ROOT/$MAIN_BUILD/python:$ROOT/tests/python"
   NEARPREPD="$ROOT/$MAIN_BUILD/server/daemon/nearprepd" \
   NEARPREP_CLI="$ROOT/$BUILD/client/cpp/nearprep" \
   timeout 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  tests/python/test_fleet_daemons.py -k "cpp"
+  tests/python/test_fleet_daemons.py tests/python/test_fleet_hedge.py \
+  tests/python/test_fleet_verify.py -k "cpp"
 echo "tsan_tests: no data race reported"

@@ -1,5 +1,8 @@
-"""Verifying replicas in the Python FleetClient (issue 37 item 14,
-FleetClient(verify_fraction=...)).
+"""Verifying replicas in both fleet clients (issue 37 item 14): the Python
+FleetClient(verify_fraction=...) and the C++ FleetClient (`nearprep
+fleet-read --verify-fraction F`), the same scenarios against the same relays
+(the C++ one compares what fleet-read prints: position, sample id, sha256
+of the tensor; its events and final stats line).
 
 Three daemons serve the same TFRecord fleet dataset (every partition on
 each: 3 replicas), each behind a relay (fake_server.Relay). The relay in
@@ -16,10 +19,12 @@ wrong pixels, which nothing but a second replica's answer can expose.
   first answer kept, nobody marked dead by verification.
 - Honest nodes, verify_fraction=0.5: exactly the positions scoring below
   0.5 are verified, no mismatch, the epoch identical to verify_fraction=0.
-- Bad verify_fraction values raise ValueError naming the field.
+- Bad verify_fraction values raise ValueError naming the field (fleet-read:
+  refused, naming the flag or the field).
 """
 
 import hashlib
+import re
 import threading
 
 import numpy as np
@@ -29,7 +34,7 @@ from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose, verify_score
 from conftest import NEARPREPD, fleet_daemon
 from test_fleet_faults import CLI, make_fleet_dataset
-from test_fleet_hedge import transport_or_skip
+from test_fleet_hedge import read_cpp, transport_or_skip
 
 pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD),
                                 reason="nearprep CLI or nearprepd not built")
@@ -73,6 +78,35 @@ def read(targets, manifest, native=False, **kw):
     return {"got": got, "stats": stats, "events": events, "served_by": by}
 
 
+def read_cpp_verify(targets, manifest, *flags):
+    """read_cpp() with this module's plan; got: {position: (sample id, sha256)}."""
+    r = read_cpp(targets, manifest, *flags, seed=SEED, block=BLOCK, window=WINDOW,
+                 global_batch=G, epoch=EPOCH)
+    assert r["ok"], r
+    assert not any(h.startswith("error:") for _, h in r["got"].values()), r["got"]
+    return r
+
+
+def without_labels(got):
+    """{position: (sample id, sha256)}: what fleet-read prints."""
+    return {p: (sid, h) for p, (sid, _, h) in got.items()}
+
+
+def read_with(client, targets, manifest, verify_fraction=0.0, probe_interval=0.5):
+    """read() (client "python-grpcio" / "python-native") or read_cpp_verify()
+    ("cpp"), got as fleet-read prints it (no labels)."""
+    if client == "cpp":
+        r = read_cpp_verify(targets, manifest, "--verify-fraction", verify_fraction,
+                            "--probe-interval-ms", int(probe_interval * 1000))
+        r["served_by"] = None
+        return r
+    native = transport_or_skip(client == "python-native")
+    r = read(targets, manifest, native=native, verify_fraction=verify_fraction,
+             probe_interval=probe_interval)
+    r["got"] = without_labels(r["got"])
+    return r
+
+
 class Liar:
     """Relays in front of `daemons`; the one serving partition 0 flips the
     first byte of every response message's tensor (the first sample's
@@ -106,17 +140,21 @@ class Liar:
             r.stop()
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["grpcio", "native"])
-def test_three_replicas_liar_found_and_outvoted(fleet, native):
+CLIENTS = ["python-grpcio", "python-native", "cpp"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_three_replicas_liar_found_and_outvoted(fleet, client):
     m, manifest, daemons, clean = fleet
-    transport_or_skip(native)
+    clean = without_labels(clean)
+    if client == "python-native":
+        transport_or_skip(True)
     liar = Liar(daemons)
     try:
         # Without verification the liar's pixels reach the trainer.
-        plain = read(liar.targets, manifest, native=native, probe_interval=60.0)
+        plain = read_with(client, liar.targets, manifest, probe_interval=60.0)
         lies_before = liar.lies
-        r = read(liar.targets, manifest, native=native, verify_fraction=1.0,
-                 probe_interval=60.0)
+        r = read_with(client, liar.targets, manifest, verify_fraction=1.0, probe_interval=60.0)
     finally:
         liar.stop()
     assert lies_before >= 1
@@ -136,11 +174,13 @@ def test_three_replicas_liar_found_and_outvoted(fleet, native):
     assert "tensor bytes differ" in mism[0] and "sample " in mism[0], mism[0]
 
 
-def test_two_replicas_mismatch_is_unresolved(fleet):
+@pytest.mark.parametrize("client", ["python-grpcio", "cpp"])
+def test_two_replicas_mismatch_is_unresolved(fleet, client):
     m, manifest, daemons, clean = fleet
+    clean = without_labels(clean)
     liar = Liar(daemons[:2])
     try:
-        r = read(liar.targets, manifest, verify_fraction=1.0, probe_interval=60.0)
+        r = read_with(client, liar.targets, manifest, verify_fraction=1.0, probe_interval=60.0)
     finally:
         liar.stop()
     s = r["stats"]
@@ -152,15 +192,29 @@ def test_two_replicas_mismatch_is_unresolved(fleet):
     honest = [t for t in liar.targets if t != liar.target][0]
     assert all(liar.target in e and honest in e and "no third live replica" in e
                for e in unresolved), unresolved
-    # The first answer was kept: the liar's positions differ from clean.
-    lied = [p for p, t in r["served_by"].items() if t == liar.target]
-    assert lied and any(r["got"][p] != clean[p] for p in lied)
+    # The first answer was kept (the event names whose): where that was the
+    # liar's, the position differs from clean; everything else is clean.
+    kept = {}
+    for e in unresolved:
+        pos = int(re.search(r" position (\d+) ", e).group(1))
+        kept[pos] = re.search(r"keeping (\S+)'s answer", e).group(1)
+    assert set(kept.values()) <= set(liar.targets), kept
+    lied = [p for p, t in kept.items() if t == liar.target]
+    assert lied and all(r["got"][p] != clean[p] for p in lied), (kept, r["got"])
     assert all(r["got"][p] == clean[p] for p in r["got"] if p not in lied)
+    if r["served_by"] is not None:  # the Python client says who served what
+        served = [p for p, t in r["served_by"].items() if t == liar.target]
+        assert set(lied) <= set(served)
+        assert all(r["got"][p] == clean[p] for p in r["got"] if p not in served)
 
 
-def test_honest_nodes_verify_without_changing_the_epoch(fleet):
+@pytest.mark.parametrize("client", ["python-grpcio", "cpp"])
+def test_honest_nodes_verify_without_changing_the_epoch(fleet, client):
     m, manifest, daemons, clean = fleet
-    r = read([d.target for d in daemons], manifest, verify_fraction=0.5)
+    clean = without_labels(clean)
+    # The C++ client's FleetVerifyScore picks the positions Python's
+    # verify_score does: the counts must agree exactly.
+    r = read_with(client, [d.target for d in daemons], manifest, verify_fraction=0.5)
     s = r["stats"]
     expected = sum(verify_score(SEED, EPOCH, p) < 0.5 for p in range(m.num_samples))
     assert 0 < expected < m.num_samples
@@ -185,3 +239,16 @@ def test_verify_fraction_is_checked(fleet, value):
         FleetClient(["127.0.0.1:1"], "ds", manifest=manifest, global_batch=G,
                     verify_fraction=value)
     assert str(e.value).startswith("verify_fraction:"), str(e.value)
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--verify-fraction", "1.5"], "--verify-fraction"),
+    (["--verify-fraction", "-0.1"], "--verify-fraction"),
+    (["--verify-fraction", "nan"], "verify_fraction:"),
+])
+def test_cpp_verify_fraction_is_checked(fleet, flags, field):
+    m, manifest, daemons, clean = fleet
+    r = read_cpp([d.target for d in daemons], manifest, *flags, seed=SEED, global_batch=G,
+                 timeout=30)
+    assert not r["ok"] and not r["got"], r
+    assert field in r["stderr"], r["stderr"]

@@ -2,6 +2,8 @@
 #include "client/cpp/fleet/fleet_client.h"
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <set>
@@ -34,6 +36,8 @@ struct Node {
   // probes at once).
   bool removed = false;
   bool probe_soon = false;
+  // Hedged requests: the durations (s) of its last kFleetHedgeWindow requests.
+  std::deque<double> latency;
 };
 
 struct Item {
@@ -47,6 +51,91 @@ struct NodeResult {
   std::map<uint64_t, FleetSample> ok;             // by sample id
   std::map<uint64_t, FleetSampleError> bad;       // by sample id
 };
+
+struct Inbox;
+
+// One node request of a batch (Run) on a thread of its own (Fetch). Run's
+// thread owns it, except what is under mu (read by Run while the request
+// runs: what it has delivered so far, for a hedge; its reader, for a
+// cancel) and what its thread hands over when done: result and finished,
+// written before the request is queued in `inbox` (or its thread joined).
+struct Req {
+  size_t node = 0;
+  std::vector<Item> items;  // position order
+  Req* hedge_of = nullptr;  // the request this one hedges (hedged requests)
+  bool hedged = false;      // a hedge was sent for it
+  Clock::time_point started;
+  std::thread thread;
+  Inbox* inbox = nullptr;  // told when done; nullptr: collected by joining
+  NodeResult result;
+  Clock::time_point finished;
+  Mutex mu;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;  // a hedge race's loser
+  BatchReader* reader ABSL_GUARDED_BY(mu) = nullptr;  // the stream in flight
+  std::set<uint64_t> delivered ABSL_GUARDED_BY(mu);   // sample (and error) ids so far
+};
+
+// Where a batch's requests report that they are done, in finish order.
+struct Inbox {
+  Mutex mu;
+  CondVar cv;
+  std::vector<Req*> done ABSL_GUARDED_BY(mu);
+};
+
+// Verification: one replica's answer for a position.
+struct Answer {
+  size_t node = 0;
+  bool ok = false;  // sample (ok) or error
+  FleetSample sample;
+  FleetSampleError error;
+};
+
+const char* DtypeName(int dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return "float32";
+    case v1::DTYPE_FLOAT16:
+      return "float16";
+    case v1::DTYPE_BFLOAT16:
+      return "bfloat16";
+    case v1::DTYPE_UINT8:
+      return "uint8";
+    default:
+      return "dtype?";
+  }
+}
+
+// Whether two replicas answered alike: label, dtype, row shape and tensor
+// bytes, or the error code.
+bool SameAnswer(const Answer& a, const Answer& b) {
+  if (a.ok != b.ok) return false;
+  if (!a.ok) return a.error.code == b.error.code;
+  return a.sample.label == b.sample.label && a.sample.dtype == b.sample.dtype &&
+         a.sample.shape == b.sample.shape && a.sample.tensor == b.sample.tensor;
+}
+
+// How two answers differ (the Python client's _describe_diff).
+std::string DescribeDiff(const Answer& a, const Answer& b) {
+  if (a.ok != b.ok) return absl::StrCat(a.ok ? "ok" : "error", " vs ", b.ok ? "ok" : "error");
+  if (!a.ok) return absl::StrCat("error ", a.error.code, " vs ", b.error.code);
+  std::vector<std::string> what;
+  if (a.sample.label != b.sample.label) {
+    what.push_back(absl::StrCat("label ", a.sample.label, " vs ", b.sample.label));
+  }
+  if (a.sample.dtype != b.sample.dtype || a.sample.shape != b.sample.shape) {
+    what.push_back(absl::StrCat("tensor ", DtypeName(a.sample.dtype), "[",
+                                absl::StrJoin(a.sample.shape, ", "), "] vs ",
+                                DtypeName(b.sample.dtype), "[",
+                                absl::StrJoin(b.sample.shape, ", "), "]"));
+  } else if (a.sample.tensor != b.sample.tensor) {
+    size_t n = 0;
+    const size_t len = std::min(a.sample.tensor.size(), b.sample.tensor.size());
+    for (size_t i = 0; i < len; ++i) n += a.sample.tensor[i] != b.sample.tensor[i];
+    n += std::max(a.sample.tensor.size(), b.sample.tensor.size()) - len;
+    what.push_back(absl::StrCat("tensor bytes differ (", n, " of ", a.sample.tensor.size(), ")"));
+  }
+  return absl::StrJoin(what, ", ");
+}
 
 // Bytes per tensor element of `dtype`; 0: not a dtype of this protocol.
 size_t DtypeBytes(int dtype) {
@@ -143,6 +232,29 @@ FleetAction FleetStatusAction(absl::StatusCode code) {
               // OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, and OK
       return FleetAction::kRaise;
   }
+}
+
+double FleetVerifyScore(uint64_t seed, uint64_t epoch, uint64_t position) {
+  const std::string key = absl::StrCat(seed, "/", epoch, "/", position);
+  uint8_t digest[32];
+  fleet::Sha256(reinterpret_cast<const uint8_t*>(key.data()), key.size(), digest);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | digest[i];
+  // As Python's int / float: v rounded to a double, then divided exactly.
+  return static_cast<double>(v) / 18446744073709551616.0;
+}
+
+std::optional<double> FleetHedgeAfter(std::vector<double> latencies_s, double percentile,
+                                      double min_s, int samples) {
+  if (latencies_s.empty() || static_cast<int64_t>(latencies_s.size()) < samples) {
+    return std::nullopt;
+  }
+  std::sort(latencies_s.begin(), latencies_s.end());
+  const double n = static_cast<double>(latencies_s.size());
+  const double rank = std::ceil(percentile * n) - 1;
+  const size_t i =
+      static_cast<size_t>(std::min(n - 1, std::max(0.0, std::isnan(rank) ? 0.0 : rank)));
+  return std::max(min_s, latencies_s[i]);
 }
 
 const char* FleetActionName(FleetAction action) {
@@ -332,24 +444,27 @@ struct FleetClient::Impl {
     }
   }
 
-  void MarkDead(size_t i, const absl::Status& why) {
+  // failover: counted in stats.failovers (a failed node request; not a
+  // verification's verdict, as in the Python client).
+  void MarkDead(size_t i, const std::string& why, bool failover = true) {
     MutexLock lock(&mu);
     if (nodes[i].alive) {
-      Event(absl::StrCat("node ", nodes[i].target, " marked dead: ", why.ToString()));
+      Event(absl::StrCat("node ", nodes[i].target, " marked dead: ", why));
     }
     nodes[i].alive = false;
     nodes[i].dead_since = Clock::now();
-    nodes[i].last_error = why.ToString();
-    ++stats.failovers;
+    nodes[i].last_error = why;
+    if (failover) ++stats.failovers;
     StartProbes();
   }
 
-  // Live replica for partition p (highest score), or -1. Under mu.
-  int Assign(uint32_t p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // Live replica for partition p (highest score), or -1; the nodes in
+  // `exclude` are not chosen. Under mu.
+  int Assign(uint32_t p, const std::set<size_t>& exclude = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int best = -1;
     uint64_t best_score = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!nodes[i].alive || !nodes[i].partitions.count(p)) continue;
+      if (!nodes[i].alive || !nodes[i].partitions.count(p) || exclude.count(i)) continue;
       const uint64_t s = fleet::RendezvousScore(nodes[i].target, p);
       if (best < 0 || s > best_score ||
           (s == best_score && nodes[i].target > nodes[static_cast<size_t>(best)].target)) {
@@ -360,15 +475,27 @@ struct FleetClient::Impl {
     return best;
   }
 
-  // One request to `node` for `items`; a status the table says to retry
-  // (FleetStatusAction) asks the node again for what it still owes, at most
-  // kFleetSameNodeRetries times. A malformed message (CheckAnswer) ends the
-  // request with DATA_LOSS and is dropped whole; what earlier messages
-  // delivered is kept.
-  NodeResult Fetch(size_t node, uint64_t epoch, const std::vector<Item>& items) {
-    NodeResult r;
+  // One request to node q.node for q.items, on q's thread (Launch); a status
+  // the table says to retry (FleetStatusAction) asks the node again for
+  // what it still owes, at most kFleetSameNodeRetries times. A malformed
+  // message (CheckAnswer) ends the request with DATA_LOSS and is dropped
+  // whole; what earlier messages delivered is kept. Fills q.result; what
+  // arrives is also noted in q.delivered (a hedge asks another node only
+  // for the rest). A request cancelled (CancelReq: a hedge race's loser)
+  // ends with CANCELLED.
+  void Fetch(Req& q, uint64_t epoch) {
+    NodeResult& r = q.result;
+    const size_t node = q.node;
+    const std::vector<Item>& items = q.items;
     const std::string& target = TargetOf(node);
     for (int attempt = 0;; ++attempt) {
+      {
+        MutexLock lock(&q.mu);
+        if (q.cancelled) {
+          r.status = absl::CancelledError(absl::StrCat(target, ": cancelled (hedge race lost)"));
+          return;
+        }
+      }
       v1::StreamBatchesRequest req = o.request;
       req.set_dataset(o.dataset);
       req.set_seed(o.plan.seed);
@@ -385,7 +512,7 @@ struct FleetClient::Impl {
       }
       if (asked.empty()) {  // a retry after everything arrived
         r.status = absl::OkStatus();
-        return r;
+        return;
       }
       const size_t per_message = o.response_batch > 0 ? o.response_batch : 256;
       req.set_batch_size(
@@ -398,6 +525,12 @@ struct FleetClient::Impl {
       StreamOptions stream;
       stream.timeout = o.rpc_timeout;
       std::unique_ptr<BatchReader> reader = ClientOf(node).StreamBatches(req, stream);
+      {
+        // From here CancelReq cancels the stream (TryCancel on its context).
+        MutexLock lock(&q.mu);
+        q.reader = reader.get();
+        if (q.cancelled) reader->Cancel();
+      }
       v1::Batch b;
       absl::Status malformed;
       // One copy: NextInto puts each message's tensor bytes from gRPC's
@@ -419,6 +552,8 @@ struct FleetClient::Impl {
         const size_t n = static_cast<size_t>(b.sample_ids_size());
         const size_t row = n ? tensor_bytes / n : 0;
         const std::shared_ptr<const void> storage = buffer;
+        std::vector<uint64_t> row_shape;
+        if (n > 0) row_shape.assign(b.tensor().shape().begin() + 1, b.tensor().shape().end());
         for (size_t i = 0; i < n; ++i) {
           FleetSample s;
           s.sample_id = b.sample_ids(static_cast<int>(i));
@@ -426,16 +561,25 @@ struct FleetClient::Impl {
           s.tensor = absl::string_view(buffer.get() + i * row, row);
           s.storage = storage;
           s.node = target;
+          s.dtype = b.tensor().dtype();
+          s.shape = row_shape;
           r.ok[s.sample_id] = std::move(s);
         }
         for (const v1::SampleError& e : b.errors()) {
           r.bad[e.sample_id()] = FleetSampleError{0, e.sample_id(), e.code(), e.message()};
         }
+        MutexLock lock(&q.mu);
+        for (int i = 0; i < b.sample_ids_size(); ++i) q.delivered.insert(b.sample_ids(i));
+        for (const v1::SampleError& e : b.errors()) q.delivered.insert(e.sample_id());
+      }
+      {
+        MutexLock lock(&q.mu);
+        q.reader = nullptr;
       }
       if (!malformed.ok()) {
         r.status = absl::DataLossError(
             absl::StrCat(target, ": malformed answer: ", malformed.message()));
-        return r;
+        return;
       }
       r.status = reader->status();
       if (r.status.ok()) {
@@ -449,7 +593,7 @@ struct FleetClient::Impl {
       }
       if (r.status.ok() || FleetStatusAction(r.status.code()) != FleetAction::kRetry ||
           attempt >= kFleetSameNodeRetries) {
-        return r;
+        return;
       }
       Event(absl::StrCat("node ", target, ": ", r.status.ToString(), "; asking it again"));
       {
@@ -548,6 +692,253 @@ struct FleetClient::Impl {
     return co;
   }
 
+  // Starts a request to `node` for `items` on a thread of its own; `all`
+  // owns it (Run cancels what still runs and joins every thread before it
+  // returns). When done it is queued in `inbox` (nullptr: collected by
+  // joining its thread).
+  Req* Launch(std::vector<std::unique_ptr<Req>>* all, size_t node, std::vector<Item> items,
+              uint64_t epoch, Inbox* inbox, Req* hedge_of) {
+    auto q = std::make_unique<Req>();
+    q->node = node;
+    q->items = std::move(items);
+    std::sort(q->items.begin(), q->items.end(),
+              [](const Item& a, const Item& b) { return a.position < b.position; });
+    q->hedge_of = hedge_of;
+    q->inbox = inbox;
+    q->started = Clock::now();
+    Req* raw = q.get();
+    all->push_back(std::move(q));
+    raw->thread = std::thread([this, raw, epoch] {
+      Fetch(*raw, epoch);
+      raw->finished = Clock::now();
+      if (raw->inbox != nullptr) {
+        MutexLock lock(&raw->inbox->mu);
+        raw->inbox->done.push_back(raw);
+        raw->inbox->cv.SignalAll();
+      }
+    });
+    return raw;
+  }
+
+  // Requests for `parts` ({partition: items}), one per live node holding
+  // them (Assign; never hedge_of's node: a hedge); partitions without such a
+  // node go to *orphans (when given).
+  std::vector<Req*> Submit(std::vector<std::unique_ptr<Req>>* all,
+                           const std::map<uint32_t, std::vector<Item>>& parts, uint64_t epoch,
+                           Inbox* inbox, std::vector<uint32_t>* orphans, Req* hedge_of = nullptr) {
+    std::map<size_t, std::vector<Item>> by_node;
+    {
+      MutexLock lock(&mu);
+      std::set<size_t> exclude;
+      if (hedge_of != nullptr) exclude.insert(hedge_of->node);
+      for (const auto& [part, items] : parts) {
+        const int n = Assign(part, exclude);
+        if (n < 0) {
+          if (orphans != nullptr) orphans->push_back(part);
+          continue;
+        }
+        std::vector<Item>& v = by_node[static_cast<size_t>(n)];
+        v.insert(v.end(), items.begin(), items.end());
+      }
+    }
+    std::vector<Req*> out;
+    for (auto& [n, items] : by_node) {
+      out.push_back(Launch(all, n, std::move(items), epoch, inbox, hedge_of));
+    }
+    return out;
+  }
+
+  // Verification requests: each item to the live replica of its partition
+  // chosen outside its own set of nodes; items without one are left out.
+  std::vector<Req*> SubmitSecond(std::vector<std::unique_ptr<Req>>* all,
+                                 const std::vector<std::pair<Item, std::set<size_t>>>& items,
+                                 uint64_t epoch) {
+    std::map<size_t, std::vector<Item>> by_node;
+    {
+      MutexLock lock(&mu);
+      for (const auto& [it, exclude] : items) {
+        const int n = Assign(it.partition, exclude);
+        if (n >= 0) by_node[static_cast<size_t>(n)].push_back(it);
+      }
+    }
+    std::vector<Req*> out;
+    for (auto& [n, its] : by_node) {
+      out.push_back(Launch(all, n, std::move(its), epoch, nullptr, nullptr));
+    }
+    return out;
+  }
+
+  // Waits for verification requests; their answers by position. One that
+  // failed is handled like a node request's failure (a fail-over code marks
+  // the node dead; what it delivered is used); nothing is raised.
+  std::map<uint64_t, Answer> Collect(const std::vector<Req*>& reqs) {
+    std::map<uint64_t, Answer> out;
+    for (Req* q : reqs) {
+      if (q->thread.joinable()) q->thread.join();
+      const NodeResult& r = q->result;
+      if (!r.status.ok()) {
+        if (FleetStatusAction(r.status.code()) == FleetAction::kFailover) {
+          MarkDead(q->node, r.status.ToString(), /*failover=*/false);
+        } else {
+          Event(absl::StrCat("verify: node ", TargetOf(q->node),
+                             " request failed: ", r.status.ToString()));
+        }
+      }
+      for (const Item& it : q->items) {
+        Answer a;
+        a.node = q->node;
+        if (auto s = r.ok.find(it.sample_id); s != r.ok.end()) {
+          a.ok = true;
+          a.sample = s->second;
+          a.sample.position = it.position;
+        } else if (auto e = r.bad.find(it.sample_id); e != r.bad.end()) {
+          a.error = e->second;
+          a.error.position = it.position;
+        } else {
+          continue;
+        }
+        out[it.position] = std::move(a);
+      }
+    }
+    return out;
+  }
+
+  // Compares the verified positions of the filled batch (ok, bad; `by`:
+  // the node that filled each) with a second replica's answers (`second`,
+  // sent with the batch's requests; positions whose second answer is
+  // missing or came from the node that ended up serving them are asked
+  // again), and settles mismatches with a third replica (header comment).
+  void Verify(uint64_t epoch, uint64_t g, const std::map<uint64_t, Item>& want,
+              std::map<uint64_t, FleetSample>* ok, std::map<uint64_t, FleetSampleError>* bad,
+              std::map<uint64_t, size_t>* by, const std::vector<Req*>& second_reqs,
+              std::vector<std::unique_ptr<Req>>* all) {
+    std::map<uint64_t, Answer> second = Collect(second_reqs);
+    std::vector<uint64_t> chosen;
+    for (const auto& [p, it] : want) {
+      if ((ok->count(p) || bad->count(p)) &&
+          FleetVerifyScore(o.plan.seed, epoch, p) < o.verify_fraction) {
+        chosen.push_back(p);
+      }
+    }
+    if (chosen.empty()) return;
+    std::vector<std::pair<Item, std::set<size_t>>> again;
+    for (uint64_t p : chosen) {
+      auto s = second.find(p);
+      if (s == second.end() || s->second.node == by->at(p)) {
+        again.push_back({want.at(p), {by->at(p)}});
+      }
+    }
+    if (!again.empty()) {
+      for (auto& [p, a] : Collect(SubmitSecond(all, again, epoch))) second[p] = std::move(a);
+    }
+    struct Mismatch {
+      uint64_t position;
+      Answer a, b;
+    };
+    std::vector<Mismatch> mismatched;
+    uint64_t verified = 0;
+    for (uint64_t p : chosen) {
+      auto s = second.find(p);
+      if (s == second.end() || s->second.node == by->at(p)) continue;  // no other replica
+      ++verified;
+      Answer a;
+      a.node = by->at(p);
+      if (auto f = ok->find(p); f != ok->end()) {
+        a.ok = true;
+        a.sample = f->second;
+      } else {
+        a.error = bad->at(p);
+      }
+      if (!SameAnswer(a, s->second)) mismatched.push_back({p, std::move(a), s->second});
+    }
+    {
+      MutexLock lock(&mu);
+      stats.verified += verified;
+      stats.verify_mismatches += mismatched.size();
+    }
+    if (mismatched.empty()) return;
+    std::vector<std::pair<Item, std::set<size_t>>> third_items;
+    for (const Mismatch& m : mismatched) {
+      third_items.push_back({want.at(m.position), {m.a.node, m.b.node}});
+    }
+    const std::map<uint64_t, Answer> third = Collect(SubmitSecond(all, third_items, epoch));
+    for (Mismatch& m : mismatched) {
+      const uint64_t p = m.position;
+      const uint64_t sid = want.at(p).sample_id;
+      const std::string head = absl::StrCat(
+          "verify: epoch ", epoch, " batch ", g, " position ", p, " sample ", sid, ": nodes ",
+          TargetOf(m.a.node), " and ", TargetOf(m.b.node), " disagree (", DescribeDiff(m.a, m.b),
+          ")");
+      auto c = third.find(p);
+      if (c != third.end() && (SameAnswer(c->second, m.a) || SameAnswer(c->second, m.b))) {
+        const bool a_lies = !SameAnswer(c->second, m.a);
+        const Answer& liar = a_lies ? m.a : m.b;
+        const Answer& honest = a_lies ? m.b : m.a;
+        Event(absl::StrCat(head, "; node ", TargetOf(c->second.node), " agrees with ",
+                           TargetOf(honest.node), ": ", TargetOf(liar.node),
+                           " is in the minority"));
+        if (a_lies) {  // the batch takes the majority's answer
+          ok->erase(p);
+          bad->erase(p);
+          if (m.b.ok) {
+            (*ok)[p] = m.b.sample;
+          } else {
+            (*bad)[p] = m.b.error;
+          }
+          (*by)[p] = m.b.node;
+        }
+        MarkDead(liar.node,
+                 absl::StrCat("verify: answered sample ", sid, " (epoch ", epoch, ") unlike ",
+                              TargetOf(honest.node), " and ", TargetOf(c->second.node)),
+                 /*failover=*/false);
+        continue;
+      }
+      {
+        MutexLock lock(&mu);
+        ++stats.verify_unresolved;
+      }
+      const std::string why =
+          c != third.end() ? absl::StrCat("node ", TargetOf(c->second.node), " agrees with neither")
+                           : std::string("no third live replica");
+      Event(absl::StrCat(head, "; unresolved (", why, "): keeping ", TargetOf(m.a.node),
+                         "'s answer"));
+    }
+  }
+
+  // Hedged requests: records a request's duration for its node's window.
+  void RecordLatency(size_t node, Clock::duration d) {
+    MutexLock lock(&mu);
+    std::deque<double>& l = nodes[node].latency;
+    l.push_back(std::chrono::duration<double>(d).count());
+    while (l.size() > static_cast<size_t>(kFleetHedgeWindow)) l.pop_front();
+  }
+
+  // How long a request to `node` may run before it is hedged (nullopt: not
+  // yet: fewer than hedge_samples latencies).
+  std::optional<Clock::duration> HedgeAfter(size_t node) {
+    std::vector<double> lat;
+    {
+      MutexLock lock(&mu);
+      lat.assign(nodes[node].latency.begin(), nodes[node].latency.end());
+    }
+    const std::optional<double> s = FleetHedgeAfter(
+        std::move(lat), o.hedge, std::chrono::duration<double>(o.hedge_min).count(),
+        o.hedge_samples);
+    if (!s) return std::nullopt;
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*s));
+  }
+
+  // Cancels q, a hedge race's loser (its failure then means nothing); its
+  // time so far counts as its latency (a lower bound).
+  void CancelReq(Req* q) {
+    {
+      MutexLock lock(&q->mu);
+      q->cancelled = true;
+      if (q->reader != nullptr) q->reader->Cancel();
+    }
+    RecordLatency(q->node, Clock::now() - q->started);
+  }
+
   absl::StatusOr<FleetBatch> Run(uint64_t epoch, uint64_t g) {
     ApplyMembership();
     std::shared_ptr<fleet::GlobalPlan> plan = Plan(epoch);
@@ -562,83 +953,242 @@ struct FleetClient::Impl {
     }
     std::map<uint64_t, FleetSample> ok;
     std::map<uint64_t, FleetSampleError> bad;
+    std::map<uint64_t, size_t> by;  // position -> the node that filled it
     const Clock::time_point t0 = Clock::now();
     {
       MutexLock lock(&mu);
       StartProbes();
     }
-    while (true) {
-      std::map<size_t, std::vector<Item>> by_node;
-      std::set<uint32_t> orphans;
+    // The batch's requests (each on a thread of its own) report here when
+    // done. Before Run returns, whatever still runs (after an error) is
+    // cancelled and every thread joined (JoinAll, destroyed before inbox).
+    Inbox inbox;
+    std::vector<std::unique_ptr<Req>> all;
+    struct JoinAll {
+      std::vector<std::unique_ptr<Req>>* all;
+      ~JoinAll() {
+        for (std::unique_ptr<Req>& q : *all) {
+          if (!q->thread.joinable()) continue;
+          {
+            MutexLock lock(&q->mu);
+            q->cancelled = true;
+            if (q->reader != nullptr) q->reader->Cancel();
+          }
+          q->thread.join();
+        }
+      }
+    } join_all{&all};
+    auto filled = [&](uint64_t p) { return ok.count(p) > 0 || bad.count(p) > 0; };
+    // Fills the positions still empty from q's results (the first answer per
+    // position wins; later ones are dropped, counted); how many it filled.
+    auto merge = [&](Req* q) -> uint64_t {
+      uint64_t kept = 0, dropped = 0;
+      for (auto& [sid, s] : q->result.ok) {
+        const uint64_t p = pos_of.at(sid);  // Fetch kept only ids it asked for
+        if (filled(p)) {
+          ++dropped;
+          continue;
+        }
+        s.position = p;
+        ok[p] = std::move(s);
+        by[p] = q->node;
+        ++kept;
+      }
+      for (auto& [sid, e] : q->result.bad) {
+        const uint64_t p = pos_of.at(sid);
+        if (filled(p)) {
+          ++dropped;
+          continue;
+        }
+        e.position = p;
+        bad[p] = std::move(e);
+        by[p] = q->node;
+        ++kept;
+      }
+      MutexLock lock(&mu);
+      stats.duplicates_dropped += dropped;
+      if (q->hedge_of != nullptr) stats.hedge_wins += kept;
+      return kept;
+    };
+    // Sends the positions of r neither filled nor delivered by r so far to
+    // the next live replica of their partitions; the hedge requests.
+    auto hedge = [&](Req* r) -> std::vector<Req*> {
+      r->hedged = true;
+      std::map<uint32_t, std::vector<Item>> missing;
+      {
+        MutexLock lock(&r->mu);
+        for (const Item& it : r->items) {
+          if (filled(it.position) || r->delivered.count(it.sample_id)) continue;
+          missing[it.partition].push_back(it);
+        }
+      }
+      if (missing.empty()) return {};
+      // No other live replica: no hedge.
+      std::vector<Req*> hedges = Submit(&all, missing, epoch, &inbox, nullptr, r);
+      if (hedges.empty()) return hedges;
+      size_t n = 0;
+      std::vector<std::string> to;
+      for (Req* h : hedges) {
+        n += h->items.size();
+        to.push_back(TargetOf(h->node));
+      }
       {
         MutexLock lock(&mu);
-        for (const auto& [p, it] : want) {
-          if (ok.count(p) || bad.count(p)) continue;
-          const int n = Assign(it.partition);
-          if (n < 0) {
-            orphans.insert(it.partition);
-          } else {
-            by_node[static_cast<size_t>(n)].push_back(it);
+        stats.hedges += hedges.size();
+      }
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - r->started);
+      Event(absl::StrCat("hedge: node ", TargetOf(r->node), " has not answered ", n,
+                         " samples of epoch ", epoch, " batch ", g, " after ", ms.count(),
+                         " ms (its p", o.hedge * 100, " latency, at least ",
+                         std::chrono::duration<double>(o.hedge_min).count(), " s); asked ",
+                         absl::StrJoin(to, ", "), " too"));
+      return hedges;
+    };
+
+    std::map<uint32_t, std::vector<Item>> parts;
+    for (const auto& [p, it] : want) parts[it.partition].push_back(it);
+    std::vector<uint32_t> orphans;  // partitions without a live replica
+    std::vector<Req*> pending = Submit(&all, parts, epoch, &inbox, &orphans);
+    // Verification requests go out with the batch's (to the next replica of
+    // each position's first node), so they overlap its answers.
+    std::vector<Req*> second;
+    if (o.verify_fraction > 0) {
+      std::vector<std::pair<Item, std::set<size_t>>> items;
+      for (Req* q : pending) {
+        for (const Item& it : q->items) {
+          if (FleetVerifyScore(o.plan.seed, epoch, it.position) < o.verify_fraction) {
+            items.push_back({it, {q->node}});
           }
         }
       }
-      if (by_node.empty() && orphans.empty()) break;
-      std::vector<std::pair<size_t, std::future<NodeResult>>> futs;
-      for (auto& [n, items] : by_node) {
-        futs.emplace_back(n, std::async(std::launch::async, [this, n = n, epoch, items = items] {
-                            return Fetch(n, epoch, items);
-                          }));
+      second = SubmitSecond(&all, items, epoch);
+    }
+    std::map<uint32_t, std::vector<Item>> retry_parts;
+    while (true) {
+      if (!retry_parts.empty()) {
+        for (Req* q : Submit(&all, retry_parts, epoch, &inbox, &orphans)) pending.push_back(q);
+        retry_parts.clear();
       }
-      for (auto& [n, f] : futs) {
-        NodeResult r = f.get();
-        // A retry status here has had its retries on the node: fail over.
-        if (!r.status.ok() && FleetStatusAction(r.status.code()) == FleetAction::kRaise) {
-          return r.status;
+      if (pending.empty()) {
+        const std::set<uint32_t> orphan_set(orphans.begin(), orphans.end());
+        orphans.clear();
+        std::map<uint32_t, std::vector<Item>> again;
+        for (const auto& [p, it] : want) {
+          if (!filled(p) && orphan_set.count(it.partition)) again[it.partition].push_back(it);
         }
-        if (!r.status.ok()) MarkDead(n, r.status);
+        if (again.empty()) break;
+        pending = Submit(&all, again, epoch, &inbox, &orphans);
+        if (!orphans.empty() && pending.empty()) {
+          {
+            MutexLock lock(&mu);
+            ++stats.waits;
+          }
+          const std::set<uint32_t> waiting(orphans.begin(), orphans.end());
+          Event(absl::StrCat("epoch ", epoch, " batch ", g, ": no live replica for partitions ",
+                             absl::StrJoin(waiting, ","), "; waiting"));
+          if (o.max_wait.count() > 0 && Clock::now() - t0 > o.max_wait) {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "no live replica for partitions ", absl::StrJoin(waiting, ","),
+                " within max_wait"));
+          }
+          // Dead nodes are probed in the background (ProbeLoop): a node that
+          // answers is assigned on the next pass.
+          std::this_thread::sleep_for(o.probe_interval);
+        }
+        continue;
+      }
+      std::vector<Req*> done;
+      {
+        MutexLock lock(&inbox.mu);
+        done.swap(inbox.done);
+      }
+      if (done.empty()) {
+        // Wait for the next answer, or the next request due for a hedge.
+        std::optional<Clock::time_point> wake;
+        if (o.hedge > 0) {
+          const Clock::time_point now = Clock::now();
+          const std::vector<Req*> snapshot = pending;
+          for (Req* q : snapshot) {
+            if (q->hedged || q->hedge_of != nullptr) continue;  // once; a hedge is not hedged
+            const std::optional<Clock::duration> after = HedgeAfter(q->node);
+            if (!after) continue;
+            const Clock::time_point due = q->started + *after;
+            if (due <= now) {
+              for (Req* h : hedge(q)) pending.push_back(h);
+              continue;
+            }
+            wake = wake ? std::min(*wake, due) : due;
+          }
+        }
+        MutexLock lock(&inbox.mu);
+        while (inbox.done.empty()) {
+          if (!wake) {
+            inbox.cv.Wait(&inbox.mu);
+          } else if (inbox.cv.WaitUntil(&inbox.mu, *wake)) {
+            break;
+          }
+        }
+        done.swap(inbox.done);
+      }
+      // First answer first: it wins the positions both answered.
+      for (Req* r : done) {
+        auto at = std::find(pending.begin(), pending.end(), r);
+        if (at == pending.end()) continue;  // a hedge race's loser, merged when cancelled
+        pending.erase(at);
+        r->thread.join();
+        const absl::Status st = r->result.status;
+        if (!st.ok()) {
+          // A retry status here has had its retries on the node: fail over.
+          if (FleetStatusAction(st.code()) == FleetAction::kRaise) return st;
+          MarkDead(r->node, st.ToString());
+        } else {
+          RecordLatency(r->node, r->finished - r->started);
+        }
         // What the node delivered is kept even when it then failed (a
         // sample's bytes depend only on (seed, epoch, sample id), not on the
         // replica); only the positions still empty are requested again.
-        uint64_t kept = 0;
-        for (auto& [sid, s] : r.ok) {
-          const uint64_t p = pos_of.at(sid);  // Fetch kept only ids it asked for
-          if (ok.count(p) || bad.count(p)) {
-            MutexLock lock(&mu);
-            ++stats.duplicates_dropped;
-            continue;
-          }
-          s.position = p;
-          ok[p] = std::move(s);
-          ++kept;
-        }
-        for (auto& [sid, e] : r.bad) {
-          const uint64_t p = pos_of.at(sid);
-          if (ok.count(p) || bad.count(p)) continue;
-          e.position = p;
-          bad[p] = std::move(e);
-          ++kept;
-        }
-        if (!r.status.ok() && kept > 0) {
+        const uint64_t kept = merge(r);
+        if (!st.ok() && kept > 0) {
           MutexLock lock(&mu);
           stats.kept_partial += kept;
         }
-      }
-      if (!orphans.empty() && futs.empty()) {
-        {
-          MutexLock lock(&mu);
-          ++stats.waits;
+        // A hedge race decided: a request of one (a hedge, or the request it
+        // hedges) whose positions are all filled, or delivered by itself so
+        // far, is cancelled and keeps what it delivered.
+        const std::vector<Req*> snapshot = pending;
+        for (Req* q : snapshot) {
+          if (!q->hedged && q->hedge_of == nullptr) continue;
+          bool settled = true;
+          {
+            MutexLock lock(&q->mu);
+            for (const Item& it : q->items) {
+              if (!filled(it.position) && !q->delivered.count(it.sample_id)) {
+                settled = false;
+                break;
+              }
+            }
+          }
+          if (!settled) continue;
+          pending.erase(std::find(pending.begin(), pending.end(), q));
+          CancelReq(q);
+          q->thread.join();
+          merge(q);
         }
-        Event(absl::StrCat("epoch ", epoch, " batch ", g, ": no live replica for partitions ",
-                           absl::StrJoin(orphans, ","), "; waiting"));
-        if (o.max_wait.count() > 0 && Clock::now() - t0 > o.max_wait) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "no live replica for partitions ", absl::StrJoin(orphans, ","), " within max_wait"));
+        // Positions still empty that no request in flight covers (a hedge,
+        // or the request it hedges) are asked again.
+        std::set<uint64_t> covered;
+        for (Req* q : pending) {
+          for (const Item& it : q->items) covered.insert(it.position);
         }
-        // Dead nodes are probed in the background (ProbeLoop): a node that
-        // answers is assigned on the next pass.
-        std::this_thread::sleep_for(o.probe_interval);
+        for (const Item& it : r->items) {
+          if (!filled(it.position) && !covered.count(it.position)) {
+            retry_parts[it.partition].push_back(it);
+          }
+        }
       }
     }
+    if (o.verify_fraction > 0) Verify(epoch, g, want, &ok, &bad, &by, second, &all);
     FleetBatch out;
     out.epoch = epoch;
     out.batch = g;
@@ -678,6 +1228,23 @@ absl::StatusOr<std::unique_ptr<FleetClient>> FleetClient::Create(FleetClientOpti
       o.membership ? o.membership->Current() : Membership::Snapshot{};
   if (o.membership) o.targets = first.targets;
   if (o.targets.empty()) return absl::InvalidArgumentError("targets: at least one is needed");
+  if (!(o.hedge == 0 || (o.hedge > 0 && o.hedge < 1))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hedge: must be 0 (off) or a latency percentile in (0, 1), got ", o.hedge));
+  }
+  if (o.hedge_min.count() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hedge_min: must be >= 0 ms, got ", o.hedge_min.count()));
+  }
+  if (o.hedge_samples < 1 || o.hedge_samples > kFleetHedgeWindow) {
+    return absl::InvalidArgumentError(absl::StrCat("hedge_samples: must be in [1, ",
+                                                   kFleetHedgeWindow, "], got ",
+                                                   o.hedge_samples));
+  }
+  if (!(o.verify_fraction >= 0 && o.verify_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify_fraction: must be a number in [0, 1], got ", o.verify_fraction));
+  }
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(o);
   {

@@ -21,6 +21,29 @@
 // live nodes (a rollout), agree again, or change between a node's probes;
 // informational only: the assignment uses partitions_held.
 //
+// Hedged requests (opt-in: hedge > 0; docs/protocol.md "Hedged requests",
+// the Python client's hedge=): a node request not answered within the
+// `hedge` percentile of that node's last kFleetHedgeWindow request
+// latencies (at least hedge_min; only once it has hedge_samples of them) is
+// also sent, for the positions it has not delivered yet, to the next live
+// replica of their partitions (once per request; a hedge is not hedged).
+// The first answer per position wins; the other request is cancelled
+// (BatchReader::Cancel: ClientContext::TryCancel) and what it delivers is
+// dropped by position. A hedge is not a failure. Stats: hedges (requests
+// sent), hedge_wins (positions they filled); on_event: "hedge: node ...".
+//
+// Verification (opt-in: verify_fraction > 0; docs/protocol.md "Per-sample
+// digests", the Python client's verify_fraction=): positions whose
+// FleetVerifyScore(seed, epoch, position) is below verify_fraction are also
+// asked of a second live replica of their partition (never the node that
+// served them) and the answers compared (label, dtype, row shape, tensor
+// bytes; or the error code). On a mismatch a third live replica decides:
+// the node in the minority is marked dead (re-probed like any dead node)
+// and the batch takes the majority's answer; with no third replica (or all
+// three differing) the mismatch is unresolved and the first answer kept.
+// Stats: verified, verify_mismatches, verify_unresolved; on_event:
+// "verify: ..." for each mismatch.
+//
 // Dead nodes, and nodes that fail their probe in Create() (on_event: "node
 // HOST:PORT unreachable at start: ..."), are probed again (ListDatasets)
 // every probe_interval on a thread of their own, so a probe of a
@@ -31,9 +54,11 @@
 // served once). The destructor ends the probe loops, waiting for a probe in
 // flight (at most its 5 s deadline); no event comes after it.
 //
-// Thread-safety: one FleetClient per trainer thread. on_event is called
-// from the client's threads (prefetch jobs, probe loops): it must be
-// thread-safe.
+// Thread-safety: one FleetClient per trainer thread. Each node request
+// runs on a thread of its own (a global batch's job waits for them, and
+// cancels and joins what still runs before it returns). on_event is called
+// from the client's threads (prefetch jobs, node requests, probe loops): it
+// must be thread-safe.
 #ifndef NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
 #define NEARPREP_CLIENT_CPP_FLEET_FLEET_CLIENT_H_
 
@@ -42,6 +67,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +122,16 @@ struct FleetClientOptions {
   std::chrono::milliseconds rpc_timeout{10000};
   // Give up waiting for a live replica after this long (0: wait forever).
   std::chrono::milliseconds max_wait{0};
+  // Hedged requests (header comment): 0 (off) or a latency percentile in
+  // (0, 1); hedge_min: never sooner than this; hedge_samples: in [1,
+  // kFleetHedgeWindow], the latencies a node needs before it is hedged.
+  // Create() refuses other values, naming the field.
+  double hedge = 0;
+  std::chrono::milliseconds hedge_min{50};
+  int hedge_samples = 10;
+  // In [0, 1]: the share of positions verified against a second replica
+  // (header comment); 0: none.
+  double verify_fraction = 0;
   std::function<void(const std::string&)> on_event;
   // Credentials sent to every node alike: the tls_* and bearer_token*
   // fields of this are copied into each node's ClientOptions (the others
@@ -114,6 +150,10 @@ struct FleetSample {
   absl::string_view tensor;
   std::shared_ptr<const void> storage;
   std::string node;
+  // The tensor's v1::DType and this row's shape (the message tensor's shape
+  // without its first dimension, the sample count).
+  int dtype = 0;
+  std::vector<uint64_t> shape;
 };
 struct FleetSampleError {
   uint64_t position = 0;
@@ -145,6 +185,22 @@ const char* FleetActionName(FleetAction action);
 // others while requests read them).
 inline constexpr size_t kMaxFleetNodes = 4096;
 
+// sha256(decimal seed + "/" + epoch + "/" + position), first 8 bytes big
+// endian, over 2^64: in [0, 1]. verify_fraction f verifies the positions
+// scoring below f (the same on every rerun); the Python
+// nearprep.fleet.verify_score computes the same number.
+double FleetVerifyScore(uint64_t seed, uint64_t epoch, uint64_t position);
+
+// Hedged requests keep each node's last kFleetHedgeWindow request
+// latencies. FleetHedgeAfter: how long a request to a node with these
+// latencies (seconds, any order) may run before it is hedged: the
+// `percentile` of them (the ceil(percentile * n)-th smallest), at least
+// `min_s`; nullopt with fewer than `samples` latencies (the Python
+// client's FleetClient._hedge_after).
+inline constexpr int kFleetHedgeWindow = 64;
+std::optional<double> FleetHedgeAfter(std::vector<double> latencies_s, double percentile,
+                                      double min_s, int samples);
+
 class FleetClient {
  public:
   static absl::StatusOr<std::unique_ptr<FleetClient>> Create(FleetClientOptions options);
@@ -162,6 +218,11 @@ class FleetClient {
     uint64_t retries = 0;
     // Samples (and sample errors) a node delivered before it failed, kept.
     uint64_t kept_partial = 0;
+    // Hedged requests: hedge requests sent, positions they filled.
+    uint64_t hedges = 0, hedge_wins = 0;
+    // Verification: positions compared with a second replica, mismatches,
+    // mismatches no third replica settled.
+    uint64_t verified = 0, verify_mismatches = 0, verify_unresolved = 0;
   };
   Stats stats() const;
 

@@ -8,6 +8,7 @@
 // stream`'s names.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -54,6 +55,9 @@ class FleetReadCommand final : public Command {
   int prefetch_ = 2;
   uint32_t response_batch_ = 0;
   int rpc_timeout_ms_ = 10000;
+  int probe_interval_ms_ = 500;
+  double hedge_ = 0, hedge_min_s_ = 0.05, verify_fraction_ = 0;
+  int hedge_samples_ = 10;
   RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
 };
 
@@ -109,6 +113,32 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
                   "answer in time is failed over")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--probe-interval-ms", probe_interval_ms_,
+                  "how often a dead node is probed again (ListDatasets)")
+      ->check(CLI::Range(10, 3600000))
+      ->capture_default_str();
+  // Hedged requests and verification: FleetClientOptions' (fleet_client.h),
+  // the Python FleetClient's hedge=, hedge_min=, hedge_samples=,
+  // verify_fraction= (docs/protocol.md).
+  app->add_option("--hedge", hedge_,
+                  "hedged requests: 0 (off) or a latency percentile in (0, 1); a node "
+                  "request slower than that percentile of the node's last 64 is also sent "
+                  "to the next replica, the first answer wins")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--hedge-min", hedge_min_s_,
+                  "seconds: a request is never hedged sooner than this")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app->add_option("--hedge-samples", hedge_samples_,
+                  "latencies a node needs before its requests are hedged (1-64)")
+      ->check(CLI::Range(1, kFleetHedgeWindow))
+      ->capture_default_str();
+  app->add_option("--verify-fraction", verify_fraction_,
+                  "share of positions (in [0, 1]) also fetched from a second replica and "
+                  "compared; a mismatch is settled by a third, the minority node marked dead")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app->add_option("--response-batch", response_batch_,
                   "samples per response message (0: one message per node request)")
       ->check(CLI::Range(0, 1 << 20))
@@ -174,6 +204,16 @@ int FleetReadCommand::Run() {
   o.prefetch = prefetch_;
   o.response_batch = response_batch_;
   o.rpc_timeout = std::chrono::milliseconds(rpc_timeout_ms_);
+  o.probe_interval = std::chrono::milliseconds(probe_interval_ms_);
+  o.hedge = hedge_;
+  // (CLI::Range lets NaN through; the client refuses a NaN --hedge or
+  // --verify-fraction, naming it.)
+  if (!(hedge_min_s_ >= 0 && hedge_min_s_ <= 3600)) {
+    return FleetFail("--hedge-min: must be a number of seconds in [0, 3600]");
+  }
+  o.hedge_min = std::chrono::milliseconds(std::llround(hedge_min_s_ * 1000));
+  o.hedge_samples = hedge_samples_;
+  o.verify_fraction = verify_fraction_;
   // TLS files and the bearer token ($NEARPREP_TOKEN_FILE / $NEARPREP_TOKEN
   // or --token-file), sent to every node alike.
   o.credentials = request_.tls.ToClientOptions("");
@@ -205,13 +245,19 @@ int FleetReadCommand::Run() {
   const FleetClient::Stats st = (*fc)->stats();
   std::fprintf(stderr,
                "requests %llu failovers %llu duplicates_dropped %llu waits %llu "
-               "kept_partial %llu retries %llu\n",
+               "kept_partial %llu retries %llu hedges %llu hedge_wins %llu verified %llu "
+               "verify_mismatches %llu verify_unresolved %llu\n",
                static_cast<unsigned long long>(st.requests),
                static_cast<unsigned long long>(st.failovers),
                static_cast<unsigned long long>(st.duplicates_dropped),
                static_cast<unsigned long long>(st.waits),
                static_cast<unsigned long long>(st.kept_partial),
-               static_cast<unsigned long long>(st.retries));
+               static_cast<unsigned long long>(st.retries),
+               static_cast<unsigned long long>(st.hedges),
+               static_cast<unsigned long long>(st.hedge_wins),
+               static_cast<unsigned long long>(st.verified),
+               static_cast<unsigned long long>(st.verify_mismatches),
+               static_cast<unsigned long long>(st.verify_unresolved));
   return 0;
 }
 
