@@ -650,7 +650,8 @@ TEST(DaemonConfigTest, DatasetKeysAreOneTableForFlagAndYaml) {
         ParseDatasetFlag("d=/r" + sm.extra + "," + key + "=" + sm.flag);
     ASSERT_TRUE(flag.ok()) << flag.status();
     std::string yaml = "datasets:\n  - name: d\n    root: /r\n";
-    for (const std::string& kv : absl::StrSplit(sm.extra, ',', absl::SkipEmpty())) {
+    for (const std::string& kv : std::vector<std::string>(
+             absl::StrSplit(sm.extra, ',', absl::SkipEmpty()))) {
       const size_t eq = kv.find('=');
       yaml += "    " + kv.substr(0, eq) + ": " + kv.substr(eq + 1) + "\n";
     }
