@@ -86,8 +86,9 @@ RULES = [
       "server/pipeline", "server/authz", "server/service", "server/metrics",
       "common"],
      "nearprepd: config, signals, the choice of backend"),
-    ("fpga_kernels", [], "HLS kernels: nothing from server/"),
-    ("tools", ["fpga_kernels"], "build tools (test xclbin)"),
+    ("fpga_kernels", [],
+     "HLS kernels and their test-xclbin writer (xclbin_gen/): nothing from "
+     "server/"),
     ("client/cpp", ["common", "proto", "proto/options", "client_api"],
      "the C++ client library and CLI"),
     ("client/python/native", ["proto", "client_api"],
@@ -161,7 +162,7 @@ def layer_of_include(path, kernel_names):
         return "proto/" + parts[1]
     if parts[0] == "nearprep" and len(parts) > 1:
         return "proto" if parts[1] == "v1" else "client_api"
-    if parts[0] in ("common", "bench", "tests", "tools"):
+    if parts[0] in ("common", "bench", "tests"):
         return parts[0]
     if parts[0] == "client" and len(parts) > 2:
         return "client/" + parts[1]

@@ -3,7 +3,7 @@
 //  - the kernel top function (fpga_kernels/src/preprocess_kernel.cc),
 //  - the XRT backend (server/fpga/), which fills descriptors and reads
 //    per-image status records,
-//  - the test-xclbin generator (tools/xclbin_gen/xclbin_gen.cc), which writes
+//  - the test-xclbin generator (fpga_kernels/xclbin_gen/xclbin_gen.cc), which writes
 //    the kernel's argument list into the xclbin's EMBEDDED_METADATA.
 // Plain constants and PODs only; no server/ includes.
 //

@@ -12,12 +12,14 @@
 #include <cmath>
 #include <exception>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -176,48 +178,171 @@ absl::Status GetInt(const YAML::Node& parent, const char* key,
     if (!_st.ok()) return _st;   \
   } while (0)
 
-absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
-                          size_t index, DatasetConfig* d) {
-  const std::string prefix = absl::StrCat("datasets[", index, "].");
-  NP_RETURN_IF_ERROR(
-      CheckKeys(n, source, prefix,
-                {"name", "format", "root", "list_file", "extensions",
-                 "max_file_bytes", "shard_pattern", "image_key", "label_key",
-                 "label_offset", "index_cache", "block_cache_bytes", "manifest",
-                 "manifest_check", "placement", "node", "allow_empty"}));
-  NP_RETURN_IF_ERROR(Get(n, "name", source, prefix, &d->name));
-  NP_RETURN_IF_ERROR(Get(n, "format", source, prefix, &d->format));
-  NP_RETURN_IF_ERROR(Get(n, "root", source, prefix, &d->root));
-  NP_RETURN_IF_ERROR(Get(n, "list_file", source, prefix, &d->list_file));
-  NP_RETURN_IF_ERROR(Get(n, "extensions", source, prefix, &d->extensions));
-  NP_RETURN_IF_ERROR(GetInt(n, "max_file_bytes", source, prefix,
-                            &d->max_file_bytes, 1, /*bytes=*/true));
-  NP_RETURN_IF_ERROR(
-      Get(n, "shard_pattern", source, prefix, &d->shard_pattern));
-  NP_RETURN_IF_ERROR(Get(n, "image_key", source, prefix, &d->image_key));
-  NP_RETURN_IF_ERROR(Get(n, "label_key", source, prefix, &d->label_key));
-  if (const YAML::Node lo = n["label_offset"]; lo) {
-    int64_t v = 0;
-    if (!lo.IsScalar() || !absl::SimpleAtoi(lo.Scalar(), &v) ||
-        v < -(int64_t{1} << 31) || v > (int64_t{1} << 31)) {
-      return Bad(Where(source, prefix + "label_offset", lo),
-                 "must be an integer in [-2^31, 2^31]");
+// `parent[key]`, a boolean: YAML's spellings (true / false, yes / no, on /
+// off) and 1 / 0.
+absl::Status GetBool(const YAML::Node& parent, const char* key,
+                     const std::string& source, const std::string& prefix,
+                     bool* out) {
+  const YAML::Node n = parent[key];
+  if (!n) return absl::OkStatus();
+  if (n.IsScalar()) {
+    if (n.Scalar() == "1" || n.Scalar() == "0") {
+      *out = n.Scalar() == "1";
+      return absl::OkStatus();
     }
-    d->label_offset = v;
+    try {
+      *out = n.as<bool>();
+      return absl::OkStatus();
+    } catch (const YAML::Exception&) {
+    }
   }
-  NP_RETURN_IF_ERROR(Get(n, "index_cache", source, prefix, &d->index_cache));
-  NP_RETURN_IF_ERROR(GetInt(n, "block_cache_bytes", source, prefix,
-                            &d->block_cache_bytes, 0, /*bytes=*/true));
-  NP_RETURN_IF_ERROR(Get(n, "allow_empty", source, prefix, &d->allow_empty));
-  NP_RETURN_IF_ERROR(Get(n, "manifest", source, prefix, &d->manifest));
-  NP_RETURN_IF_ERROR(
-      Get(n, "manifest_check", source, prefix, &d->manifest_check));
-  if (d->manifest_check != "size" && d->manifest_check != "crc32c") {
-    return Bad(Where(source, prefix + "manifest_check", n["manifest_check"]),
-               "must be size or crc32c");
+  return Bad(Where(source, prefix + key, n),
+             absl::StrCat("must be true or false, got '",
+                          n.IsScalar() ? n.Scalar() : "(not a scalar)", "'"));
+}
+
+// `parent[key]`, a string that must be one of `allowed`.
+absl::Status GetOneOf(const YAML::Node& parent, const char* key,
+                      const std::string& source, const std::string& prefix,
+                      std::initializer_list<const char*> allowed,
+                      std::string* out) {
+  NP_RETURN_IF_ERROR(Get(parent, key, source, prefix, out));
+  std::string list;
+  for (const char* a : allowed) {
+    if (*out == a) return absl::OkStatus();
+    list += (list.empty() ? "" : ", ") + std::string(a);
   }
-  NP_RETURN_IF_ERROR(Get(n, "placement", source, prefix, &d->placement));
-  NP_RETURN_IF_ERROR(Get(n, "node", source, prefix, &d->node));
+  return Bad(Where(source, prefix + key, parent[key]),
+             absl::StrCat("must be one of ", list, "; got '", *out, "'"));
+}
+
+// The keys of one dataset's configuration, the one table of them: YAML's
+// `datasets[i].KEY` and the --dataset flag's `,KEY=VALUE` (whose NAME=ROOT
+// gives `name` and `root`). Both parsers build a mapping and read it through
+// ApplyDataset, so a key is accepted, converted and refused the same way by
+// both, and an unknown one gets the same "unknown key (known: ...)".
+struct DatasetKey {
+  const char* name;
+  // A list (`extensions`): the flag's value is split at its commas.
+  bool list;
+  // Reads parent[name] (present) into *d; messages name prefix + name.
+  absl::Status (*apply)(const YAML::Node& parent, const std::string& source,
+                        const std::string& prefix, DatasetConfig* d);
+};
+
+using YamlIn = const YAML::Node&;
+using Src = const std::string&;
+
+const DatasetKey kDatasetKeys[] = {
+    {"name", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "name", s, p, &d->name);
+     }},
+    {"format", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return GetOneOf(n, "format", s, p,
+                       {"image_folder", "file_list", "tfrecord", "tar"},
+                       &d->format);
+     }},
+    {"root", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "root", s, p, &d->root);
+     }},
+    {"list_file", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "list_file", s, p, &d->list_file);
+     }},
+    {"extensions", true,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "extensions", s, p, &d->extensions);
+     }},
+    {"max_file_bytes", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return GetInt(n, "max_file_bytes", s, p, &d->max_file_bytes, 1,
+                     /*bytes=*/true);
+     }},
+    {"shard_pattern", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "shard_pattern", s, p, &d->shard_pattern);
+     }},
+    {"image_key", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "image_key", s, p, &d->image_key);
+     }},
+    {"label_key", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "label_key", s, p, &d->label_key);
+     }},
+    {"label_offset", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       const YAML::Node lo = n["label_offset"];
+       int64_t v = 0;
+       if (!lo.IsScalar() || !absl::SimpleAtoi(lo.Scalar(), &v) ||
+           v < -(int64_t{1} << 31) || v > (int64_t{1} << 31)) {
+         return Bad(Where(s, p + "label_offset", lo),
+                    "must be an integer in [-2^31, 2^31]");
+       }
+       d->label_offset = v;
+       return absl::OkStatus();
+     }},
+    {"index_cache", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "index_cache", s, p, &d->index_cache);
+     }},
+    {"block_cache_bytes", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return GetInt(n, "block_cache_bytes", s, p, &d->block_cache_bytes, 0,
+                     /*bytes=*/true);
+     }},
+    {"manifest", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "manifest", s, p, &d->manifest);
+     }},
+    {"manifest_check", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return GetOneOf(n, "manifest_check", s, p, {"size", "crc32c"},
+                       &d->manifest_check);
+     }},
+    {"placement", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "placement", s, p, &d->placement);
+     }},
+    {"node", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return Get(n, "node", s, p, &d->node);
+     }},
+    {"allow_empty", false,
+     [](YamlIn n, Src s, Src p, DatasetConfig* d) {
+       return GetBool(n, "allow_empty", s, p, &d->allow_empty);
+     }},
+};
+
+const DatasetKey* FindDatasetKey(const std::string& name) {
+  for (const DatasetKey& k : kDatasetKeys) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+// One dataset's mapping `n` (YAML's datasets[i], or the one the --dataset
+// flag builds) into *d. `prefix` leads every key in messages.
+absl::Status ApplyDataset(const YAML::Node& n, const std::string& source,
+                          const std::string& prefix, DatasetConfig* d) {
+  std::set<std::string> known;
+  for (const DatasetKey& k : kDatasetKeys) known.insert(k.name);
+  NP_RETURN_IF_ERROR(CheckKeys(n, source, prefix, known));
+  for (const DatasetKey& k : kDatasetKeys) {
+    if (n[k.name]) NP_RETURN_IF_ERROR(k.apply(n, source, prefix, d));
+  }
+  if (n["list_file"]) {
+    // A list file says file_list; with another format it would be ignored.
+    if (!n["format"]) d->format = "file_list";
+    if (d->format != "file_list") {
+      return Bad(Where(source, prefix + "list_file", n["list_file"]),
+                 absl::StrCat("only with format file_list, got format ",
+                              d->format));
+    }
+  }
   if (!d->placement.empty() || !d->node.empty()) {
     // Both or neither, and only for a manifest's partitions; the document
     // itself is checked against the manifest when the dataset opens.
@@ -281,78 +406,92 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   return value << shift;
 }
 
-absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text) {
+std::vector<std::string> DatasetConfigKeys() {
+  std::vector<std::string> out;
+  for (const DatasetKey& k : kDatasetKeys) out.push_back(k.name);
+  return out;
+}
+
+absl::StatusOr<DatasetConfig> ParseDatasetFlag(
+    const std::string& text, std::vector<std::string>* warnings) {
   const char kUsage[] =
-      "--dataset: expected NAME=ROOT[,list=FILE | ,format=tfrecord|tar]"
-      "[,allow_empty=true]";
+      "--dataset: expected NAME=ROOT[,KEY=VALUE...] (KEY: a key of a "
+      "config file's datasets entry, e.g. list_file=FILE, format=tfrecord)";
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(kUsage, ", got '", text, "'"));
   }
-  DatasetConfig d;
-  d.name = text.substr(0, eq);
   const std::string rest = text.substr(eq + 1);
-  // ROOT, then ",KEY=VALUE" options. ROOT ends at the first ",KEY=" of a
-  // known key; a piece that does not start with a known key belongs to the
-  // value before it (a list file's name may hold commas).
-  static const char* const kKeys[] = {"list", "format", "allow_empty"};
+  // ROOT, then ",KEY=VALUE" options. An option starts at a comma followed by
+  // a key-like word ([a-z_]+) and '='; any other comma belongs to the value
+  // before it (a root or a list file's name may hold commas).
   auto key_at = [&rest](size_t comma) -> std::string {
-    for (const char* k : kKeys) {
-      const std::string prefix = absl::StrCat(",", k, "=");
-      if (rest.compare(comma, prefix.size(), prefix) == 0) return k;
+    size_t i = comma + 1;
+    while (i < rest.size() && (std::islower(static_cast<unsigned char>(rest[i])) ||
+                               rest[i] == '_')) {
+      ++i;
     }
-    return "";
+    if (i == comma + 1 || i >= rest.size() || rest[i] != '=') return "";
+    return rest.substr(comma + 1, i - comma - 1);
   };
   std::vector<size_t> starts;  // commas that start an option
   for (size_t i = rest.find(','); i != std::string::npos;
        i = rest.find(',', i + 1)) {
     if (!key_at(i).empty()) starts.push_back(i);
   }
-  d.root = rest.substr(0, starts.empty() ? rest.size() : starts[0]);
-  if (d.root.empty()) {
+  const std::string root =
+      rest.substr(0, starts.empty() ? rest.size() : starts[0]);
+  if (root.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dataset: empty ROOT in '", text, "'"));
   }
-  d.format = "image_folder";
-  std::set<std::string> seen;
+  // The mapping a config file's datasets entry would hold.
+  YAML::Node node(YAML::NodeType::Map);
+  node["name"] = text.substr(0, eq);
+  node["root"] = root;
+  std::set<std::string> seen = {"name", "root"};
   for (size_t k = 0; k < starts.size(); ++k) {
-    const std::string key = key_at(starts[k]);
+    std::string key = key_at(starts[k]);
     const size_t begin = starts[k] + key.size() + 2;
     const size_t end = k + 1 < starts.size() ? starts[k + 1] : rest.size();
     const std::string value = rest.substr(begin, end - begin);
-    if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--dataset: ", key, "= given twice in '", text, "'"));
-    }
     if (key == "list") {
-      if (value.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--dataset: expected NAME=ROOT,list=FILE, got '", text, "'"));
+      key = "list_file";
+      if (warnings != nullptr) {
+        warnings->push_back(
+            "--dataset: list= is deprecated (still accepted): write "
+            "list_file=, the config file's key");
       }
-      d.format = "file_list";
-      d.list_file = value;
-    } else if (key == "format") {
-      if (value != "tfrecord" && value != "tar") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--dataset: format= must be tfrecord or tar, got '", text, "'"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dataset: ", key, "= given twice in '", text, "'",
+          key == "name" || key == "root" ? " (NAME=ROOT gives name and root)"
+                                         : ""));
+    }
+    if (value.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dataset: ", key, "= has no value in '", text, "'"));
+    }
+    const DatasetKey* row = FindDatasetKey(key);
+    if (row != nullptr && row->list) {
+      YAML::Node seq(YAML::NodeType::Sequence);
+      for (size_t b = 0, c; b <= value.size(); b = c + 1) {
+        c = value.find(',', b);
+        if (c == std::string::npos) c = value.size();
+        seq.push_back(value.substr(b, c - b));
       }
-      d.format = value;
-    } else if (key == "allow_empty") {
-      if (value == "true" || value == "1" || value == "yes") {
-        d.allow_empty = true;
-      } else if (value == "false" || value == "0" || value == "no") {
-        d.allow_empty = false;
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--dataset: allow_empty= must be true or false, got '",
-                         value, "' in '", text, "'"));
-      }
+      node[key] = seq;
+    } else {
+      node[key] = value;  // an unknown key: ApplyDataset refuses it
     }
   }
-  if (seen.count("list") && seen.count("format")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset: list= and format= do not go together in '", text, "'"));
+  DatasetConfig d;
+  absl::Status st = ApplyDataset(node, "--dataset", "", &d);
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(st.message(), " (in '", text, "')"));
   }
   return d;
 }
@@ -499,7 +638,8 @@ absl::Status ApplyYamlConfig(const std::string& yaml, const std::string& source,
       }
       for (size_t i = 0; i < ds.size(); ++i) {
         DatasetConfig d;
-        NP_RETURN_IF_ERROR(ApplyDataset(ds[i], source, i, &d));
+        NP_RETURN_IF_ERROR(
+            ApplyDataset(ds[i], source, absl::StrCat("datasets[", i, "]."), &d));
         c->server.datasets.push_back(std::move(d));
       }
     }
@@ -611,6 +751,24 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+std::string DatasetFlagHelp() {
+  std::string keys;
+  for (const DatasetKey& k : kDatasetKeys) {
+    if (std::string(k.name) == "name" || std::string(k.name) == "root") continue;
+    keys += (keys.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return "Dataset NAME=ROOT (image folder), NAME=ROOT,list_file=FILE (file "
+         "list) or NAME=ROOT,format=tfrecord|tar (record shards); append "
+         ",allow_empty=true to serve a dataset with no samples (else an error "
+         "at start); repeatable; added to the config file's datasets. Keys "
+         "(a config file's datasets entry, the same table): " +
+         keys + " (list= is the deprecated spelling of list_file=)";
+}
+
+}  // namespace
+
 CommandLine ParseCommandLine(int argc, const char* const* argv) {
   CommandLine result;
   DaemonConfig& c = result.config;
@@ -643,10 +801,7 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
                                      "Write the bound port to this file");
   auto* o_dataset = app.add_option(
       "--dataset", datasets,
-      "Dataset NAME=ROOT (image folder), NAME=ROOT,list=FILE (file list) or "
-      "NAME=ROOT,format=tfrecord|tar (record shards); append "
-      ",allow_empty=true to serve a dataset with no samples (else an error "
-      "at start); repeatable; added to the config file's datasets");
+      DatasetFlagHelp());
   auto* o_workers =
       app.add_option("--workers", workers, "Worker threads (0: all cores)");
   auto* o_prefetch = app.add_option("--prefetch-depth", prefetch,
@@ -755,7 +910,7 @@ CommandLine ParseCommandLine(int argc, const char* const* argv) {
   if (o_port->count()) c.port = port;
   if (o_port_file->count()) c.port_file = port_file;
   for (const std::string& d : datasets) {
-    absl::StatusOr<DatasetConfig> dc = ParseDatasetFlag(d);
+    absl::StatusOr<DatasetConfig> dc = ParseDatasetFlag(d, &result.warnings);
     if (!dc.ok()) return fail(dc.status());
     c.server.datasets.push_back(*dc);
   }

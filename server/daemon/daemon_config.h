@@ -47,8 +47,19 @@ struct DaemonConfig {
 // Parses "123", "64K", "512M", "2G" (powers of 1024) into bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
-// Parses a "NAME=ROOT" or "NAME=ROOT,list=FILE" dataset flag.
-absl::StatusOr<DatasetConfig> ParseDatasetFlag(const std::string& text);
+// The keys of a dataset's configuration, in the table's order: a config
+// file's `datasets[i].KEY` and the --dataset flag's ",KEY=VALUE" (the flag's
+// NAME=ROOT gives `name` and `root`). One table serves both parsers.
+std::vector<std::string> DatasetConfigKeys();
+
+// Parses a "NAME=ROOT[,KEY=VALUE...]" dataset flag ("NAME=ROOT,list_file=
+// FILE", "NAME=ROOT,format=tar,allow_empty=true"): the keys, conversions and
+// refusals of a config file's datasets entry (an unknown key: "unknown key
+// (known: ...)"). A list (extensions) is the rest of the value, commas
+// included. The older key `list=` is still accepted; its deprecation warning
+// is appended to *warnings when given.
+absl::StatusOr<DatasetConfig> ParseDatasetFlag(
+    const std::string& text, std::vector<std::string>* warnings = nullptr);
 
 // Applies the YAML document `yaml` onto *config (keys absent keep their
 // value). `source` names the document in messages.
@@ -66,6 +77,9 @@ struct CommandLine {
   bool exit_now = false;
   int exit_code = 0;
   std::string message;
+  // Deprecation notes for older spellings that were accepted; nearprepd
+  // prints them to stderr.
+  std::vector<std::string> warnings;
 };
 
 // Parses argv: defaults, then --config FILE, then the other flags.

@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
     (cl.exit_code == 0 ? std::cout : std::cerr) << cl.message << std::endl;
     return cl.exit_code;
   }
+  for (const std::string& w : cl.warnings) {
+    std::cerr << "nearprepd: warning: " << w << std::endl;
+  }
   const nearprep::DaemonConfig& config = cl.config;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [nearprepd] %v");

@@ -39,8 +39,9 @@ namespace nearprep {
 // What is known of one sample: an int8_t per sample id.
 enum Validity : int8_t { kUnknown = -1, kInFlight = -2, kBad = 0, kGood = 1 };
 
-// Validation results by (dataset, decode settings); a bounded number of
-// keys, oldest key dropped first.
+// Validation results by (dataset, decode settings); at most kMaxKeys keys:
+// when full, the first key in key order is dropped (not the oldest: the
+// keys are held in a std::map).
 class ValidityCache {
  public:
   // Validation cache: results kept for this many (dataset, settings) keys.

@@ -118,7 +118,9 @@ absl::StatusOr<ExampleFields> LocateExampleFields(const uint8_t* data,
   if (!WalkMessage(data, Range{0, n, true},
                    [&](uint32_t field, uint32_t wire, Walker& w) {
                      if (field == 1 && wire == kLengthDelimited) {
-                       return w.ReadRange(&features);  // Last one wins.
+                       // A second `features` replaces the first (protobuf
+                       // would merge the two; no Example writer sends two).
+                       return w.ReadRange(&features);
                      }
                      return w.Skip(wire);
                    })) {
@@ -161,7 +163,8 @@ absl::StatusOr<ExampleFields> LocateExampleFields(const uint8_t* data,
     return absl::DataLossError(
         absl::StrCat("Example has no feature '", image_key, "'"));
   }
-  // Feature { oneof { BytesList bytes_list = 1; FloatList = 2; Int64List = 3 } }
+  // Feature { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
+  //                       Int64List int64_list = 3; } }
   Range list;
   uint32_t kind = 0;
   auto read_kind = [&](Range feature) {

@@ -266,21 +266,11 @@ absl::Status CheckVocabulary(const google::protobuf::Message& m,
 
 absl::StatusOr<TransformSpec> ValidateTransform(const v1::Transform& t) {
   TransformSpec s;
-  if (t.height() < 1 || t.height() > kMaxOutputSide) {
-    return Invalid(
-        "transform.height",
-        absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", t.height()));
-  }
-  if (t.width() < 1 || t.width() > kMaxOutputSide) {
-    return Invalid(
-        "transform.width",
-        absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", t.width()));
-  }
+  // Enum values and (nearprep.v1.range) options: the proto's table
+  // (height and width: [1, kMaxOutputSide], tied by request_validation_test).
+  if (auto st = CheckVocabulary(t, "transform."); !st.ok()) return st;
   s.height = static_cast<int>(t.height());
   s.width = static_cast<int>(t.width());
-
-  // Enum values and (nearprep.v1.range) options: the proto's table.
-  if (auto st = CheckVocabulary(t, "transform."); !st.ok()) return st;
   s.crop = static_cast<CropMode>(t.crop());
   s.fidelity = static_cast<Fidelity>(t.fidelity());
 

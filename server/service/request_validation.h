@@ -41,7 +41,9 @@ struct ServiceLimits {
   uint64_t per_stream_memory_bytes = uint64_t{1} << 30;
 };
 
-// Hard bound on each output side, independent of the configured limits.
+// Hard bound on each output side, independent of the configured limits: the
+// (nearprep.v1.range) max of transform.height and transform.width in
+// nearprep.proto (request_validation_test ties the two).
 inline constexpr uint32_t kMaxOutputSide = 16384;
 
 // Finds a dataset by name; nullptr when unknown.

@@ -118,7 +118,7 @@ NearprepServer::~NearprepServer() {
   // Order: the gRPC server first (no more callbacks into the service), then
   // the service, the pipeline (joins workers) and the datasets.
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     server_.reset();
   }
   service_.reset();
@@ -127,7 +127,7 @@ NearprepServer::~NearprepServer() {
 }
 
 absl::Status NearprepServer::Start(const std::string& address, int port) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (server_ != nullptr || shut_down_) {
     return absl::FailedPreconditionError("server already started");
   }
@@ -268,7 +268,7 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
   // the destructor resets it after this returns): use it without the lock.
   grpc::Server* server = nullptr;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     if (server_ == nullptr) return;
@@ -319,7 +319,7 @@ void NearprepServer::Shutdown(std::chrono::milliseconds drain) {
 absl::Status NearprepServer::CheckServing(std::chrono::milliseconds timeout) {
   grpc::Server* server = nullptr;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (server_ == nullptr || shut_down_) {
       return absl::FailedPreconditionError("not serving");
     }
@@ -356,7 +356,7 @@ ConnectionStats NearprepServer::connection_stats() const {
 void NearprepServer::Wait() {
   grpc::Server* server = nullptr;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     server = server_.get();
   }
   if (server != nullptr) server->Wait();

@@ -29,7 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "server/authz/authorizer.h"
 #include "server/authz/policy.h"
 #include "server/data/dataset.h"
@@ -152,7 +152,7 @@ class NearprepServer {
   std::unique_ptr<authz::Authorizer> authorizer_;
   std::unique_ptr<ServiceCore> core_;
   std::unique_ptr<PreprocessorService> service_;  // the adapter over core_
-  absl::Mutex mu_;
+  Mutex mu_;
   // Set by Start; once shut_down_ is set it no longer changes (Shutdown then
   // uses it without the lock).
   std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(mu_);

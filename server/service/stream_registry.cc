@@ -6,13 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 
 namespace nearprep {
 
 void StreamRegistry::Entry::Stop(const absl::Status& status) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (stopped_.load(std::memory_order_relaxed)) return;
     stop_status_ = status;
     stopped_.store(true, std::memory_order_release);
@@ -21,7 +20,7 @@ void StreamRegistry::Entry::Stop(const absl::Status& status) {
 }
 
 absl::Status StreamRegistry::Entry::stop_status() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stop_status_;
 }
 
@@ -32,7 +31,7 @@ StreamRegistry::StreamRegistry(Pipeline* pipeline,
 absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> StreamRegistry::Open(
     const StreamRequest& request) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (draining_) {
       return absl::UnavailableError(
           "server is shutting down; resume on another daemon");
@@ -47,9 +46,9 @@ absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> StreamRegistry::Open(
   }
   absl::StatusOr<std::unique_ptr<BatchStream>> stream =
       pipeline_->OpenStream(request);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!stream.ok()) {
-    --admitted_;
+    if (--admitted_ == 0) empty_.SignalAll();
     return stream.status();
   }
   auto entry = std::make_shared<Entry>(std::move(*stream));
@@ -61,38 +60,35 @@ absl::StatusOr<std::shared_ptr<StreamRegistry::Entry>> StreamRegistry::Open(
 
 void StreamRegistry::Close(const std::shared_ptr<Entry>& entry) {
   entry->stream().Cancel();  // Nothing more is computed for it.
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (live_.erase(entry) == 0) return;
-  --admitted_;
+  if (--admitted_ == 0) empty_.SignalAll();
   counters_.streams_active.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void StreamRegistry::BeginDrain() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
 }
 
 bool StreamRegistry::draining() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return draining_;
 }
 
 bool StreamRegistry::WaitUntilEmpty(
     std::chrono::steady_clock::time_point deadline) {
-  const absl::Duration left = absl::FromChrono(
-      std::max(deadline - std::chrono::steady_clock::now(),
-               std::chrono::steady_clock::duration::zero()));
-  absl::MutexLock lock(&mu_);
-  auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return admitted_ == 0;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&empty), left);
+  MutexLock lock(&mu_);
+  while (admitted_ != 0) {
+    if (empty_.WaitUntil(&mu_, deadline)) return admitted_ == 0;
+  }
+  return true;
 }
 
 void StreamRegistry::StopAll(const absl::Status& status) {
   std::vector<std::shared_ptr<Entry>> entries;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     entries.assign(live_.begin(), live_.end());
   }
   for (const auto& e : entries) e->Stop(status);

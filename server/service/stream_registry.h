@@ -31,7 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "server/pipeline/pipeline.h"
 
 namespace nearprep {
@@ -57,7 +57,7 @@ class StreamRegistry {
 
    private:
     const std::unique_ptr<BatchStream> stream_;
-    mutable absl::Mutex mu_;
+    mutable Mutex mu_;
     absl::Status stop_status_ ABSL_GUARDED_BY(mu_);
     std::atomic<bool> stopped_{false};
   };
@@ -91,10 +91,11 @@ class StreamRegistry {
   const uint32_t max_concurrent_streams_;
   Counters counters_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // Admitted streams (a slot is reserved before the pipeline opens it).
   size_t admitted_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar empty_;  // signalled when admitted_ drops to 0 (WaitUntilEmpty)
   std::set<std::shared_ptr<Entry>> live_ ABSL_GUARDED_BY(mu_);
 };
 

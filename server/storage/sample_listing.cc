@@ -166,7 +166,7 @@ std::string ExplainEmptyListing(const Storage& storage,
         "an image folder needs class sub-folders: ROOT/CLASS/IMAGE.jpg";
     if (images > 0) {
       hint += "; move the images into class folders, or list them with "
-              "list=FILE (format file_list: one 'path label' per line)";
+              "list_file=FILE (format file_list: one 'path label' per line)";
     }
     if (others > 0 && images == 0) {
       hint += "; record shards need format=tfrecord or format=tar";

@@ -304,7 +304,7 @@ TEST_F(FpgaEndToEndTest, SimulatedDeviceStreamsTheSameBytesAsCpu) {
 TEST_F(FpgaEndToEndTest, InjectedDeviceErrorFallsBackWithNoBatchLost) {
   // Baseline JPEGs only, so that without the error nothing falls back and
   // with it exactly the images of run 1 do.
-  const std::string ds = "base=" + data_ + ",list=" + baseline_list_;
+  const std::string ds = "base=" + data_ + ",list_file=" + baseline_list_;
   Daemon cpu, fpga, faulty;
   ASSERT_TRUE(cpu.Start({"--dataset", ds, "--backend", "cpu"}, dir_->path(),
                         "cpu2"))
@@ -415,7 +415,7 @@ TEST_F(FpgaEndToEndTest, RealImagesStreamTheSameBytesAsCpu) {
       out << files[i] << " " << n << "\n";
     }
   }
-  const std::string ds = std::string("real=") + kRealImages + ",list=" + list;
+  const std::string ds = std::string("real=") + kRealImages + ",list_file=" + list;
   Daemon cpu, fpga;
   ASSERT_TRUE(cpu.Start({"--dataset", ds, "--backend", "cpu"}, dir_->path(),
                         "real_cpu"))

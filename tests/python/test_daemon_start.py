@@ -99,7 +99,7 @@ def test_flat_folder_of_jpegs_is_refused_at_start(tmp_path, tiny):
     assert rc == 2, out
     assert "dataset 'flat'" in out, out
     assert "6 .jpg files directly under the root" in out, out
-    assert "class sub-folders" in out and "list=" in out, out
+    assert "class sub-folders" in out and "list_file=" in out, out
     assert "allow_empty" in out, out
 
 

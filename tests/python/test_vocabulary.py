@@ -7,6 +7,7 @@ The older spellings still work in both, and --help says they are
 deprecated."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -158,3 +159,107 @@ def test_batch_index_is_the_name_in_python_and_json():
     batch = parse_batch(b.SerializeToString(), pb2)
     assert batch.batch_index == batch.index == 5
     assert "batch_index=5" in repr(batch)
+
+
+# --- Beyond the request (issue 34, item 2): the fleet plan's names and the
+# daemon's dataset keys.
+
+def _plan_keywords():
+    """The fleet plan's Python keywords, walked from the plan's own fields
+    (nearprep.fleet_global_plan.PlanParams) plus the trainer count and index:
+    FleetClient's keywords for them, which the CLI's flags must spell."""
+    import dataclasses
+    import inspect
+    from nearprep import fleet_global_plan as fp
+    from nearprep.fleet import FleetClient
+    fields = [f.name for f in dataclasses.fields(fp.PlanParams)]
+    assert {"seed", "block_samples", "window", "global_batch"} <= set(fields), fields
+    # PlanParams.version is FleetClient's plan_version (and --plan-version);
+    # the epoch is not a constructor keyword (each epoch is iterated).
+    words = ["plan_version" if f == "version" else f for f in fields if f != "epoch"]
+    words += ["trainers", "rank"]
+    sig = inspect.signature(FleetClient.__init__).parameters
+    for w in words:
+        assert w in sig, (w, "not a FleetClient keyword")
+    return words
+
+
+@pytest.mark.parametrize("command", ["fleet-plan", "fleet-read"])
+def test_fleet_flags_are_named_as_the_python_keywords(command):
+    text = subprocess.run([CLI, command, "--help"], capture_output=True, text=True,
+                          timeout=30).stdout
+    for w in _plan_keywords():
+        assert "--" + w.replace("_", "-") + " " in text, (command, w)
+    # The older spellings are still listed, marked deprecated.
+    for old, new in (("--block", "--block-samples"), ("--trainer", "--rank")):
+        assert f"older spelling of {new}, deprecated" in " ".join(text.split()), (command, old)
+
+
+@pytest.fixture(scope="module")
+def tiny_manifest(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vocab_fleet")
+    src, shards, manifest = d / "src", d / "shards", str(d / "M")
+    for args in (["mkdataset", "--out", str(src), "--classes", "2", "--per-class", "6"],
+                 ["pack", "--source", str(src), "--out", str(shards), "--format", "tfrecord"],
+                 ["manifest", "--root", str(shards), "--format", "tfrecord", "--partitions",
+                  "2", "--out", manifest]):
+        subprocess.run([CLI, *args], check=True, capture_output=True, timeout=60)
+    return manifest
+
+
+def test_fleet_old_flag_spellings_plan_the_same_and_warn(tiny_manifest):
+    base = [CLI, "fleet-plan", "--manifest", tiny_manifest, "--seed", "3", "--window", "3",
+            "--global-batch", "4", "--trainers", "2"]
+    new = subprocess.run(base + ["--block-samples", "2", "--rank", "1"],
+                         capture_output=True, text=True, timeout=30)
+    old = subprocess.run(base + ["--block", "2", "--trainer", "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert new.returncode == 0 and old.returncode == 0, (new.stderr, old.stderr)
+    assert new.stdout == old.stdout and new.stdout.count("\n") > 2
+    assert "deprecated" not in new.stderr
+    assert "--block is deprecated" in old.stderr and "use --block-samples" in old.stderr
+    assert "--trainer is deprecated" in old.stderr and "use --rank" in old.stderr
+    # ... and the flags do something: another block size or rank is another plan.
+    other = subprocess.run(base + ["--block-samples", "3", "--rank", "0"],
+                           capture_output=True, text=True, timeout=30)
+    assert other.returncode == 0 and other.stdout != new.stdout
+
+
+def _daemon_dataset_keys():
+    """The daemon's dataset keys, as `nearprepd --help` lists them (the one
+    table that both --dataset and a config file's datasets entries read)."""
+    from conftest import NEARPREPD
+    if not NEARPREPD:
+        pytest.skip("nearprepd not built")
+    text = " ".join(subprocess.run([NEARPREPD, "--help"], capture_output=True, text=True,
+                                   timeout=30).stdout.split())
+    at = text.index("Keys (a config file's datasets entry, the same table): ")
+    keys = text[at:].split(": ", 1)[1].split(" (list=")[0]
+    return [k.strip() for k in keys.split(",")]
+
+
+def test_dataset_keys_are_the_config_files_and_refused_alike(tmp_path):
+    """Every --dataset key is a key of a config file's datasets entry (the
+    shipped example names each), and an unknown key is refused by the flag
+    and the file with the same list of known keys."""
+    from conftest import NEARPREPD, ROOT
+    keys = _daemon_dataset_keys()
+    assert {"list_file", "format", "allow_empty", "block_cache_bytes"} <= set(keys), keys
+    assert "list" not in keys
+    example = open(os.path.join(ROOT, "deploy", "nearprepd.example.yaml")).read()
+    for k in keys + ["name", "root"]:
+        assert f"{k}:" in example, k
+    flag = subprocess.run([NEARPREPD, "--dataset", f"d={tmp_path},bogus_key=1", "--port", "0"],
+                          capture_output=True, text=True, timeout=30)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"datasets:\n  - name: d\n    root: {tmp_path}\n    bogus_key: 1\n")
+    yaml = subprocess.run([NEARPREPD, "--config", str(cfg), "--port", "0"],
+                          capture_output=True, text=True, timeout=30)
+    assert flag.returncode == 2 and yaml.returncode == 2, (flag.stderr, yaml.stderr)
+
+    def known(err):
+        at = err.index("bogus_key: unknown key (known: ")
+        return err[at:err.index(")", at)]
+    assert known(flag.stderr) == known(yaml.stderr)
+    listed = known(flag.stderr).split("(known: ")[1].split(", ")
+    assert sorted(listed) == sorted(keys + ["name", "root"])

@@ -17,6 +17,23 @@ int FleetFail(const std::string& msg) {
   return 1;
 }
 
+namespace {
+
+// `old_name`, the older spelling of `new_name`: bound to the same value,
+// marked deprecated in --help, and a warning on stderr when given.
+template <typename T>
+void AddDeprecatedAlias(CLI::App* app, const std::string& old_name,
+                        const std::string& new_name, T* value) {
+  app->add_option(old_name, *value,
+                  "older spelling of " + new_name + ", deprecated, still accepted")
+      ->each([old_name, new_name](const std::string&) {
+        std::fprintf(stderr, "warning: %s is deprecated (still accepted): use %s\n",
+                     old_name.c_str(), new_name.c_str());
+      });
+}
+
+}  // namespace
+
 void PlanFlags::Register(CLI::App* app) {
   app->add_option("--seed", params.seed,
                   "seed of the epoch order and the random draws (the trainers' and the "
@@ -28,7 +45,10 @@ void PlanFlags::Register(CLI::App* app) {
                   "(< 2^24)")
       ->check(UnsignedValidator(kMaxFleetEpoch, kEpochWhy))
       ->capture_default_str();
-  app->add_option("--block", params.block_samples, "block B in samples")->capture_default_str();
+  app->add_option("--block-samples", params.block_samples,
+                  "block B in samples (Python: block_samples=)")
+      ->capture_default_str();
+  AddDeprecatedAlias(app, "--block", "--block-samples", &params.block_samples);
   app->add_option("--window", params.window, "window W")->capture_default_str();
   app->add_option("--global-batch", params.global_batch, "global batch G")
       ->capture_default_str();
@@ -45,7 +65,9 @@ void PlanFlags::Register(CLI::App* app) {
                   "plan v2: L, the slice the K bound is for (divides G; 0: G / --trainers)")
       ->capture_default_str();
   app->add_option("--trainers", trainers, "trainers T")->capture_default_str();
-  app->add_option("--trainer", trainer, "trainer k")->capture_default_str();
+  app->add_option("--rank", rank, "this trainer's index k in [0, T) (Python: rank=)")
+      ->capture_default_str();
+  AddDeprecatedAlias(app, "--trainer", "--rank", &rank);
 }
 
 absl::Status CheckBatchRange(const fleet::GlobalPlan& plan, const std::string& start_flag,

@@ -28,14 +28,16 @@ constexpr uint64_t kMaxFleetEpoch = (uint64_t{1} << 24) - 1;
 extern const char kEpochWhy[];
 
 // The plan's flags of `fleet-plan` and `fleet-read`: --seed, --epoch (into
-// params.epoch), --block, --window, --global-batch, --plan-version,
+// params.epoch), --block-samples, --window, --global-batch, --plan-version,
 // --slice-partitions, --slice-samples (v2; 0: G / T, fleet::ResolveSlice),
-// --trainers, --trainer.
-// Seeds and epochs are checked as typed (UnsignedValidator).
+// --trainers, --rank: the Python FleetClient's keywords (block_samples=,
+// rank=, ...). The older spellings --block and --trainer are still accepted,
+// with a warning on stderr. Seeds and epochs are checked as typed
+// (UnsignedValidator).
 struct PlanFlags {
   fleet::PlanParams params;
   uint32_t trainers = 1;
-  uint32_t trainer = 0;
+  uint32_t rank = 0;
 
   void Register(CLI::App* app);
 };

@@ -38,7 +38,7 @@ __all__ = ["KIND_NONE", "KIND_MIXUP", "KIND_CUTMIX", "TAG_BATCH_MIX", "MAX_BLOCK
 KIND_NONE = 0
 KIND_MIXUP = 1
 KIND_CUTMIX = 2
-TAG_BATCH_MIX = 8  # server/plan/philox.h kTagBatchMix
+TAG_BATCH_MIX = _philox.K_TAG_BATCH_MIX  # server/plan/philox.h kTagBatchMix
 MAX_BLOCKS = 64  # blocks 0..63 of the counter; 1..63 feed the Beta draw
 _TWO_PI = 6.283185307179586
 _TWO_POW_26 = 67108864.0
@@ -71,7 +71,7 @@ def _uniform_float(x: int) -> float:
 
 
 def _block(key, epoch: int, shard_index: int, batch_index: int, j: int):
-    c3 = (((epoch >> 32) & 0xFFFF) << 16) | (j << 8) | TAG_BATCH_MIX
+    c3 = _philox.word3(TAG_BATCH_MIX, (((epoch >> 32) & 0xFFFF) << 8) | j)  # j < MAX_BLOCKS
     return _philox.philox4x32(
         (batch_index & _M32, shard_index & _M32, epoch & _M32, c3), key)
 

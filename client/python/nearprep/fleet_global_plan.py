@@ -23,7 +23,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from .fleet_manifest import Manifest
-from .philox import draw64, draw64_lanes, key_of
+from .philox import (K_TAG_PARTITION_BLOCKS, K_TAG_PARTITION_WINDOW, K_TAG_ROUND_ORDER,
+                     K_TAG_TAIL_ORDER, draw64, draw64_lanes, key_of, plan_shuffle, word3)
 
 __all__ = ["ALGORITHM", "ALGORITHM_V2", "ALGORITHMS", "MAX_EPOCH", "K_TAG_TAIL_ORDER",
            "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
@@ -35,10 +36,8 @@ ALGORITHM = "nearprep-fleet-plan/1"
 ALGORITHM_V2 = "nearprep-fleet-plan/2"
 ALGORITHMS = {1: ALGORITHM, 2: ALGORITHM_V2}  # plan version -> algorithm name
 MAX_EPOCH = (1 << 24) - 1  # counter word 3 holds 24 bits of the epoch
-K_TAG_PARTITION_BLOCKS = 5
-K_TAG_PARTITION_WINDOW = 6
-K_TAG_ROUND_ORDER = 7
-K_TAG_TAIL_ORDER = 9  # v2 (8 is the batch mix's, server/plan/philox.h)
+# The counter tags (K_TAG_PARTITION_BLOCKS, _WINDOW, K_TAG_ROUND_ORDER,
+# K_TAG_TAIL_ORDER) are nearprep.philox's, re-exported here.
 
 
 @dataclass(frozen=True)
@@ -68,15 +67,10 @@ class PlanParams:
         return 1
 
 
-def _w3(epoch: int, tag: int) -> int:
-    """Counter word 3 of the fleet plan's draws: (epoch & 0xffffff) << 8 | tag."""
-    return ((epoch & 0xFFFFFF) << 8) | tag
-
-
 def _draw(w0: int, w1: int, w2: int, seed: int, epoch: int, tag: int) -> int:
     """The 64-bit draw of counter {w0, w1, w2, w3(epoch, tag)} (each word
     mod 2^32), key {seed lo32, seed hi32}."""
-    return draw64((w0, w1, w2, _w3(epoch, tag)), key_of(seed))
+    return draw64((w0, w1, w2, word3(tag, epoch)), key_of(seed))
 
 
 def _draws(i: np.ndarray, w1, w2: int, seed: int, epoch: int, tag: int) -> np.ndarray:
@@ -84,21 +78,7 @@ def _draws(i: np.ndarray, w1, w2: int, seed: int, epoch: int, tag: int) -> np.nd
     same Philox4x32-10, one numpy operation per step over all lanes. `w1`
     is one int or an array of i's shape (a lane's counter word 1)."""
     k0, k1 = key_of(seed)
-    return draw64_lanes(np.asarray(i, dtype=np.uint64), w1, w2, _w3(epoch, tag), k0, k1)
-
-
-def _shuffle(a: list, draws: np.ndarray) -> list:
-    """Fisher-Yates of `a` in place with draws[i] for step i (i = len-1 down
-    to 1; draws[0] unused): swap(a[i], a[draws[i] % (i + 1)])."""
-    n = len(a)
-    if n < 2:
-        return a
-    steps = np.arange(n, dtype=np.uint64)
-    js = (draws[1:] % (steps[1:] + np.uint64(1))).tolist()
-    for i in range(n - 1, 0, -1):
-        j = js[i - 1]
-        a[i], a[j] = a[j], a[i]
-    return a
+    return draw64_lanes(np.asarray(i, dtype=np.uint64), w1, w2, word3(tag, epoch), k0, k1)
 
 
 def partition_block_draw(seed, epoch, partition, i):
@@ -120,7 +100,7 @@ def tail_order_draw(seed, epoch, i):
 def tail_order(c: int, p: PlanParams) -> List[int]:
     """v2's tail order: a Fisher-Yates permutation of [0, c) (tag 9,
     counter {i, 0, 0})."""
-    return _shuffle(list(range(c)), _draws(np.arange(c), 0, 0, p.seed, p.epoch,
+    return plan_shuffle(list(range(c)), _draws(np.arange(c), 0, 0, p.seed, p.epoch,
                                            K_TAG_TAIL_ORDER))
 
 
@@ -130,23 +110,20 @@ def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
     thing a window at a time with vectorised draws)."""
     b, w = max(p.block_samples, 1), max(p.window, 1)
     nb = (n + b - 1) // b
-    perm = list(range(nb))
-    for i in range(nb - 1, 0, -1):
-        j = partition_block_draw(p.seed, p.epoch, partition, i) % (i + 1)
-        perm[i], perm[j] = perm[j], perm[i]
+    perm = plan_shuffle(list(range(nb)),
+                        lambda i: partition_block_draw(p.seed, p.epoch, partition, i))
     s: List[int] = []
     for blk in perm:
         s.extend(range(blk * b, min(n, (blk + 1) * b)))
     for start in range(0, n, w):
         win = start // w
-        for i in range(min(w, n - start) - 1, 0, -1):
-            j = partition_window_draw(p.seed, p.epoch, partition, win, i) % (i + 1)
-            s[start + i], s[start + j] = s[start + j], s[start + i]
+        plan_shuffle(s, lambda i: partition_window_draw(p.seed, p.epoch, partition, win, i),
+                     start, min(w, n - start))
     return s
 
 
 def round_order(c: int, rnd: int, p: PlanParams) -> List[int]:
-    return _shuffle(list(range(c)), _draws(np.arange(c), rnd, 0, p.seed, p.epoch,
+    return plan_shuffle(list(range(c)), _draws(np.arange(c), rnd, 0, p.seed, p.epoch,
                                            K_TAG_ROUND_ORDER))
 
 
@@ -160,7 +137,7 @@ def round_orders(c: int, first: int, count: int, p: PlanParams) -> np.ndarray:
     draws = _draws(np.ascontiguousarray(i), np.ascontiguousarray(w1), 0, p.seed, p.epoch,
                    K_TAG_ROUND_ORDER)
     if count < 32:  # few rounds: a Python shuffle per round is cheaper
-        return np.array([_shuffle(list(range(c)), row) for row in draws], dtype=np.int64)
+        return np.array([plan_shuffle(list(range(c)), row) for row in draws], dtype=np.int64)
     order = np.broadcast_to(np.arange(c, dtype=np.int64), (count, c)).copy()
     rows = np.arange(count)
     for step in range(c - 1, 0, -1):
@@ -176,7 +153,7 @@ def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
     offsets in block-permutation order (int64 array of n)."""
     b = max(p.block_samples, 1)
     nb = (n + b - 1) // b
-    perm = np.array(_shuffle(list(range(nb)),
+    perm = np.array(plan_shuffle(list(range(nb)),
                              _draws(np.arange(nb), partition, 0, p.seed, p.epoch,
                                     K_TAG_PARTITION_BLOCKS)), dtype=np.int64)
     sizes = np.minimum(b, n - perm * b)
@@ -281,7 +258,7 @@ class GlobalPlan:
                            K_TAG_PARTITION_WINDOW)
             if len(self._windows) >= 65536:
                 self._windows.clear()
-            win = self._windows[key] = _shuffle(win, draws)
+            win = self._windows[key] = plan_shuffle(win, draws)
         return win
 
     def _stream_at(self, p: int, j: int) -> int:

@@ -29,7 +29,7 @@ from .fleet_global_plan import (  # noqa: F401
     PlanParams, partition_block_draw, partition_window_draw, round_order_draw,
     tail_order_draw, tail_order,
     partition_stream, round_order, round_orders, check_trainers, check_v2, GlobalPlan,
-    _draw, _draws, _shuffle, _block_offsets)
+    _draw, _draws, _block_offsets)
 from .fleet_checkpoint import Checkpoint  # noqa: F401
 from .philox import philox4x32  # noqa: F401
 

@@ -42,6 +42,8 @@ __all__ = [
     "plan_round_half_even", "torchvision_resize_center",
     "resize_center_source_box",
     "permutation_draw", "sample_param_words", "epoch_order", "shard_samples",
+    "K_TAG_BLOCK_PERMUTATION", "K_TAG_WINDOW_SHUFFLE", "block_permutation_draw",
+    "window_draw", "block_shuffled_order", "plan_shuffle", "word3", "MAX_AUGMENT_STEPS",
     "center_crop_box", "random_resized_crop_box", "draw_sample_params",
     "batches", "shard_size", "shard_batches", "float32_bits",
     "AUTO_AUGMENT_NONE", "AUTO_AUGMENT_TRIVIAL_AUGMENT_WIDE",
@@ -52,8 +54,12 @@ __all__ = [
     "AUTO_AUGMENT_IMAGENET_POLICIES", "draw_torchvision_augmentations",
 ]
 
+_FROM_PHILOX = ("philox4x32", "plan_shuffle", "word3", "K_TAG_PERMUTATION",
+                "K_TAG_SAMPLE_PARAMS", "K_TAG_BLOCK_PERMUTATION", "K_TAG_WINDOW_SHUFFLE")
 try:
-    from .philox import M32 as _M32, key_of as _key, philox4x32
+    from .philox import M32 as _M32, key_of as _key
+    from .philox import (philox4x32, plan_shuffle, word3, K_TAG_PERMUTATION,
+                         K_TAG_SAMPLE_PARAMS, K_TAG_BLOCK_PERMUTATION, K_TAG_WINDOW_SHUFFLE)
 except ImportError:
     # Run as a script (python3 client/python/nearprep/plan.py) or loaded by
     # path without the package: philox.py beside this file is all it needs.
@@ -71,10 +77,10 @@ except ImportError:
         return sys.modules[name]
 
     _philox = _load_philox()
-    _M32, _key, philox4x32 = _philox.M32, _philox.key_of, _philox.philox4x32
+    _M32, _key = _philox.M32, _philox.key_of
+    globals().update({name: getattr(_philox, name) for name in _FROM_PHILOX})
 
-K_TAG_PERMUTATION = 1
-K_TAG_SAMPLE_PARAMS = 2
+# The counter tags are nearprep.philox's (K_TAG_*: one place for the client).
 RANDOM_RESIZED_CROP_ATTEMPTS = 10
 # The parameter block after the crop attempts: word 0 is random_hue's draw.
 COLOR_BLOCK = 11
@@ -233,15 +239,14 @@ def plan_round_half_even(x: float) -> float:
 # The plan.
 
 def permutation_draw(seed: int, epoch: int, i: int) -> int:
-    w3 = ((((epoch >> 32) & 0xFFFFFF) << 8) | K_TAG_PERMUTATION) & _M32
+    w3 = word3(K_TAG_PERMUTATION, epoch >> 32)
     out = philox4x32((i & _M32, (i >> 32) & _M32, epoch & _M32, w3), _key(seed))
     return out[0] | (out[1] << 32)
 
 
 def sample_param_words(seed: int, epoch: int, sample_id: int,
                        block: int) -> Tuple[int, int, int, int]:
-    w3 = ((((epoch >> 32) & 0xFFFF) << 16) | ((block & 0xFF) << 8)
-          | K_TAG_SAMPLE_PARAMS)
+    w3 = word3(K_TAG_SAMPLE_PARAMS, (((epoch >> 32) & 0xFFFF) << 8) | (block & 0xFF))
     return philox4x32((sample_id & _M32, (sample_id >> 32) & _M32,
                        epoch & _M32, w3), _key(seed))
 
@@ -251,24 +256,17 @@ def epoch_order(num_samples: int, seed: int, epoch: int,
     order = list(range(num_samples))
     if not shuffle:
         return order
-    for i in range(num_samples - 1, 0, -1):
-        j = permutation_draw(seed, epoch, i) % (i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
-
-
-K_TAG_BLOCK_PERMUTATION = 3
-K_TAG_WINDOW_SHUFFLE = 4
+    return plan_shuffle(order, lambda i: permutation_draw(seed, epoch, i))
 
 
 def block_permutation_draw(seed: int, epoch: int, i: int) -> int:
-    w3 = ((((epoch >> 32) & 0xFFFFFF) << 8) | K_TAG_BLOCK_PERMUTATION) & _M32
+    w3 = word3(K_TAG_BLOCK_PERMUTATION, epoch >> 32)
     out = philox4x32((i & _M32, (i >> 32) & _M32, epoch & _M32, w3), _key(seed))
     return out[0] | (out[1] << 32)
 
 
 def window_draw(seed: int, epoch: int, window: int, i: int) -> int:
-    w3 = ((((window >> 32) & 0xFFFFFF) << 8) | K_TAG_WINDOW_SHUFFLE) & _M32
+    w3 = word3(K_TAG_WINDOW_SHUFFLE, window >> 32)
     out = philox4x32((i & _M32, window & _M32, epoch & _M32, w3), _key(seed))
     return out[0] | (out[1] << 32)
 
@@ -282,10 +280,7 @@ def block_shuffled_order(num_samples: int, seed: int, epoch: int,
     b, k, w = max(block_samples, 1), max(open_blocks, 1), max(window, 1)
     n = num_samples
     nb = (n + b - 1) // b
-    perm = list(range(nb))
-    for i in range(nb - 1, 0, -1):
-        j = block_permutation_draw(seed, epoch, i) % (i + 1)
-        perm[i], perm[j] = perm[j], perm[i]
+    perm = plan_shuffle(list(range(nb)), lambda i: block_permutation_draw(seed, epoch, i))
     lanes = []  # [next id, end]
     opened = 0
     while len(lanes) < k and opened < nb:
@@ -309,10 +304,7 @@ def block_shuffled_order(num_samples: int, seed: int, epoch: int,
             lane += 1
     for start in range(0, n, w):
         win = start // w
-        length = min(w, n - start)
-        for i in range(length - 1, 0, -1):
-            j = window_draw(seed, epoch, win, i) % (i + 1)
-            order[start + i], order[start + j] = order[start + j], order[start + i]
+        plan_shuffle(order, lambda i: window_draw(seed, epoch, win, i), start, min(w, n - start))
     return order
 
 
@@ -679,11 +671,8 @@ def draw_torchvision_augmentations(spec: TransformSpec, seed: int, epoch: int,
             factors[k] = _f32(lo + _f32(uniform_float(w[k]) * _f32(hi - lo)))
         p.jitter = tuple(factors)
         o = words(JITTER_ORDER_BLOCK)
-        order = [0, 1, 2, 3]
-        for i in range(3, 0, -1):  # PlanShuffle: step i draws word 3 - i
-            j = o[3 - i] % (i + 1)
-            order[i], order[j] = order[j], order[i]
-        p.jitter_order = tuple(order)
+        # PlanShuffle: step i draws word 3 - i.
+        p.jitter_order = tuple(plan_shuffle([0, 1, 2, 3], lambda i: o[3 - i]))
 
     if spec.auto_augment != AUTO_AUGMENT_NONE:
         space = augment_space(spec.auto_augment, spec.height, spec.width)

@@ -4,10 +4,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <tuple>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace nearprep {
 namespace {
@@ -592,6 +597,129 @@ TEST(DaemonConfigTest, DatasetFlagOptions) {
   CommandLine cl = Parse({"--dataset", "e=/data/e,allow_empty=true"});
   ASSERT_FALSE(cl.exit_now) << cl.message;
   EXPECT_TRUE(cl.config.server.datasets[0].allow_empty);
+}
+
+
+// The dataset keys are one table (DatasetConfigKeys) read by both the
+// --dataset flag and the config file: every key, given either way, gives
+// the same DatasetConfig; a key without a sample here fails (add one).
+TEST(DaemonConfigTest, DatasetKeysAreOneTableForFlagAndYaml) {
+  // key -> (flag value, YAML value, other keys both need as flag text)
+  struct Sample {
+    std::string flag, yaml, extra;
+  };
+  const std::map<std::string, Sample> samples = {
+      {"format", {"tar", "tar", ""}},
+      {"list_file", {"a,b.txt", "\"a,b.txt\"", ""}},
+      {"extensions", {".jpg,.webp", "[.jpg, .webp]", ""}},
+      {"max_file_bytes", {"2M", "2M", ""}},
+      {"shard_pattern", {"train-*", "\"train-*\"", ",format=tfrecord"}},
+      {"image_key", {"jpg", "jpg", ",format=tfrecord"}},
+      {"label_key", {"cls", "cls", ",format=tfrecord"}},
+      {"label_offset", {"-1", "-1", ",format=tfrecord"}},
+      {"index_cache", {"/var/cache/np", "/var/cache/np", ",format=tfrecord"}},
+      {"block_cache_bytes", {"64M", "64M", ",format=tfrecord"}},
+      {"manifest", {"M.json", "M.json", ",format=tfrecord"}},
+      {"manifest_check", {"crc32c", "crc32c", ",format=tfrecord,manifest=M"}},
+      {"placement",
+       {"P.json", "P.json", ",format=tfrecord,manifest=M,node=n1"}},
+      {"node", {"n1", "n1", ",format=tfrecord,manifest=M,placement=P"}},
+      {"allow_empty", {"true", "true", ""}},
+  };
+  auto same = [](const DatasetConfig& a, const DatasetConfig& b) {
+    return std::tie(a.name, a.format, a.root, a.list_file, a.extensions,
+                    a.max_file_bytes, a.shard_pattern, a.image_key,
+                    a.label_key, a.label_offset, a.index_cache,
+                    a.block_cache_bytes, a.manifest, a.manifest_check,
+                    a.placement, a.node, a.allow_empty) ==
+           std::tie(b.name, b.format, b.root, b.list_file, b.extensions,
+                    b.max_file_bytes, b.shard_pattern, b.image_key,
+                    b.label_key, b.label_offset, b.index_cache,
+                    b.block_cache_bytes, b.manifest, b.manifest_check,
+                    b.placement, b.node, b.allow_empty);
+  };
+  const std::vector<std::string> keys = DatasetConfigKeys();
+  ASSERT_GE(keys.size(), 17u);
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key);
+    if (key == "name" || key == "root") continue;  // the flag's NAME=ROOT
+    auto it = samples.find(key);
+    ASSERT_NE(it, samples.end()) << "a new dataset key: add a sample here";
+    const Sample& sm = it->second;
+    absl::StatusOr<DatasetConfig> flag =
+        ParseDatasetFlag("d=/r" + sm.extra + "," + key + "=" + sm.flag);
+    ASSERT_TRUE(flag.ok()) << flag.status();
+    std::string yaml = "datasets:\n  - name: d\n    root: /r\n";
+    for (const std::string& kv : std::vector<std::string>(
+             absl::StrSplit(sm.extra, ',', absl::SkipEmpty()))) {
+      const size_t eq = kv.find('=');
+      yaml += "    " + kv.substr(0, eq) + ": " + kv.substr(eq + 1) + "\n";
+    }
+    yaml += "    " + key + ": " + sm.yaml + "\n";
+    DaemonConfig c;
+    absl::Status st = ApplyYamlConfig(yaml, "cfg.yaml", &c);
+    ASSERT_TRUE(st.ok()) << st << "\n" << yaml;
+    ASSERT_EQ(c.server.datasets.size(), 1u);
+    EXPECT_TRUE(same(*flag, c.server.datasets[0])) << yaml;
+    // ... and the key did something (the sample is not the default).
+    absl::StatusOr<DatasetConfig> without = ParseDatasetFlag("d=/r" + sm.extra);
+    if (key == "placement" || key == "node") continue;  // both or neither
+    ASSERT_TRUE(without.ok()) << without.status();
+    EXPECT_FALSE(same(*without, *flag));
+  }
+  // An unknown key: refused by both, with the same list of known keys.
+  absl::StatusOr<DatasetConfig> flag = ParseDatasetFlag("d=/r,bogus_key=1");
+  ASSERT_FALSE(flag.ok());
+  DaemonConfig c;
+  absl::Status yaml = ApplyYamlConfig(
+      "datasets:\n  - name: d\n    root: /r\n    bogus_key: 1\n", "cfg.yaml", &c);
+  ASSERT_FALSE(yaml.ok());
+  auto known = [](absl::string_view m) {
+    const size_t at = m.find("bogus_key: unknown key (known: ");
+    return at == absl::string_view::npos ? std::string()
+                                         : std::string(m.substr(at, m.find(')', at) - at));
+  };
+  EXPECT_NE(known(flag.status().message()), "") << flag.status();
+  EXPECT_EQ(known(flag.status().message()), known(yaml.message()))
+      << flag.status() << "\n" << yaml;
+  for (const std::string& key : keys) {
+    EXPECT_NE(known(yaml.message()).find(key), std::string::npos) << key;
+  }
+  // A bad value: the same words from both.
+  flag = ParseDatasetFlag("d=/r,allow_empty=perhaps");
+  yaml = ApplyYamlConfig(
+      "datasets:\n  - name: d\n    root: /r\n    allow_empty: perhaps\n", "cfg.yaml", &c);
+  const std::string words = "allow_empty: must be true or false, got 'perhaps'";
+  EXPECT_NE(flag.status().message().find(words), std::string::npos) << flag.status();
+  EXPECT_NE(yaml.message().find(words), std::string::npos) << yaml;
+  flag = ParseDatasetFlag("d=/r,format=lmdb");
+  yaml = ApplyYamlConfig("datasets:\n  - name: d\n    root: /r\n    format: lmdb\n",
+                         "cfg.yaml", &c);
+  EXPECT_NE(flag.status().message().find("format: must be one of"), std::string::npos)
+      << flag.status();
+  EXPECT_NE(yaml.message().find("format: must be one of"), std::string::npos) << yaml;
+}
+
+// list_file= is the flag's name (the config file's key); list= still works,
+// with a deprecation warning.
+TEST(DaemonConfigTest, DatasetFlagListFileAndDeprecatedList) {
+  std::vector<std::string> warnings;
+  absl::StatusOr<DatasetConfig> a = ParseDatasetFlag("l=/r,list_file=t.txt", &warnings);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->format, "file_list");
+  EXPECT_EQ(a->list_file, "t.txt");
+  EXPECT_TRUE(warnings.empty());
+  absl::StatusOr<DatasetConfig> b = ParseDatasetFlag("l=/r,list=t.txt", &warnings);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->list_file, "t.txt");
+  EXPECT_EQ(b->format, "file_list");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("list= is deprecated"), std::string::npos) << warnings[0];
+  EXPECT_FALSE(ParseDatasetFlag("l=/r,list=a.txt,list_file=b.txt").ok());
+  CommandLine cl = Parse({"--dataset", "l=/r,list=t.txt"});
+  ASSERT_FALSE(cl.exit_now) << cl.message;
+  EXPECT_EQ(cl.config.server.datasets[0].list_file, "t.txt");
+  ASSERT_EQ(cl.warnings.size(), 1u);
 }
 
 }  // namespace

@@ -474,6 +474,30 @@ void SetNumber(google::protobuf::Message* m,
   }
 }
 
+// The output sides' range is the proto's (nearprep.v1.range) on
+// transform.height / width; kMaxOutputSide (resize_shorter_side's bound) is
+// the same number.
+TEST_F(RequestValidationTest, OutputSideRangeIsTheProtos) {
+  for (const char* side : {"height", "width"}) {
+    SCOPED_TRACE(side);
+    const google::protobuf::FieldDescriptor* f =
+        v1::Transform::descriptor()->FindFieldByName(side);
+    ASSERT_NE(f, nullptr);
+    ASSERT_TRUE(f->options().HasExtension(v1::range));
+    const v1::FieldRange& range = f->options().GetExtension(v1::range);
+    EXPECT_EQ(range.min(), 1);
+    EXPECT_EQ(range.max(), kMaxOutputSide);
+  }
+  v1::StreamBatchesRequest r = Good();
+  r.mutable_transform()->set_width(kMaxOutputSide + 1);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "transform.width");
+  EXPECT_NE(Validate(r).status().message().find(
+                absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
+                             kMaxOutputSide + 1)),
+            std::string::npos)
+      << Validate(r).status();
+}
+
 TEST_F(RequestValidationTest, EveryEnumAndRangeOfTheProtoIsChecked) {
   std::vector<std::pair<std::string,
                         std::vector<const google::protobuf::FieldDescriptor*>>>

@@ -1,5 +1,5 @@
-// `nearprep fleet-plan --manifest FILE --seed S --epoch E --block B
-// --window W --global-batch G [--trainers T --trainer k] [--batch g]`:
+// `nearprep fleet-plan --manifest FILE --seed S --epoch E --block-samples B
+// --window W --global-batch G [--trainers T --rank k] [--batch g]`:
 // prints "POSITION SAMPLE_ID PARTITION" lines of the global plan
 // (server/fleet/global_plan.h): the whole epoch, one global batch, or
 // trainer k's slice of it. tests/python/test_fleet_plan.py compares the
@@ -47,7 +47,7 @@ class FleetPlanCommand final : public Command {
 int FleetPlanCommand::Run() {
   const fleet::PlanParams params = fleet::ResolveSlice(plan_.params, plan_.trainers);
   const uint32_t trainers = plan_.trainers;
-  const uint32_t trainer = plan_.trainer;
+  const uint32_t trainer = plan_.rank;
   std::ifstream f(manifest_, std::ios::binary);
   if (!f) return FleetFail(manifest_ + ": cannot open");
   std::stringstream ss;
@@ -56,7 +56,7 @@ int FleetPlanCommand::Run() {
   if (!m.ok()) return FleetFail(std::string(m.status().message()));
   absl::Status st = fleet::CheckTrainers(params.global_batch, trainers);
   if (!st.ok()) return FleetFail(std::string(st.message()));
-  if (trainer >= trainers) return FleetFail("--trainer: must be < --trainers");
+  if (trainer >= trainers) return FleetFail("--rank: must be < --trainers");
   auto plan = fleet::GlobalPlan::Create(m->partition_start, params);
   if (!plan.ok()) return FleetFail(std::string(plan.status().message()));
   if (batch_ >= 0) {

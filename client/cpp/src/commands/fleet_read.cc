@@ -1,6 +1,6 @@
 // `nearprep fleet-read --targets A,B,...|--targets-dns NAME:PORT|--targets-file PATH
 // --manifest M [plan flags]
-// [--trainers T --trainer k] [transform and output flags]`: reads trainer k's slices of a
+// [--trainers T --rank k] [transform and output flags]`: reads trainer k's slices of a
 // fleet epoch with the C++ fleet client (client/cpp/fleet/fleet_client.h)
 // and prints "EPOCH POSITION SAMPLE_ID SHA256-of-tensor|error:CODE" lines.
 // The plan's flags are fleet-plan's (PlanFlags); what each sample becomes
@@ -200,7 +200,7 @@ int FleetReadCommand::Run() {
   o.manifest = *m;
   o.plan = fleet::ResolveSlice(plan_.params, plan_.trainers);  // v2: L = 0 is G / T
   o.trainers = plan_.trainers;
-  o.rank = plan_.trainer;
+  o.rank = plan_.rank;
   o.prefetch = prefetch_;
   o.response_batch = response_batch_;
   o.rpc_timeout = std::chrono::milliseconds(rpc_timeout_ms_);
