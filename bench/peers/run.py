@@ -32,6 +32,12 @@ persistent workers. Every row gets each batch's images as a numpy view
 without a copy and copies them once into a staging buffer (Meter.touch), as
 a trainer hands a batch to its accelerator.
 
+nearprep-tf_compat-f32[-rrc]-cached is the nearprep row with the daemon's
+decoded-image cache on (decoded_cache.bytes = --decoded-cache-mib, all of it
+allowed to one dataset): the first epoch decodes and admits every image,
+the steady epochs are served from the cache (the worker prints the hits and
+misses from ServerInfo.decoded_cache).
+
 Columns (steady state = whole epochs after the first, repeated until at
 least --epochs epochs and --seconds seconds; the first epoch is timed
 apart: time to first batch, from building the pipeline / opening the stream
@@ -482,6 +488,9 @@ def worker_nearprep(spec):
                               epoch=e, **kw)
     out = meter.run(epochs, lambda b: np.asarray(b.images))  # a view of the message
     out["transport"] = client.transport
+    for d in client.info().decoded_cache:  # the -cached rows (ServerInfo.decoded_cache)
+        if d.dataset == "rep":
+            out.update(cache_hits=d.hits, cache_misses=d.misses, cache_bytes=d.bytes)
     # Fidelity capture: the original images with the draws the daemon reports.
     files, _ = list_files(spec["orig"])
     rel = [os.path.relpath(f, spec["orig"]) for f in files]
@@ -706,6 +715,12 @@ def make_rows(args):
             rows.append(Row(f"nearprep-tf_compat-f32{sfx}", "nearprep", venv,
                             f"{args.server_cores} + {T}", len(S), "tf", cores=[T],
                             fidelity="tf_compat", dtype="float32", crop=crop))
+        # The same with the decoded-image cache (issue 32): the first epoch
+        # decodes and admits, the steady epochs are served from the cache.
+        rows.append(Row(f"nearprep-tf_compat-f32{sfx}-cached", "nearprep", venv,
+                        f"{args.server_cores} + {T}", len(S), "tf", cores=[T],
+                        fidelity="tf_compat", dtype="float32", crop=crop,
+                        decoded_cache_mib=args.decoded_cache_mib))
     # The torchvision recipe (ImageNet train preset: random resized crop);
     # -u8: the preset up to PILToTensor (uint8 NCHW), nearprep's uint8 rows'
     # counterpart.
@@ -768,7 +783,7 @@ class Servers:
     def __init__(self, args, workdir):
         self.args, self.workdir = args, workdir
 
-    def start_nearprepd(self):
+    def start_nearprepd(self, decoded_cache_mib=0):
         d = os.path.join(self.workdir, "np")
         os.makedirs(d, exist_ok=True)
         cfg = os.path.join(d, "nearprepd.yaml")
@@ -779,6 +794,10 @@ class Servers:
             f.write("listen: 127.0.0.1\nlog_level: warn\ndatasets:\n"
                     f"  - name: rep\n    format: image_folder\n    root: {self.args.rep}\n"
                     f"  - name: orig\n    format: image_folder\n    root: {self.args.dataset_root}\n")
+            if decoded_cache_mib:
+                # One dataset may take the whole budget (rep's working set).
+                b = int(decoded_cache_mib) << 20
+                f.write(f"decoded_cache:\n  bytes: {b}\n  dataset_bytes: {b}\n")
         cmd = ["taskset", "-c", self.args.server_cores, self.args.nearprepd, "--config", cfg,
                "--port", "0", "--port-file", port_file,
                "--workers", str(len(self.args.server_cores_list))]
@@ -832,7 +851,8 @@ def run_row(row, args, servers, capture):
     server = None
     try:
         if row.kind == "nearprep":
-            server, spec["target"] = servers.start_nearprepd()
+            server, spec["target"] = servers.start_nearprepd(
+                row.spec.get("decoded_cache_mib", 0))
             spec["server_pid"] = server.pid
         elif row.kind == "tfservice":
             server, spec["target"] = servers.start_tfservice(row.python, env)
@@ -1029,6 +1049,10 @@ def main():
     ap.add_argument("--json", default=None, help="write every run and the medians here")
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--row-timeout", type=int, default=600)
+    ap.add_argument("--decoded-cache-mib", type=int, default=2048,
+                    help="the -cached rows' decoded-image cache budget; above the working "
+                         "set (--copies x 200 images x ~0.57 MiB decoded) every steady "
+                         "epoch is served from it")
     # Internal modes.
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--serve-tfservice", help=argparse.SUPPRESS)
@@ -1105,6 +1129,8 @@ def main():
                       f"server {fmt(res.get('server_cpu_ms'), '.2f')} ms/img, "
                       f"total {fmt(res.get('total_cpu_ms'), '.2f')} ms/img, "
                       f"CPU/wall {fmt(res.get('cpu_per_wall'), '.2f')} "
+                      + (f"cache hits {res['cache_hits']} misses {res['cache_misses']} "
+                         if "cache_hits" in res else "") +
                       f"({res['images']} images in {res['seconds']:.1f} s; "
                       f"{time.monotonic() - t:.0f} s, load {res['load1']:.2f})", flush=True)
         print(f"peers: fidelity checks ({load_str()})", flush=True)

@@ -71,30 +71,39 @@ bool PreprocessWithCache(const WorkContext& ctx, const uint8_t* data,
       cache->Find(name, version, s->sample_id, settings, size, hash);
   uint64_t decode_us = 0;
   if (image == nullptr) {
-    absl::StatusOr<JpegHeader> header = ReadJpegHeader(data, size, ctx.limits);
-    if (!header.ok() ||
-        !cache->WouldAdmit(name, version,
-                           uint64_t{3} * static_cast<uint64_t>(header->height) *
-                               static_cast<uint64_t>(header->width))) {
+    // One header read: the decode asks for its memory once it knows the
+    // size, and gets none when the cache would not admit the image (full):
+    // then nothing was decoded and the ordinary path (which may decode only
+    // the crop's region) serves the sample. The memory is the cache's own
+    // (AllocatePixels: no zero fill, prefaulted), decoded into in place.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto fresh = std::make_shared<DecodedImage>();
+    auto allocate = [&](int height, int width) -> uint8_t* {
+      const uint64_t bytes = uint64_t{3} * static_cast<uint64_t>(height) *
+                             static_cast<uint64_t>(width);
+      if (!cache->WouldAdmit(name, version, bytes)) return nullptr;
+      fresh->block = cache->AllocatePixels(bytes);
+      if (fresh->block != nullptr) {
+        fresh->block_bytes = bytes;
+        return fresh->block.get();
+      }
+      fresh->pixels.resize(bytes);  // no mapping: an ordinary vector
+      return fresh->pixels.data();
+    };
+    if (!DecodeForReuseInto(data, size, ctx.spec.fidelity, ctx.limits,
+                            allocate, &fresh->height, &fresh->width)
+             .ok()) {
       return false;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<RgbImage> decoded =
-        DecodeForReuse(data, size, ctx.spec.fidelity, ctx.limits);
-    if (!decoded.ok()) return false;
-    auto fresh = std::make_shared<DecodedImage>();
-    fresh->height = decoded->height;
-    fresh->width = decoded->width;
-    fresh->pixels = std::move(decoded->pixels);
     fresh->encoded_size = size;
     fresh->encoded_hash = hash;
     decode_us = MicrosSince(t0);
     image = fresh;
     cache->Insert(name, version, s->sample_id, settings, std::move(fresh));
   }
-  s->status = PreprocessDecoded(image->pixels.data(), image->height,
-                                image->width, ctx.spec, ctx.output, draw,
-                                &s->params, s->out, &s->times);
+  s->status = PreprocessDecoded(image->data(), image->height, image->width,
+                                ctx.spec, ctx.output, draw, &s->params, s->out,
+                                &s->times);
   s->times.decode_us += decode_us;
   return true;
 }

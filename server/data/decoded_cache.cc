@@ -1,5 +1,9 @@
 #include "server/data/decoded_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -8,6 +12,68 @@
 namespace nearprep {
 
 DecodedImageCache::DecodedImageCache(Options options) : options_(options) {}
+
+namespace {
+
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kBlockBytes = uint64_t{8} << 20;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+// A mapping that images are carved from; unmapped when the last image
+// carved from it (and the cache's current-block pointer) let go.
+struct DecodedImageCache::Block {
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  uint64_t used = 0;
+  ~Block() {
+    if (base != nullptr) munmap(base, size);
+  }
+};
+
+std::shared_ptr<uint8_t> DecodedImageCache::AllocatePixels(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t need = RoundUp(bytes, page);
+  std::shared_ptr<Block> block;
+  uint64_t offset = 0;
+  {
+    MutexLock lock(&arena_mu_);
+    if (arena_ == nullptr || arena_->size - arena_->used < need) {
+      // A new block (2 MiB-aligned: over-map by 2 MiB and trim).
+      const uint64_t size = RoundUp(std::max(need, kBlockBytes), kHugePage);
+      void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (raw == MAP_FAILED) return nullptr;
+      const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+      const uintptr_t aligned = RoundUp(start, kHugePage);
+      if (aligned > start) munmap(raw, aligned - start);
+      const uintptr_t end = start + size + kHugePage;
+      if (end > aligned + size) {
+        munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+      }
+      auto fresh = std::make_shared<Block>();
+      fresh->base = reinterpret_cast<uint8_t*>(aligned);
+      fresh->size = size;
+#ifdef MADV_POPULATE_WRITE
+      // Fault the block in with one call (a hint: older kernels refuse it
+      // and the pages fault one by one as the decoder writes them).
+      madvise(fresh->base, size, MADV_POPULATE_WRITE);
+#endif
+      arena_ = std::move(fresh);
+    }
+    block = arena_;
+    offset = block->used;
+    block->used += need;
+  }
+  uint8_t* p = block->base + offset;
+  // The deleter holds the block; it hands the image's pages back first.
+  return std::shared_ptr<uint8_t>(p, [block, need](uint8_t* q) {
+    madvise(q, need, MADV_DONTNEED);
+  });
+}
 
 uint64_t DecodedImageCache::Fingerprint(const uint8_t* data, size_t size) {
   // Every byte is hashed (absl's hash of a string_view reads all of it).

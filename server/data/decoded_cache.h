@@ -50,16 +50,25 @@
 
 namespace nearprep {
 
-// A decoded image as the cache holds it: interleaved 8-bit RGB.
+// A decoded image as the cache holds it: interleaved 8-bit RGB, height *
+// width * 3 bytes, either in `pixels` or in `block` (memory from
+// DecodedImageCache::AllocatePixels, which takes precedence).
 struct DecodedImage {
   int height = 0;
   int width = 0;
-  std::vector<uint8_t> pixels;  // height * width * 3
+  std::vector<uint8_t> pixels;
+  std::shared_ptr<uint8_t> block;
+  uint64_t block_bytes = 0;
   // What it was decoded from (DecodedImageCache::Fingerprint).
   uint64_t encoded_size = 0;
   uint64_t encoded_hash = 0;
 
-  uint64_t bytes() const { return pixels.size(); }
+  const uint8_t* data() const {
+    return block != nullptr ? block.get() : pixels.data();
+  }
+  uint64_t bytes() const {
+    return block != nullptr ? block_bytes : pixels.size();
+  }
 };
 
 // Which decode produced the pixels (part of the key): the JPEG style
@@ -130,6 +139,18 @@ class DecodedImageCache {
               uint64_t id, const DecodeSettings& settings,
               std::shared_ptr<const DecodedImage> image);
 
+  // `bytes` of uninitialised memory for an image's pixels (a decode writes
+  // each byte: no zero fill), carved from blocks of 8 MiB that are faulted
+  // in with one madvise(MADV_POPULATE_WRITE) call instead of a page fault
+  // per 4 KiB as the decoder writes (docs/benchmarks.md: epoch 1; huge
+  // pages were measured slower). Each allocation is page-aligned and its
+  // pages are returned to the kernel (MADV_DONTNEED) when its last holder
+  // drops it, so resident memory follows the images held (plus the unused
+  // tail of each block: at most one image's size); a block is unmapped when
+  // none of its images is left. Null when the memory cannot be mapped
+  // (callers then decode into a vector).
+  std::shared_ptr<uint8_t> AllocatePixels(uint64_t bytes);
+
   // Drops every entry of `dataset` (its counters stay).
   void DropDataset(const std::string& dataset);
 
@@ -164,7 +185,13 @@ class DecodedImageCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t DatasetBudget() const;
 
+  struct Block;
+
   const Options options_;
+  // AllocatePixels' current block (its own lock: allocating never waits
+  // for lookups).
+  Mutex arena_mu_;
+  std::shared_ptr<Block> arena_ ABSL_GUARDED_BY(arena_mu_);
   mutable Mutex mu_;
   std::map<std::string, Partition> partitions_ ABSL_GUARDED_BY(mu_);
   uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;

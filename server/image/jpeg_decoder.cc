@@ -264,7 +264,10 @@ absl::Status JpegSession::DecodeFull(std::vector<uint8_t>* rgb) {
   const size_t need =
       static_cast<size_t>(cinfo_.image_height) * cinfo_.image_width * 3;
   if (rgb->size() < need) rgb->resize(need);
-  uint8_t* out = rgb->data();
+  return DecodeFull(rgb->data());
+}
+
+absl::Status JpegSession::DecodeFull(uint8_t* out) {
   if (setjmp(err_.jump)) {
     return Failure(absl::StatusCode::kDataLoss, "decode");
   }

@@ -51,6 +51,9 @@ class JpegSession {
   // DATA_LOSS on a libjpeg error or on reading past the end of the data;
   // libjpeg warnings (corrupt but decodable data) are counted, not errors.
   absl::Status DecodeFull(std::vector<uint8_t>* rgb);
+  // The same into `rgb`, which must hold height*width*3 bytes (every one is
+  // written: callers need not initialise it).
+  absl::Status DecodeFull(uint8_t* rgb);
 
   // Decode of the region `crop` of a baseline (sequential) image:
   // the same pixels as DecodeFull's image has there, with less work. Not for

@@ -676,6 +676,31 @@ absl::StatusOr<RgbImage> DecodeForReuse(const uint8_t* data, size_t size,
   return img;
 }
 
+absl::Status DecodeForReuseInto(
+    const uint8_t* data, size_t size, Fidelity fidelity,
+    const DecodeLimits& limits,
+    const std::function<uint8_t*(int height, int width)>& allocate,
+    int* height, int* width) {
+  JpegStyle style = JpegStyle::kTensorFlow;
+  if (!ReusableDecode(fidelity, &style)) {
+    return absl::FailedPreconditionError("this fidelity's decode is not reusable");
+  }
+  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
+  JpegHeader header;
+  absl::Status st = session.ReadHeader(data, size, limits, &header, style);
+  if (!st.ok()) return st;
+  uint8_t* out = allocate(header.height, header.width);
+  if (out == nullptr) return absl::FailedPreconditionError("no memory given");
+  st = session.DecodeFull(out);
+  if (!st.ok()) return st;
+  if (session.warnings() != 0) {
+    return absl::FailedPreconditionError("damaged data: not reused");
+  }
+  *height = header.height;
+  *width = header.width;
+  return absl::OkStatus();
+}
+
 absl::Status PreprocessDecoded(const uint8_t* rgb, int height, int width,
                                const TransformSpec& spec,
                                const OutputSpec& output,

@@ -55,6 +55,18 @@ absl::StatusOr<RgbImage> DecodeForReuse(const uint8_t* data, size_t size,
                                         Fidelity fidelity,
                                         const DecodeLimits& limits);
 
+// DecodeForReuse into memory the caller provides, with no zero fill and no
+// copy: after the header, `allocate(height, width)` returns height*width*3
+// writable bytes (every one is then written), or null to decode nothing
+// (FAILED_PRECONDITION; e.g. the cache would not admit the image: the caller
+// then takes PreprocessJpeg's own path). *height and *width are the image's.
+// The same pixels and errors as DecodeForReuse.
+absl::Status DecodeForReuseInto(
+    const uint8_t* data, size_t size, Fidelity fidelity,
+    const DecodeLimits& limits,
+    const std::function<uint8_t*(int height, int width)>& allocate,
+    int* height, int* width);
+
 // PreprocessJpeg on the image DecodeForReuse returned for the same bytes,
 // limits and fidelity: the same output bytes, params and errors (the crop is
 // taken from the full image; tests/unit/backend/decoded_cache_test.cc

@@ -99,6 +99,20 @@ void ServiceCore::FillServerInfo(v1::ServerInfo* info) const {
     if (s.name == "p2p_read_bytes") c->set_p2p_reads(s.value);
     if (s.name == "buffered_read_bytes") c->set_buffered_reads(s.value);
   }
+  // The decoded-image cache's figures per dataset (the backend's cache;
+  // the same figures as the nearprep_decoded_cache_* metrics).
+  for (const DecodedCacheStats& d : backend.decoded_cache_stats()) {
+    v1::DecodedCacheInfo* dc = info->add_decoded_cache();
+    dc->set_dataset(DisplayString(d.dataset));
+    dc->set_hits(d.hits);
+    dc->set_misses(d.misses);
+    dc->set_admitted(d.admitted);
+    dc->set_evicted(d.evicted);
+    dc->set_stale(d.stale);
+    dc->set_bytes(d.bytes);
+    dc->set_entries(d.entries);
+    dc->set_budget_bytes(d.budget_bytes);
+  }
   info->set_uptime_seconds(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::steady_clock::now() - start_time_)

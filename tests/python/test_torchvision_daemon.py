@@ -8,6 +8,13 @@ Images: the 200 of ../shared/datasets/imagenet-sample-200 and a generated
 dataset of edge cases (gray, CMYK, 4:4:4, 4:2:2, 4:4:0, progressive,
 restart markers, tiny images) streamed with crops that touch the borders,
 cover the whole image and upscale.
+
+With NEARPREP_TV_DECODED_CACHE=1 (ctest python_torchvision_daemon_cached)
+the daemons run with a decoded-image cache (--decoded-cache-bytes) and each
+dataset is streamed once before the comparisons (warming: every image is
+decoded once and admitted), so every compared sample is cut from a cached
+Pillow-style decode; test_decoded_cache_served_the_comparisons checks that
+they were (ServerInfo.decoded_cache: hits, no more misses than images).
 """
 
 import os
@@ -31,6 +38,38 @@ from torchvision.datasets.folder import default_loader  # noqa: E402
 import nearprep.torch as nt  # noqa: E402
 
 BILINEAR = T.InterpolationMode.BILINEAR
+
+CACHED = os.environ.get("NEARPREP_TV_DECODED_CACHE") == "1"
+CACHE_ARGS = ["--decoded-cache-bytes", "256M"] if CACHED else []
+
+
+def _warm(target, dataset):
+    """With the cache on: one pass over `dataset` (any TORCHVISION request
+    decodes in Pillow's style, the cache key), so later streams hit."""
+    if not CACHED:
+        return
+    n = 0
+    for b in nearprep.Client(target).batches(dataset, batch_size=64, height=8, width=8,
+                                             fidelity="torchvision", dtype="uint8",
+                                             layout="NCHW", crop="random_resized"):
+        n += b.images.shape[0]
+    assert n > 0
+
+
+def _cache_figures(target, dataset):
+    for d in nearprep.Client(target).info().decoded_cache:
+        if d.dataset == dataset:
+            return d
+    return None
+
+
+@pytest.fixture(scope="module")
+def daemon(daemon_factory, sample_dir):
+    """The sample dataset as 'sample' (this module's own daemon: with the
+    cache when CACHED)."""
+    d = daemon_factory({"sample": sample_dir}, "tv_main", extra=CACHE_ARGS).start()
+    _warm(d.target, "sample")
+    return d
 
 
 def test_oracle_versions():
@@ -249,7 +288,9 @@ def edge_dataset(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def edge_daemon(daemon_factory, edge_dataset):
-    return daemon_factory({"edge": edge_dataset}, "tv_edge").start()
+    d = daemon_factory({"edge": edge_dataset}, "tv_edge", extra=CACHE_ARGS).start()
+    _warm(d.target, "edge")
+    return d
 
 
 @pytest.mark.parametrize("size,preset", [
@@ -280,3 +321,30 @@ def test_eval_edge_cases(edge_daemon, edge_dataset, size, resize):
         kw = nt.imagenet_eval_kwargs(size, resize_size=resize, dtype=dtype, **extra)
         stream_and_compare(edge_daemon.target, "edge", edge_dataset, files, kw,
                            batch_size=8)
+
+
+# --- The decoded-image cache (NEARPREP_TV_DECODED_CACHE=1) ---------------------
+
+def test_decoded_cache_served_the_comparisons(daemon, edge_daemon, sample_dir,
+                                              edge_dataset):
+    """Runs last (file order): with the cache on, every image was decoded
+    once (the warming pass) and the compared streams were served from the
+    cache; without it, ServerInfo lists no cache."""
+    for d, name, root in ((daemon, "sample", sample_dir),
+                          (edge_daemon, "edge", edge_dataset)):
+        files, _ = sample_files(root)
+        # Make sure at least one compared stream ran on this daemon.
+        stream_and_compare(d.target, name, root, files,
+                           nt.imagenet_eval_kwargs((16, 16), resize_size=16, dtype="uint8",
+                                                   mean=None, std=None), batch_size=64)
+        fig = _cache_figures(d.target, name)
+        if not CACHED:
+            assert fig is None
+            continue
+        assert fig is not None
+        # Each image decoded at most once per JPEG style (Pillow's for the
+        # comparisons; TensorFlow's for the resize_center geometry test),
+        # every decode admitted, and the compared streams served by hits.
+        assert fig.misses == fig.admitted == fig.entries, (name, fig)
+        assert len(files) <= fig.misses <= 2 * len(files), (name, fig)
+        assert fig.hits >= len(files), (name, fig)

@@ -243,3 +243,57 @@ TEST(DecodedImageCacheTest, ConcurrentUseStaysWithinBudgetAndCountsEveryLookup) 
 
 }  // namespace
 }  // namespace nearprep
+
+namespace nearprep {
+namespace {
+
+// Resident bytes of this process (VmRSS), for the arena's release check.
+uint64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * 4096ULL : 0;
+}
+
+TEST(DecodedImageCacheTest, ArenaGivesDisjointPageAlignedMemoryAndReturnsIt) {
+  DecodedImageCache cache(Budget(uint64_t{256} << 20));
+  // Images as the CPU backend holds them: pixels in the arena.
+  std::vector<std::shared_ptr<uint8_t>> held;
+  const uint64_t bytes = 375 * 500 * 3;  // a typical ImageNet image
+  for (int i = 0; i < 120; ++i) {  // ~64 MiB: more than one 32 MiB block
+    std::shared_ptr<uint8_t> p = cache.AllocatePixels(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.get()) % 4096, 0u);
+    std::fill(p.get(), p.get() + bytes, static_cast<uint8_t>(i));
+    held.push_back(std::move(p));
+  }
+  // Disjoint: every image still holds its own fill.
+  for (int i = 0; i < 120; ++i) {
+    const uint8_t* p = held[i].get();
+    EXPECT_EQ(p[0], static_cast<uint8_t>(i));
+    EXPECT_EQ(p[bytes - 1], static_cast<uint8_t>(i));
+  }
+  // Dropping the images hands their pages back.
+  const uint64_t before = ResidentBytes();
+  held.clear();
+  const uint64_t after = ResidentBytes();
+  EXPECT_GT(before, after + (uint64_t{40} << 20)) << before << " -> " << after;
+
+  // A DecodedImage over arena memory reports it.
+  auto img = std::make_shared<DecodedImage>();
+  img->block = cache.AllocatePixels(30);
+  img->block_bytes = 30;
+  ASSERT_NE(img->block, nullptr);
+  img->block.get()[0] = 42;
+  EXPECT_EQ(img->bytes(), 30u);
+  EXPECT_EQ(img->data()[0], 42);
+  img->height = 1;
+  img->width = 10;
+  EXPECT_TRUE(cache.Insert("a", "v1", 1, kTf, img));
+  EXPECT_EQ(cache.resident_bytes(), 30u);
+}
+
+}  // namespace
+}  // namespace nearprep

@@ -1,5 +1,5 @@
 // `nearprep info --target HOST:PORT`: the daemon's version, backend, limits,
-// counters and datasets.
+// counters, decoded-image cache and datasets.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -71,6 +71,20 @@ int InfoCommand::Run() {
               ", io %" PRIu64 "; backend fallbacks %" PRIu64 "\n",
               c.decode_errors(), c.limit_errors(), c.io_errors(),
               c.backend_fallbacks());
+  // The decoded-image cache, per dataset a stream has read (none: off, an
+  // fpga backend, or an older daemon).
+  for (const v1::DecodedCacheInfo& d : info->decoded_cache()) {
+    const uint64_t lookups = d.hits() + d.misses();
+    std::printf("  decoded cache %s: hits %" PRIu64 ", misses %" PRIu64
+                " (hit rate %.3f), admitted %" PRIu64 ", evicted %" PRIu64
+                " (stale %" PRIu64 "),\n"
+                "               %" PRIu64 " entries, %" PRIu64 " of %" PRIu64
+                " bytes\n",
+                d.dataset().c_str(), d.hits(), d.misses(),
+                lookups ? static_cast<double>(d.hits()) / lookups : 0.0,
+                d.admitted(), d.evicted(), d.stale(), d.entries(), d.bytes(),
+                d.budget_bytes());
+  }
   absl::StatusOr<std::vector<v1::DatasetInfo>> ds = client.ListDatasets();
   if (!ds.ok()) return Fail(ds.status());
   std::printf("datasets (%zu)\n", ds->size());
