@@ -154,7 +154,7 @@ absl::Status RunPipelineBench(const PipelineBenchOptions& o,
   std::vector<std::vector<uint8_t>> files((*ds)->size());
   uint64_t total_bytes = 0;
   for (uint64_t id = 0; id < files.size(); ++id) {
-    absl::Status st = (*ds)->ReadSample(id, &files[id]);
+    absl::Status st = (*ds)->store().ReadSample(id, &files[id]);
     if (!st.ok()) files[id].clear();
     total_bytes += files[id].size();
   }

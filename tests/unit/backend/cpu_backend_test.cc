@@ -49,7 +49,7 @@ TEST_F(CpuBackendTest, EqualsDecodeThenTransformWithDrawnParams) {
     for (const Sample& s : dataset_->samples()) {
       if (s.path.find("bad_") != std::string::npos) continue;
       std::vector<uint8_t> file;
-      ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+      ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
       auto img = DecodeJpegTfCompat(file.data(), file.size(), ctx.limits);
       ASSERT_TRUE(img.ok()) << img.status();
       SampleParams p = DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch, s.id,
@@ -85,7 +85,7 @@ TEST_F(CpuBackendTest, ReportsReadErrorsAndUsesInjectedReader) {
   EXPECT_EQ(w.status.code(), absl::StatusCode::kNotFound);
   // A reader serving another sample's bytes: output follows the bytes.
   CpuBackend swapped([&](const WorkContext& c, uint64_t, std::vector<uint8_t>* out) {
-    return c.dataset->ReadSample(0, out);
+    return c.dataset->store().ReadSample(0, out);
   });
   CpuBackend plain;
   std::vector<uint8_t> a(buf.size()), b(buf.size());
@@ -108,7 +108,7 @@ TEST_F(CpuBackendTest, BytesInHandGiveWhatReadingGives) {
   int good = 0;
   for (const Sample& s : dataset_->samples()) {
     std::vector<uint8_t> file, scratch;
-    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
     std::vector<uint8_t> a(bytes), b(bytes);
     SampleWork wa, wb;
     wa.sample_id = wb.sample_id = s.id;
@@ -136,7 +136,7 @@ TEST_F(CpuBackendTest, BytesInHandUseTheParametersAlreadyDrawn) {
   int checked = 0;
   for (const Sample& s : dataset_->samples()) {
     std::vector<uint8_t> file, scratch;
-    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
     std::vector<uint8_t> want(bytes), got(bytes), other(bytes);
     SampleWork w;
     w.sample_id = s.id;
