@@ -116,7 +116,6 @@ class DecodedCacheBackendTest : public ::testing::Test {
     for (const Sample& s : dataset_->samples()) ids_.push_back(s.id);
   }
   WorkContext ForDataset(WorkContext ctx) const {
-    ctx.dataset = dataset_.get();
     ctx.source = std::make_shared<const SampleSource>(*dataset_);
     return ctx;
   }

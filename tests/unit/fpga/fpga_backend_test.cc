@@ -76,7 +76,7 @@ struct Result {
 
 std::vector<Result> ProcessAll(Backend& b, const WorkContext& ctx,
                                size_t chunk) {
-  const size_t n = ctx.dataset->size();
+  const size_t n = ctx.source->dataset().size();
   const size_t bytes = ctx.output.SampleBytes(ctx.spec);
   std::vector<uint8_t> buf(n * bytes, 0x5A);
   std::vector<SampleWork> works(n);
@@ -119,7 +119,6 @@ int CountDifferences(const Dataset& ds, const std::vector<Result>& want,
 
 WorkContext AugmentingContext(const Dataset* ds) {
   WorkContext ctx;
-  ctx.dataset = ds;
   ctx.source = std::make_shared<const SampleSource>(*ds);
   ctx.seed = 99;
   ctx.epoch = 3;
