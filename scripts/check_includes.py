@@ -52,7 +52,10 @@ RULES = [
     ("server/data",
      ["server/spec", "server/storage", "server/records", "server/fleet",
       "server/metrics", "server/plan", "common"],
-     "datasets, epoch plan (manifest datasets read server/fleet's manifests)"),
+     "the catalogue (Dataset), its reads (SampleStore: storage, record and "
+     "digest checks, block cache, read counters), per-stream sample sources, "
+     "the decoded-image cache, epoch plan (manifest datasets read "
+     "server/fleet's manifests)"),
     ("server/fleet", ["server/storage", "server/records", "server/plan",
                       "common"],
      "fleet manifests (target nearprep_manifest, below data) and the global "
@@ -113,6 +116,23 @@ EXCEPTIONS = [
 # Layers that other folders may reach only through some of their headers.
 NARROW = {
     "server/fpga": ["server/fpga/fpga_factory.h", "server/fpga/fpga_options.h"],
+    # The read room's insides (sample_store.h, block_cache.h) stay in data:
+    # other layers read through a SampleSource, and reach the store only as
+    # an object (Dataset::store(), SampleSource::store()).
+    "server/data": ["server/data/block_shuffle.h", "server/data/dataset.h",
+                    "server/data/decoded_cache.h", "server/data/epoch_order_cache.h",
+                    "server/data/epoch_plan.h", "server/data/sample_source.h"],
+}
+
+# Narrower still for one folder: (folder, layer) -> the only headers of that
+# layer it may include.
+NARROW_FOR = {
+    # Backends see a stream's data only through its source (WorkContext).
+    ("server/backend", "server/data"): [
+        "server/data/decoded_cache.h", "server/data/epoch_plan.h",
+        "server/data/sample_source.h"],
+    ("server/fpga", "server/data"): [
+        "server/data/epoch_plan.h", "server/data/sample_source.h"],
 }
 
 # The only files (or folders) that may include a gRPC header (<grpc/...>,
@@ -186,6 +206,8 @@ def allowed(rel, folder, layer, inc):
         return True
     if layer in NARROW and inc not in NARROW[layer]:
         return False
+    if (folder, layer) in NARROW_FOR and inc not in NARROW_FOR[(folder, layer)]:
+        return False
     for f, layers, _ in RULES:
         if f == folder and layer in layers:
             return True
@@ -248,6 +270,9 @@ def table():
     for layer, headers in NARROW.items():
         out += ["", f"Other folders reach `{layer}` only through "
                 + ", ".join(f"`{h}`" for h in headers) + "."]
+    for (folder, layer), headers in NARROW_FOR.items():
+        out += ["", f"`{folder}` reaches `{layer}` only through "
+                + ", ".join(f"`{h}`" for h in headers) + "."]
     out += ["", "Only these may include a gRPC header (`<grpc/...>`, "
             "`<grpcpp/...>`, `*.grpc.pb.h`):", ""]
     for prefix, why in GRPC:
@@ -301,12 +326,15 @@ def cmd_selftest():
         "server/pipeline/bad_h.cc": "#include <grpc/grpc.h>\n",
         "server/pipeline/bad_i.cc": '#include "proto/options/field_range.h"\n',
         "proto/options/bad_j.cc": '#include "server/spec/types.h"\n',
+        "server/pipeline/bad_k.cc": '#include "server/data/sample_store.h"\n',
+        "server/backend/bad_l.cc": '#include "server/data/dataset.h"\n',
     }
     clean = {
         "server/pipeline/ok.cc": '#include "server/backend/backend.h"\n'
                                  '#include "absl/status/status.h"\n',
         "server/fpga/ok.cc": '#include "nearprep_kernel_abi.h"\n'
-                             '#include "server/backend/cpu_backend.h"\n',
+                             '#include "server/backend/cpu_backend.h"\n'
+                             '#include "server/data/sample_source.h"\n',
         "fpga_kernels/include/nearprep_kernel_abi.h": "// abi\n",
         "client/cpp/pack/ok.cc": '#include "server/records/tfrecord.h"\n',
         "server/daemon/ok.cc": '#include "server/fpga/fpga_factory.h"\n',

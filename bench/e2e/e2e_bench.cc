@@ -200,7 +200,7 @@ absl::StatusOr<Measure> RunEndToEnd(const Config& c, int port, v1::DType dtype) 
 StreamRequest InProcessRequest(const Config& c, const Dataset& dataset,
                                v1::DType dtype, int epoch) {
   StreamRequest r;
-  r.context.dataset = &dataset;
+  r.context.source = std::make_shared<const SampleSource>(dataset);
   r.batch_size = static_cast<uint32_t>(c.batch_size);
   r.context.seed = 1234;
   r.context.epoch = static_cast<uint64_t>(epoch);

@@ -81,7 +81,7 @@ int Run(int argc, char** argv) {
   Pipeline pipeline(o, std::make_shared<ZeroBackend>());
 
   StreamRequest r;
-  r.context.dataset = ds->get();
+  r.context.source = std::make_shared<const SampleSource>(**ds);
   r.context.seed = 1234;
   r.context.epoch = 5;
   r.shuffle = true;

@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
   for (uint64_t id = 0; id < (*ds)->size() && int(images.size()) < images_n;
        ++id) {
     std::vector<uint8_t> jpeg;
-    if (!(*ds)->ReadSample(id, &jpeg).ok()) continue;
+    if (!(*ds)->store().ReadSample(id, &jpeg).ok()) continue;
     Rows r;
     if (LoadRows(jpeg, size, &rng, &r)) images.push_back(std::move(r));
   }

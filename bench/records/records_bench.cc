@@ -87,7 +87,7 @@ Row Run(const std::string& name, const std::string& root,
       block ? nearprep::BlockShuffledOrder((*ds)->size(), seed, 0, p)
             : nearprep::EpochOrder((*ds)->size(), seed, 0, true);
   DropPageCache(root);
-  const auto& k = (*ds)->read_counters();
+  const auto& k = (*ds)->store().read_counters();
   const uint64_t r0 = k.reads, b0 = k.bytes, d0 = k.direct_reads,
                  f0 = k.buffered_fallbacks;
   std::vector<uint8_t> buf;

@@ -18,7 +18,9 @@
 //  - The backend reads the sample bytes itself, through the stream's
 //    SampleSource (ctx.source; server/data/sample_source.h), so a backend
 //    with peer-to-peer storage can bypass host memory. How the source
-//    reads (alone, in blocks) is the source's business.
+//    reads (alone, in blocks) is the source's business. The source is also
+//    the one road to the catalogue (ctx.source->dataset(): names, sizes,
+//    listing version).
 #ifndef NEARPREP_SERVER_BACKEND_BACKEND_H_
 #define NEARPREP_SERVER_BACKEND_BACKEND_H_
 
@@ -30,7 +32,6 @@
 
 #include "absl/status/status.h"
 #include "server/spec/types.h"
-#include "server/data/dataset.h"
 #include "server/data/decoded_cache.h"
 #include "server/data/sample_source.h"
 
@@ -38,10 +39,10 @@ namespace nearprep {
 
 // Everything that is the same for every sample of a stream.
 struct WorkContext {
-  // The catalogue (names, sizes, labels); reads go through `source`.
-  const Dataset* dataset = nullptr;
-  // Where the stream's samples are read from (made once per stream, for
-  // `dataset`). Shared: the request and its copies hold it alive.
+  // The stream's data: where its samples are read from (the strategy over
+  // the dataset's store, made once per stream by Pipeline::OpenStream) and,
+  // through source->dataset(), the catalogue (names, sizes, labels).
+  // Shared: the request and its copies hold it alive.
   std::shared_ptr<const SampleSource> source;
   TransformSpec spec;
   OutputSpec output;

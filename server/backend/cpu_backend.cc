@@ -57,12 +57,13 @@ bool PreprocessWithCache(const WorkContext& ctx, const uint8_t* data,
                          size_t size, const ParamsFn& draw,
                          DecodedImageCache* cache, SampleWork* s) {
   JpegStyle style = JpegStyle::kTensorFlow;
-  if (cache == nullptr || !cache->enabled() || ctx.dataset == nullptr ||
+  if (cache == nullptr || !cache->enabled() || ctx.source == nullptr ||
       !ReusableDecode(ctx.spec.fidelity, &style)) {
     return false;
   }
-  const std::string& name = ctx.dataset->name();
-  const std::string& version = ctx.dataset->listing_version();
+  const Dataset& dataset = ctx.source->dataset();
+  const std::string& name = dataset.name();
+  const std::string& version = dataset.listing_version();
   DecodeSettings settings;
   settings.style = static_cast<uint32_t>(style);
   settings.max_decoded_values = ctx.limits.max_decoded_values;
@@ -136,9 +137,8 @@ void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
   s->read_bytes = size;
 }
 
-void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
-                        std::vector<uint8_t>* buffer, SampleWork* s,
-                        DecodedImageCache* cache) {
+void ProcessSampleOnCpu(const WorkContext& ctx, std::vector<uint8_t>* buffer,
+                        SampleWork* s, DecodedImageCache* cache) {
   s->times = StageTimes{};
   s->params = SampleParams{};
   uint64_t read_us = 0;
@@ -148,11 +148,7 @@ void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
   SampleView view;
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    if (reader) {
-      s->status = reader(ctx, s->sample_id, buffer);
-      view.data = buffer->data();
-      view.size = buffer->size();
-    } else if (ctx.source == nullptr) {
+    if (ctx.source == nullptr) {
       s->status = absl::FailedPreconditionError("no sample source in WorkContext");
     } else {
       absl::StatusOr<SampleView> v = ctx.source->Read(s->sample_id, buffer);
@@ -177,7 +173,7 @@ void CpuBackend::Process(const WorkContext& ctx, SampleWork* samples,
                          size_t n) {
   thread_local std::vector<uint8_t> buffer;
   for (size_t i = 0; i < n; ++i) {
-    ProcessSampleOnCpu(ctx, reader_, &buffer, &samples[i], cache_.get());
+    ProcessSampleOnCpu(ctx, &buffer, &samples[i], cache_.get());
   }
   // Do not pin an unusually large file's memory in the thread forever.
   if (buffer.capacity() > (size_t{16} << 20)) {

@@ -26,7 +26,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,19 +36,12 @@
 
 namespace nearprep {
 
-// Reads a sample's encoded bytes into *out. The default (an empty function)
-// reads the file through ctx.source; benchmarks substitute bytes preloaded
-// in memory.
-using SampleReader = std::function<absl::Status(
-    const WorkContext& ctx, uint64_t sample_id, std::vector<uint8_t>* out)>;
-
-// One sample on the CPU: reads it with `reader` (or ctx.source when empty)
-// into `buffer` (scratch), then PreprocessSampleBytes. Sets every result
-// field of *sample; never throws.
+// One sample on the CPU: reads it through ctx.source (into `buffer`,
+// scratch, or a view of a block the source holds), then
+// PreprocessSampleBytes. Sets every result field of *sample; never throws.
 // `cache` (optional): the decoded-image cache to use.
-void ProcessSampleOnCpu(const WorkContext& ctx, const SampleReader& reader,
-                        std::vector<uint8_t>* buffer, SampleWork* sample,
-                        DecodedImageCache* cache = nullptr);
+void ProcessSampleOnCpu(const WorkContext& ctx, std::vector<uint8_t>* buffer,
+                        SampleWork* sample, DecodedImageCache* cache = nullptr);
 
 // One sample on the CPU from its encoded bytes [data, data + size), already
 // read by the caller in `read_us` microseconds (reported as times.read_us).
@@ -64,15 +56,11 @@ void PreprocessSampleBytes(const WorkContext& ctx, const uint8_t* data,
 
 class CpuBackend : public Backend {
  public:
-  using Reader = SampleReader;
-
   CpuBackend() = default;
-  explicit CpuBackend(Reader reader) : reader_(std::move(reader)) {}
   // With a decoded-image cache (null: none), shared with whoever else holds
   // it.
-  explicit CpuBackend(std::shared_ptr<DecodedImageCache> cache,
-                      Reader reader = Reader())
-      : reader_(std::move(reader)), cache_(std::move(cache)) {}
+  explicit CpuBackend(std::shared_ptr<DecodedImageCache> cache)
+      : cache_(std::move(cache)) {}
 
   std::string name() const override { return "cpu"; }
   std::string detail() const override;
@@ -83,7 +71,6 @@ class CpuBackend : public Backend {
   const DecodedImageCache* decoded_cache() const { return cache_.get(); }
 
  private:
-  Reader reader_;
   std::shared_ptr<DecodedImageCache> cache_;
 };
 

@@ -30,7 +30,8 @@ bool Dataset::Holds(uint64_t id) const {
   return held_mask_[manifest_->PartitionOf(id)];
 }
 
-absl::Status Dataset::ApplyManifest(SampleListing* listing) {
+absl::Status Dataset::ApplyManifest(const Storage& storage, SampleListing* listing,
+                                    std::string* sample_digests) {
   const DatasetConfig& c = config_;
   const auto fail = [&](absl::string_view what) {
     return absl::InvalidArgumentError(
@@ -44,7 +45,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
                              c.manifest_check, "'"));
   }
   std::string text;
-  if (absl::Status s = ReadFileToString(*storage_, c.manifest, &text); !s.ok()) {
+  if (absl::Status s = ReadFileToString(storage, c.manifest, &text); !s.ok()) {
     return fail(s.message());
   }
   absl::StatusOr<fleet::Manifest> m = fleet::ParseManifest(text);
@@ -52,7 +53,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
   if (m->format != c.format) {
     return fail(absl::StrCat("is for format ", m->format, ", the dataset is ", c.format));
   }
-  if (absl::Status s = ApplyPlacement(*m); !s.ok()) return s;
+  if (absl::Status s = ApplyPlacement(storage, *m); !s.ok()) return s;
   if (!m->digests_sha256.empty()) {
     // Per-sample digests: a file beside the manifest, bound to it by its
     // SHA-256 (which the manifest hash covers).
@@ -60,7 +61,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
     const std::string path =
         (slash == std::string::npos ? "" : c.manifest.substr(0, slash + 1)) + m->digests_file;
     std::string file;
-    if (absl::Status s = ReadFileToString(*storage_, path, &file); !s.ok()) {
+    if (absl::Status s = ReadFileToString(storage, path, &file); !s.ok()) {
       return fail(absl::StrCat("its digest file ", path, ": ", s.message()));
     }
     if (fleet::Sha256Hex(file) != m->digests_sha256) {
@@ -69,7 +70,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
     }
     absl::StatusOr<std::string> digests = fleet::ParseSampleDigests(file, m->num_samples);
     if (!digests.ok()) return fail(absl::StrCat(path, ": ", digests.status().message()));
-    sample_digests_ = std::move(digests).value();
+    *sample_digests = std::move(digests).value();
   }
   // Local shards: file -> [first, end) in listing->samples (contiguous).
   std::map<std::string, std::pair<size_t, size_t>> local;
@@ -87,7 +88,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
     std::string why = "not present";
     if (it != local.end()) {
       const uint64_t n = it->second.second - it->second.first;
-      absl::StatusOr<FileInfo> info = storage_->Stat(ms.name);
+      absl::StatusOr<FileInfo> info = storage.Stat(ms.name);
       if (n != ms.records) {
         why = absl::StrCat("has ", n, " records, the manifest says ", ms.records);
       } else if (!info.ok() || info->size != ms.bytes) {
@@ -96,7 +97,7 @@ absl::Status Dataset::ApplyManifest(SampleListing* listing) {
       } else if (c.manifest_check == "crc32c") {
         uint64_t bytes = 0;
         absl::StatusOr<uint32_t> crc =
-            fleet::FileCrc32c(storage_->Describe(ms.name), &bytes);
+            fleet::FileCrc32c(storage.Describe(ms.name), &bytes);
         if (!crc.ok()) {
           why = std::string(crc.status().message());
         } else if (*crc != ms.crc32c) {
@@ -173,7 +174,7 @@ std::vector<uint32_t> Dataset::partitions_missing() const {
   return out;
 }
 
-absl::Status Dataset::ApplyPlacement(const fleet::Manifest& m) {
+absl::Status Dataset::ApplyPlacement(const Storage& storage, const fleet::Manifest& m) {
   const DatasetConfig& c = config_;
   if (c.placement.empty() && c.node.empty()) return absl::OkStatus();
   const auto fail = [&](absl::string_view key, absl::string_view what) {
@@ -182,7 +183,7 @@ absl::Status Dataset::ApplyPlacement(const fleet::Manifest& m) {
   if (c.placement.empty()) return fail("placement", "required with node");
   if (c.node.empty()) return fail("node", "required with placement");
   std::string text;
-  if (absl::Status s = ReadFileToString(*storage_, c.placement, &text); !s.ok()) {
+  if (absl::Status s = ReadFileToString(storage, c.placement, &text); !s.ok()) {
     return fail("placement", absl::StrCat(c.placement, ": ", s.message()));
   }
   absl::StatusOr<fleet::Placement> p = fleet::ParsePlacement(text);

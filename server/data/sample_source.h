@@ -1,11 +1,12 @@
 // SampleSource: how one stream reads its samples. The catalogue (Dataset,
-// dataset.h) says what the samples are and where their bytes live; a source
-// is made once per stream from that catalogue and the stream's order, and
-// owns the read strategy that order calls for:
+// dataset.h) says what the samples are; the dataset's SampleStore
+// (sample_store.h) reads their bytes, alone or in blocks. A source is made
+// once per stream from the two and the stream's order, and holds only the
+// read strategy that order calls for:
 //  - a plain stream reads each sample alone (one read per file or record);
 //  - a block-shuffle stream (block_samples > 0) of a record dataset reads
 //    each block's records (its part in one shard) with one large read, held
-//    in the dataset's BlockCache, and serves the block's samples from it;
+//    in the store's BlockCache, and serves the block's samples from it;
 //  - a fleet plan's stream (plan_block_samples > 0: explicit ids whose
 //    blocks are that many consecutive offsets of a partition, each sample
 //    once per epoch, spread over many requests) reads each plan block of a
@@ -15,8 +16,9 @@
 //    (seed, epoch), so two epochs' reads of one block are kept apart. A
 //    block that does not fit the cache is not read, its samples are read
 //    alone.
-// Either way the bytes are the same and the TFRecord framing and CRCs are
-// checked; a source only changes how many reads fetch them.
+// Either way the bytes are the same and the store checks them (TFRecord
+// framing and CRCs, shard identity, digests); a source only changes how
+// many reads fetch them.
 //
 // Backends read through the source (WorkContext::source): Read for the CPU
 // path, and for a reader that fills its own buffer (the FPGA backend's input
@@ -24,8 +26,11 @@
 // of a record dataset, read into that buffer), ReadInto (one sample into a
 // host vector) and OpenSample (the file and range of one sample).
 //
+// The catalogue is reachable through the source too (dataset(): names,
+// sizes, labels): a backend's WorkContext carries only the source.
+//
 // Thread-safety: immutable after construction; every call is safe from any
-// thread (the dataset's reads are).
+// thread (the store's reads are).
 #ifndef NEARPREP_SERVER_DATA_SAMPLE_SOURCE_H_
 #define NEARPREP_SERVER_DATA_SAMPLE_SOURCE_H_
 
@@ -36,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/data/dataset.h"
+#include "server/data/sample_store.h"
 #include "server/storage/storage.h"
 
 namespace nearprep {
@@ -54,17 +60,21 @@ struct SampleSourceOptions {
 
 class SampleSource {
  public:
-  // `dataset` must outlive the source.
+  // `store` reads `dataset`'s samples; both must outlive the source.
+  SampleSource(const SampleStore& store, const Dataset& dataset,
+               const SampleSourceOptions& options = {});
+  // Over dataset.store().
   explicit SampleSource(const Dataset& dataset,
                         const SampleSourceOptions& options = {});
 
   const Dataset& dataset() const { return *dataset_; }
+  const SampleStore& store() const { return *store_; }
   const SampleSourceOptions& options() const { return options_; }
 
   // The bytes of sample `id`: a view into a block buffer (`keep` holds it)
   // when the source reads in blocks and the block could be held, otherwise
   // read into *scratch (the view points there, valid until *scratch
-  // changes). Errors as Dataset::ReadSample.
+  // changes). Errors as SampleStore::ReadSample.
   absl::StatusOr<SampleView> Read(uint64_t id,
                                   std::vector<uint8_t>* scratch) const;
   // Read, with the bytes always in *out (copied out of a block buffer).
@@ -84,19 +94,12 @@ class SampleSource {
 
   // Opens sample `id` (with `options`, e.g. O_DIRECT for a P2P reader) and
   // checks its size against max_file_bytes; the caller reads result.size
-  // bytes at result.offset. Errors as Dataset::ReadSample.
+  // bytes at result.offset. Errors as SampleStore::ReadSample.
   absl::StatusOr<SampleFile> OpenSample(uint64_t id,
                                         const OpenOptions& options) const;
 
  private:
-  // The block-shuffle path: a view of `id` inside its block; an empty view
-  // (data == nullptr) when the block is too large to hold.
-  absl::StatusOr<SampleView> ViewFromBlock(uint64_t id) const;
-  // The fleet plan's path: blocks aligned to the start of id's partition,
-  // held until consumed. An empty view when the block is too large or does
-  // not fit the cache now.
-  absl::StatusOr<SampleView> ViewFromPlanBlock(uint64_t id) const;
-
+  const SampleStore* store_;
   const Dataset* dataset_;
   SampleSourceOptions options_;
   // With plan_block_samples: the plan's BlockCache tag, from (seed, epoch).

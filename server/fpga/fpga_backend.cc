@@ -230,7 +230,7 @@ void FpgaBackend::Impl::Fallback(const WorkContext& ctx, FpgaCounter why,
     return;
   }
   thread_local std::vector<uint8_t> buf;
-  ProcessSampleOnCpu(ctx, nullptr, &buf, sample);
+  ProcessSampleOnCpu(ctx, &buf, sample);
   if (buf.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf);
 }
 

@@ -28,7 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "server/backend/backend.h"
-#include "server/data/dataset.h"
+#include "server/data/sample_source.h"
 #include "server/fpga/fpga_backend.h"
 #include "spdlog/spdlog.h"
 

@@ -63,17 +63,17 @@ Pipeline::~Pipeline() { scheduler_->Shutdown(); }
 namespace {
 
 // The request with its stream's SampleSource: made here, once per stream,
-// unless the caller brought one.
+// over the caller's source's store and dataset, with the strategy this
+// request's order calls for.
 StreamRequest WithSampleSource(const StreamRequest& request) {
   StreamRequest r = request;
-  if (r.context.source == nullptr && r.context.dataset != nullptr) {
-    SampleSourceOptions o;
-    o.block_samples = r.block_shuffle ? r.block.block_samples : 0;
-    o.plan_block_samples = r.sample_ids.empty() ? 0 : r.plan_block_samples;
-    o.seed = r.context.seed;
-    o.epoch = r.context.epoch;
-    r.context.source = std::make_shared<const SampleSource>(*r.context.dataset, o);
-  }
+  SampleSourceOptions o;
+  o.block_samples = r.block_shuffle ? r.block.block_samples : 0;
+  o.plan_block_samples = r.sample_ids.empty() ? 0 : r.plan_block_samples;
+  o.seed = r.context.seed;
+  o.epoch = r.context.epoch;
+  const SampleSource& given = *r.context.source;
+  r.context.source = std::make_shared<const SampleSource>(given.store(), given.dataset(), o);
   return r;
 }
 
@@ -82,7 +82,7 @@ StreamRequest WithSampleSource(const StreamRequest& request) {
 absl::StatusOr<std::unique_ptr<BatchStream>> Pipeline::OpenStream(
     const StreamRequest& request) {
   // Preconditions (see StreamRequest); request_validation.cc enforces them.
-  assert(request.context.dataset != nullptr);
+  assert(request.context.source != nullptr);
   assert(request.batch_size > 0);
   assert(request.shard_index < request.num_shards);
   assert(request.context.spec.height > 0 && request.context.spec.width > 0);

@@ -77,15 +77,17 @@ namespace nearprep {
 // field and limit; the pipeline does not check again).
 //
 // Preconditions of Pipeline::OpenStream (asserted in debug builds):
-//   context.dataset != nullptr, batch_size > 0,
+//   context.source != nullptr, batch_size > 0,
 //   shard_index < num_shards, context.spec.height and width > 0,
 //   BatchMemoryBytes(request) <= memory_limit_bytes; compression is kNone
 //   or the dtype is uint8.
 struct StreamRequest {
-  // What every sample of the stream shares (dataset, transform, output,
-  // decode limits, seed, epoch); handed to the backend as is. OpenStream
-  // sets context.source (the stream's SampleSource, made from this
-  // request's order: block_shuffle / plan_block_samples) when it is empty.
+  // What every sample of the stream shares (its data, transform, output,
+  // decode limits, seed, epoch); handed to the backend as is. The caller's
+  // context.source names the data (any source over the dataset, e.g.
+  // SampleSource(dataset)); OpenStream replaces it with the stream's own
+  // source over the same store and dataset, made for this request's order
+  // (block_shuffle / plan_block_samples).
   WorkContext context;
   uint32_t batch_size = 32;
   bool shuffle = false;

@@ -50,8 +50,8 @@ std::string ResumeBinding(const StreamRequest& r) {
                   : "global";
   }
   return absl::StrCat(
-      kMagic, ";dataset=", c.dataset ? Escape(c.dataset->name()) : "",
-      ";listing=", c.dataset ? c.dataset->listing_version() : "",
+      kMagic, ";dataset=", c.source ? Escape(c.source->dataset().name()) : "",
+      ";listing=", c.source ? c.source->dataset().listing_version() : "",
       ";seed=", c.seed, ";epoch=", c.epoch, ";shuffle=", shuffle,
       ";batch_size=", r.batch_size, ";shard=", r.shard_index, "/",
       r.num_shards);

@@ -13,8 +13,9 @@ namespace {
 // decode limit, and, for FAST (which decodes only the crop), the draws.
 std::string ValidityKey(const StreamRequest& r) {
   const WorkContext& c = r.context;
-  std::string key = absl::StrCat(reinterpret_cast<uintptr_t>(c.dataset), "/",
-                                 c.dataset->size(), "/",
+  const Dataset& dataset = c.source->dataset();
+  std::string key = absl::StrCat(reinterpret_cast<uintptr_t>(&dataset), "/",
+                                 dataset.size(), "/",
                                  c.limits.max_decoded_values, "/",
                                  static_cast<int>(c.spec.fidelity));
   if (c.spec.fidelity != Fidelity::kTfCompat) {
@@ -37,7 +38,7 @@ std::shared_ptr<std::vector<int8_t>> ValidityCache::Get(
     if (entries_.size() >= kMaxKeys) entries_.erase(entries_.begin());
     it = entries_
              .emplace(key, std::make_shared<std::vector<int8_t>>(
-                               request.context.dataset->size(), kUnknown))
+                               request.context.source->dataset().size(), kUnknown))
              .first;
   }
   return it->second;

@@ -58,7 +58,7 @@ ShardView ShardOf(const StreamRequest& r) {
         std::make_shared<const std::vector<uint64_t>>(r.sample_ids), 0, 1);
   }
   EpochOrderKey key;
-  key.num_samples = r.context.dataset->size();
+  key.num_samples = r.context.source->dataset().size();
   key.seed = r.context.seed;
   key.epoch = r.context.epoch;
   key.shuffle = r.shuffle;
@@ -357,7 +357,7 @@ void StreamAssembler::Emit(uint32_t n) {
 
 void StreamAssembler::LogSampleError(uint64_t id, const std::string& path,
                                      const absl::Status& status) {
-  const std::string& dataset = req_.context.dataset->name();
+  const std::string& dataset = req_.context.source->dataset().name();
   const std::string from =
       req_.origin.empty() ? std::string() : " (stream from " + req_.origin + ")";
   const Clock::time_point now = Clock::now();
@@ -384,14 +384,14 @@ void StreamAssembler::LogUnloggedSampleErrors() {
   if (errors_unlogged_ == 0) return;
   spdlog::warn("dataset '{}': {} more per-sample errors{} (not logged one "
                "by one; Batch.errors lists each)",
-               req_.context.dataset->name(), errors_unlogged_,
+               req_.context.source->dataset().name(), errors_unlogged_,
                req_.origin.empty() ? std::string()
                                    : " (stream from " + req_.origin + ")");
   errors_unlogged_ = 0;
 }
 
 void StreamAssembler::Assemble() {
-  const auto& samples = req_.context.dataset->samples();
+  const auto& samples = req_.context.source->dataset().samples();
   while (!Terminal() && !results_.empty() && results_.front().done) {
     Result r = std::move(results_.front());
     results_.pop_front();

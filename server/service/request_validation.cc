@@ -18,6 +18,7 @@
 #include "proto/options/field_range.h"
 #include "server/data/block_shuffle.h"
 #include "server/data/epoch_order_cache.h"
+#include "server/data/sample_source.h"
 #include "server/pipeline/resume_token.h"
 #include "server/service/fleet_request.h"
 
@@ -764,7 +765,7 @@ absl::StatusOr<StreamRequest> ValidateStreamRequest(
     }
   }
 
-  r.context.dataset = dataset;
+  r.context.source = std::make_shared<const SampleSource>(*dataset);
   r.context.spec = *spec;
   r.context.limits.max_decoded_values = limits.max_decoded_pixels;
   r.context.seed = request.seed();

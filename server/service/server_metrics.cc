@@ -183,7 +183,7 @@ void CollectServerMetrics(NearprepServer& server,
       "bytes differ (kind=mismatch: the shard was rewritten since the "
       "manifest was made).");
   for (const auto& d : server.datasets()) {
-    const ReadCounters& c = d->read_counters();
+    const ReadCounters& c = d->store().read_counters();
     const uint64_t mism = c.digest_mismatches.load(std::memory_order_relaxed);
     const uint64_t checks = c.digest_checks.load(std::memory_order_relaxed);
     digests.Add({{"dataset", d->name()}, {"kind", "ok"}},
@@ -207,7 +207,7 @@ void CollectServerMetrics(NearprepServer& server,
       "Bytes of record blocks held in memory now (block reads).");
   for (const auto& d : server.datasets()) {
     resident.Add({{"dataset", d->name()}},
-                 static_cast<double>(d->block_cache_resident_bytes()));
+                 static_cast<double>(d->store().block_cache_resident_bytes()));
   }
   // Fleet datasets: partitions held here, assigned by the placement, and
   // assigned but not held (a copy still to do, or a damaged shard).

@@ -1,7 +1,7 @@
 // Sample listings: which samples a dataset is made of, read from a Storage
 // (storage.h). A listing is taken once, when the daemon opens a dataset; the
-// dataset (server/data/dataset.h) then reads each sample through the same
-// storage by its ListedSample.
+// dataset's store (server/data/sample_store.h) then reads each sample
+// through the same storage by its ListedSample.
 //
 // Formats (ListingOptions::format):
 //  - image_folder (image_folder_listing.cc): root/CLASS/FILE; label = index

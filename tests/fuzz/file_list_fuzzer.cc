@@ -135,7 +135,7 @@ int FuzzFileList(const uint8_t* data, size_t size) {
     CHECK_LIST(s.label >= 0 && s.label < (int64_t{1} << 31),
                absl::StrCat("label ", s.label));
     max_label = std::max(max_label, s.label);
-    const absl::Status read = d.ReadSample(s.id, &bytes);
+    const absl::Status read = d.store().ReadSample(s.id, &bytes);
     CHECK_LIST(read.ok(), "'" + s.path + "': " + read.ToString());
     if (read.ok()) {
       const std::string content(bytes.begin(), bytes.end());
@@ -149,7 +149,7 @@ int FuzzFileList(const uint8_t* data, size_t size) {
   CHECK_LIST(d.num_classes() == static_cast<uint32_t>(max_label + 1),
              absl::StrCat("num_classes ", d.num_classes(), ", max label ",
                           max_label));
-  const absl::Status past = d.ReadSample(samples.size(), &bytes);
+  const absl::Status past = d.store().ReadSample(samples.size(), &bytes);
   CHECK_LIST(past.code() == absl::StatusCode::kOutOfRange, past.ToString());
   return 0;
 }

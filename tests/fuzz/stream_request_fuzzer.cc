@@ -60,7 +60,8 @@ bool InRange(float v, float lo, float hi) {
 void CheckAccepted(const StreamRequest& r, const ServiceLimits& limits) {
   const TransformSpec& s = r.context.spec;
   const OutputSpec& output = r.context.output;
-  CHECK_REQ(r.context.dataset == ServedDataset(), "wrong dataset");
+  CHECK_REQ(r.context.source != nullptr && &r.context.source->dataset() == ServedDataset(),
+            "wrong dataset");
   CHECK_REQ(r.batch_size >= 1 && r.batch_size <= limits.max_batch_size,
             absl::StrCat("batch_size ", r.batch_size));
   CHECK_REQ(r.num_shards >= 1 && r.shard_index < r.num_shards,

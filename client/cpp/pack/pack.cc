@@ -280,7 +280,7 @@ absl::StatusOr<PackResult> Pack(const PackOptions& o) {
   std::vector<uint8_t> image;
   for (size_t id = 0; id < samples.size(); ++id) {
     const auto& s = samples[id];
-    if (auto st = (*ds)->ReadSample(id, &image); !st.ok()) {
+    if (auto st = (*ds)->store().ReadSample(id, &image); !st.ok()) {
       // Writing a placeholder would change the ids of all later samples:
       // refuse instead, so the packed ids always equal the source's.
       return absl::Status(

@@ -119,7 +119,6 @@ inline bool SameParams(const SampleParams& a, const SampleParams& b) {
 inline std::vector<WorkContext> Contexts(const Dataset* ds) {
   std::vector<WorkContext> out;
   WorkContext whole;
-  whole.dataset = ds;
   whole.source = std::make_shared<const SampleSource>(*ds);
   whole.seed = 1234;
   whole.epoch = 2;

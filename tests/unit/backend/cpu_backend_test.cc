@@ -12,6 +12,9 @@
 #include "server/image/jpeg_decoder.h"
 #include "server/image/preprocess.h"
 #include "server/pipeline/pipeline.h"
+#include "server/storage/fault_injection_storage.h"
+#include "server/storage/mem_storage.h"
+#include "server/storage/posix_storage.h"
 #include "tests/unit/backend/backend_conformance.h"
 
 namespace nearprep {
@@ -49,7 +52,7 @@ TEST_F(CpuBackendTest, EqualsDecodeThenTransformWithDrawnParams) {
     for (const Sample& s : dataset_->samples()) {
       if (s.path.find("bad_") != std::string::npos) continue;
       std::vector<uint8_t> file;
-      ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+      ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
       auto img = DecodeJpegTfCompat(file.data(), file.size(), ctx.limits);
       ASSERT_TRUE(img.ok()) << img.status();
       SampleParams p = DrawSampleParams(ctx.spec, ctx.seed, ctx.epoch, s.id,
@@ -72,30 +75,43 @@ TEST_F(CpuBackendTest, EqualsDecodeThenTransformWithDrawnParams) {
   }
 }
 
-TEST_F(CpuBackendTest, ReportsReadErrorsAndUsesInjectedReader) {
-  WorkContext ctx = conformance_internal::Contexts(dataset_.get())[0];
+TEST_F(CpuBackendTest, ReadsThroughTheSourceOfItsContext) {
+  // The backend reads what ctx.source reads, whatever storage is under it.
+  const Sample& first = dataset_->samples()[0];
+  std::vector<uint8_t> first_bytes;
+  ASSERT_TRUE(dataset_->store().ReadSample(0, &first_bytes).ok());
+  // A failing storage: the read's status comes through (its code).
+  auto base = PosixStorage::Create(dir_.path());
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto faults = std::make_shared<FaultInjectionStorage>(
+      std::shared_ptr<const Storage>(std::move(base).value()));
+  DatasetConfig config;
+  config.root = dir_.path();
+  auto faulty = Dataset::Open(config, faults);
+  ASSERT_TRUE(faulty.ok()) << faulty.status();
+  faults->FailOpen(first.path, absl::NotFoundError("gone"));
+  WorkContext ctx = conformance_internal::Contexts(faulty->get())[0];
   std::vector<uint8_t> buf(ctx.output.SampleBytes(ctx.spec));
-  // A reader that fails: the status comes through untouched.
-  CpuBackend failing([](const WorkContext&, uint64_t, std::vector<uint8_t>*) {
-    return absl::NotFoundError("gone");
-  });
+  CpuBackend plain;
   SampleWork w;
   w.out = buf.data();
-  failing.Process(ctx, &w, 1);
+  plain.Process(ctx, &w, 1);
   EXPECT_EQ(w.status.code(), absl::StatusCode::kNotFound);
-  // A reader serving another sample's bytes: output follows the bytes.
-  CpuBackend swapped([&](const WorkContext& c, uint64_t, std::vector<uint8_t>* out) {
-    return c.dataset->ReadSample(0, out);
-  });
-  CpuBackend plain;
+  // The same bytes in memory (a MemStorage with only that file): output
+  // follows the bytes.
+  auto mem = std::make_shared<MemStorage>();
+  mem->AddFile(first.path, first_bytes);
+  auto in_memory = Dataset::Open(config, mem);
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status();
+  ASSERT_EQ((*in_memory)->samples()[0].path, first.path);
   std::vector<uint8_t> a(buf.size()), b(buf.size());
   SampleWork wa, wb;
   wa.sample_id = wb.sample_id = 0;
   wa.out = a.data();
   wb.out = b.data();
-  swapped.Process(ctx, &wa, 1);
-  plain.Process(ctx, &wb, 1);
-  ASSERT_TRUE(wa.status.ok() && wb.status.ok());
+  plain.Process(conformance_internal::Contexts(in_memory->get())[0], &wa, 1);
+  plain.Process(conformance_internal::Contexts(dataset_.get())[0], &wb, 1);
+  ASSERT_TRUE(wa.status.ok() && wb.status.ok()) << wa.status << " " << wb.status;
   EXPECT_EQ(a, b);
   EXPECT_EQ(plain.name(), "cpu");
 }
@@ -108,13 +124,13 @@ TEST_F(CpuBackendTest, BytesInHandGiveWhatReadingGives) {
   int good = 0;
   for (const Sample& s : dataset_->samples()) {
     std::vector<uint8_t> file, scratch;
-    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
     std::vector<uint8_t> a(bytes), b(bytes);
     SampleWork wa, wb;
     wa.sample_id = wb.sample_id = s.id;
     wa.out = a.data();
     wb.out = b.data();
-    ProcessSampleOnCpu(ctx, nullptr, &scratch, &wa);
+    ProcessSampleOnCpu(ctx, &scratch, &wa);
     PreprocessSampleBytes(ctx, file.data(), file.size(), 17, &wb);
     EXPECT_EQ(wa.status, wb.status) << s.path;
     EXPECT_EQ(wb.times.read_us, 17u);
@@ -136,12 +152,12 @@ TEST_F(CpuBackendTest, BytesInHandUseTheParametersAlreadyDrawn) {
   int checked = 0;
   for (const Sample& s : dataset_->samples()) {
     std::vector<uint8_t> file, scratch;
-    ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+    ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
     std::vector<uint8_t> want(bytes), got(bytes), other(bytes);
     SampleWork w;
     w.sample_id = s.id;
     w.out = want.data();
-    ProcessSampleOnCpu(ctx, nullptr, &scratch, &w);
+    ProcessSampleOnCpu(ctx, &scratch, &w);
     if (!w.status.ok()) continue;
     SampleParams given = w.params;
     given.flip = !given.flip;  // not what DrawSampleParams gives
@@ -188,7 +204,7 @@ TEST(CpuPipelineRealImagesTest, StreamsTheSampleDatasetDeterministically) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_GE((*ds)->size(), 100u);
   StreamRequest req;
-  req.context.dataset = ds->get();
+  req.context.source = std::make_shared<const SampleSource>(**ds);
   req.batch_size = 16;
   req.context.seed = 7;
   req.context.epoch = 1;

@@ -116,7 +116,6 @@ class DecodedCacheBackendTest : public ::testing::Test {
     for (const Sample& s : dataset_->samples()) ids_.push_back(s.id);
   }
   WorkContext ForDataset(WorkContext ctx) const {
-    ctx.dataset = dataset_.get();
     ctx.source = std::make_shared<const SampleSource>(*dataset_);
     return ctx;
   }
@@ -190,7 +189,7 @@ TEST_F(DecodedCacheBackendTest, CropOfCachedFullImageEqualsRegionDecode) {
     for (const Sample& s : dataset_->samples()) {
       if (s.path.rfind("c/big_", 0) != 0) continue;
       std::vector<uint8_t> file;
-      ASSERT_TRUE(dataset_->ReadSample(s.id, &file).ok());
+      ASSERT_TRUE(dataset_->store().ReadSample(s.id, &file).ok());
       DecodeLimits limits;
       auto full = DecodeForReuse(file.data(), file.size(), f, limits);
       ASSERT_TRUE(full.ok()) << full.status();
@@ -246,7 +245,7 @@ TEST_F(DecodedCacheBackendTest, FileReplacedInPlaceIsNeverServedFromTheCache) {
   // (never read) to the old file's byte length: size alone cannot tell.
   std::vector<uint8_t> old_bytes, new_bytes =
       testing_internal::MakeTestJpeg(150, 190, TJSAMP_420, 88, false, 99);
-  ASSERT_TRUE(dataset_->ReadSample(id, &old_bytes).ok());
+  ASSERT_TRUE(dataset_->store().ReadSample(id, &old_bytes).ok());
   if (new_bytes.size() > old_bytes.size()) {
     new_bytes = testing_internal::MakeTestJpeg(150, 190, TJSAMP_420, 60,
                                                false, 99);

@@ -30,7 +30,7 @@ void Write(const fs::path& p, const std::string& content) {
 
 std::string Read(const Dataset& ds, uint64_t id) {
   std::vector<uint8_t> bytes;
-  const absl::Status s = ds.ReadSample(id, &bytes);
+  const absl::Status s = ds.store().ReadSample(id, &bytes);
   EXPECT_TRUE(s.ok()) << s;
   return std::string(bytes.begin(), bytes.end());
 }
@@ -129,21 +129,21 @@ TEST_F(DatasetTest, ReadRechecksAtOpen) {
   // a.jpg swapped for a symlink to a file outside.
   fs::remove(root_ / "c" / "a.jpg");
   fs::create_symlink(outside_ / "secret.jpg", root_ / "c" / "a.jpg");
-  EXPECT_EQ(d.ReadSample(0, &out).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(d.store().ReadSample(0, &out).code(), absl::StatusCode::kPermissionDenied);
   // b.jpg deleted.
   fs::remove(root_ / "c" / "b.jpg");
-  EXPECT_EQ(d.ReadSample(1, &out).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(d.store().ReadSample(1, &out).code(), absl::StatusCode::kNotFound);
   // d.jpg replaced by a FIFO: refused, and the open does not block.
   fs::remove(root_ / "c" / "d.jpg");
   ASSERT_EQ(::mkfifo((root_ / "c" / "d.jpg").c_str(), 0600), 0);
-  EXPECT_EQ(d.ReadSample(2, &out).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(d.store().ReadSample(2, &out).code(), absl::StatusCode::kPermissionDenied);
   // e.jpg grew over the limit is checked with its own config below.
   // The folder of f.jpg swapped for a symlink to a folder outside.
   fs::rename(root_ / "d", tmp_.dir() / "moved");
   fs::create_symlink(outside_ / "dir", root_ / "d");
   Write(outside_ / "dir" / "f.jpg", "outside");
-  EXPECT_EQ(d.ReadSample(4, &out).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(d.ReadSample(5, &out).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(d.store().ReadSample(4, &out).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(d.store().ReadSample(5, &out).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(Read(d, 3), "eeee");
 }
 
@@ -155,9 +155,9 @@ TEST_F(DatasetTest, RefusesFilesOverTheSizeLimit) {
   auto ds = Dataset::Open(c);
   ASSERT_TRUE(ds.ok()) << ds.status();
   std::vector<uint8_t> out;
-  EXPECT_EQ((*ds)->ReadSample(0, &out).code(),
+  EXPECT_EQ((*ds)->store().ReadSample(0, &out).code(),
             absl::StatusCode::kResourceExhausted);  // big.jpg sorts first
-  EXPECT_TRUE((*ds)->ReadSample(1, &out).ok());
+  EXPECT_TRUE((*ds)->store().ReadSample(1, &out).ok());
   EXPECT_EQ(out.size(), 100u);
 }
 
@@ -166,7 +166,7 @@ TEST_F(DatasetTest, EmptyFileReadsAsEmpty) {
   auto ds = Dataset::Open(Config());
   ASSERT_TRUE(ds.ok());
   std::vector<uint8_t> out = {1, 2, 3};
-  EXPECT_TRUE((*ds)->ReadSample(0, &out).ok());
+  EXPECT_TRUE((*ds)->store().ReadSample(0, &out).ok());
   EXPECT_TRUE(out.empty());
 }
 
@@ -276,7 +276,7 @@ TEST_F(DatasetTest, ConcurrentReadsReturnTheRightBytes) {
       for (int rep = 0; rep < 20; ++rep) {
         for (int i = 0; i < n; ++i) {
           const int id = (i * 7 + t * 13 + rep) % n;
-          if (!d.ReadSample(id, &out).ok() ||
+          if (!d.store().ReadSample(id, &out).ok() ||
               out.size() != static_cast<size_t>(1000 + id * 37) ||
               out[0] != 'A' + id % 26 || out.back() != 'A' + id % 26) {
             ++bad[t];
@@ -301,7 +301,7 @@ TEST(DatasetRealTest, ImagenetSample) {
   EXPECT_EQ((*ds)->size(), 200u);
   EXPECT_GT((*ds)->num_classes(), 1u);
   std::vector<uint8_t> bytes;
-  ASSERT_TRUE((*ds)->ReadSample(199, &bytes).ok());
+  ASSERT_TRUE((*ds)->store().ReadSample(199, &bytes).ok());
   ASSERT_GT(bytes.size(), 2u);
   EXPECT_EQ(bytes[0], 0xFF);
   EXPECT_EQ(bytes[1], 0xD8);

@@ -72,7 +72,7 @@ TEST(RecordDatasetTest, IdsFollowShardsThenRecordsWithLabelOffset) {
   EXPECT_EQ((*ds)->num_shards(), 3u);
   std::vector<uint8_t> bytes;
   for (int i = 0; i < 25; ++i) {
-    ASSERT_TRUE((*ds)->ReadSample(i, &bytes).ok());
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &bytes).ok());
     EXPECT_EQ(std::string(bytes.begin(), bytes.end()), Image(i)) << i;
     EXPECT_EQ((*ds)->samples()[i].label, i % 7) << i;  // offset -1 applied
   }
@@ -96,12 +96,12 @@ TEST(RecordDatasetTest, BlockReadsGiveTheSameBytesInFewLargeReads) {
   p.window = 10;
   const auto order = BlockShuffledOrder(100, 9, 0, p);
   std::vector<uint8_t> a, b;
-  const uint64_t reads_before = (*ds)->read_counters().reads.load();
+  const uint64_t reads_before = (*ds)->store().read_counters().reads.load();
   for (uint64_t id : order) {
     ASSERT_TRUE(Source(**ds, 8).ReadInto(id, &a).ok()) << id;
     EXPECT_EQ(std::string(a.begin(), a.end()), Image(static_cast<int>(id)));
   }
-  const auto& c = (*ds)->read_counters();
+  const auto& c = (*ds)->store().read_counters();
   const uint64_t reads = c.reads.load() - reads_before;
   // 13 blocks of 8; three (ids 24..31, 56..63, 88..95) cross a shard
   // boundary (30, 60, 90): 13 + 3 reads, one per block part, none per sample.
@@ -110,7 +110,7 @@ TEST(RecordDatasetTest, BlockReadsGiveTheSameBytesInFewLargeReads) {
   EXPECT_EQ(c.block_hits.load(), 84u);
   // Without the hint: one read per sample, same bytes.
   for (uint64_t id = 0; id < 100; ++id) {
-    ASSERT_TRUE((*ds)->ReadSample(id, &b).ok());
+    ASSERT_TRUE((*ds)->store().ReadSample(id, &b).ok());
     EXPECT_EQ(std::string(b.begin(), b.end()), Image(static_cast<int>(id)));
   }
   EXPECT_EQ(c.reads.load() - reads_before, 116u);
@@ -132,7 +132,7 @@ TEST(RecordDatasetTest, BlockViewsPointIntoTheBlockWithoutACopy) {
   EXPECT_EQ(v3->keep, v5->keep);
   EXPECT_GT(v5->data, v3->data);
   EXPECT_TRUE(scratch.empty());
-  EXPECT_EQ((*ds)->read_counters().reads.load(), 1u);
+  EXPECT_EQ((*ds)->store().read_counters().reads.load(), 1u);
   // Without the hint the bytes land in the scratch vector.
   absl::StatusOr<SampleView> v9 = Source(**ds, 0).Read(9, &scratch);
   ASSERT_TRUE(v9.ok());
@@ -223,7 +223,7 @@ void ExpectServedRight(const Dataset& ds, int n) {
   ASSERT_EQ(ds.size(), static_cast<size_t>(n));
   std::vector<uint8_t> bytes;
   for (int i = 0; i < n; ++i) {
-    ASSERT_TRUE(ds.ReadSample(i, &bytes).ok()) << i;
+    ASSERT_TRUE(ds.store().ReadSample(i, &bytes).ok()) << i;
     EXPECT_EQ(std::string(bytes.begin(), bytes.end()), Image(i)) << i;
     EXPECT_EQ(ds.samples()[i].label, i % 7) << i;
   }
@@ -278,20 +278,20 @@ TEST(RecordIndexTrustTest, ForgedLabelWithResealedChecksumIsRefusedWhenRead) {
   EXPECT_EQ((*ds)->samples()[3].label, 5);
   // The record itself says 4 (3 served): reading it refuses the sample,
   // named, counted.
-  const uint64_t changed = (*ds)->read_counters().shard_changed.load();
+  const uint64_t changed = (*ds)->store().read_counters().shard_changed.load();
   std::vector<uint8_t> bytes;
-  absl::Status st = (*ds)->ReadSample(3, &bytes);
+  absl::Status st = (*ds)->store().ReadSample(3, &bytes);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find("train-0.tfrecord#0000000003"), std::string::npos) << st;
   EXPECT_NE(st.message().find("label 5; record:"), std::string::npos) << st;
   EXPECT_NE(st.message().find("label 3)"), std::string::npos) << st;
-  EXPECT_EQ((*ds)->read_counters().shard_changed.load(), changed + 1);
+  EXPECT_EQ((*ds)->store().read_counters().shard_changed.load(), changed + 1);
   // So does the block path a stream uses.
   std::vector<uint8_t> a;
   EXPECT_EQ(Source(**ds, 4).ReadInto(3, &a).code(), absl::StatusCode::kDataLoss);
   // The other samples are served as before.
   for (int i : {0, 1, 2, 4, 9}) {
-    ASSERT_TRUE((*ds)->ReadSample(i, &bytes).ok()) << i;
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &bytes).ok()) << i;
     EXPECT_EQ(std::string(bytes.begin(), bytes.end()), Image(i)) << i;
   }
 }
@@ -312,10 +312,10 @@ TEST(RecordIndexTrustTest, ForgedImagePlaceWithResealedChecksumIsRefusedWhenRead
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->indexes_rebuilt(), 0u);
   std::vector<uint8_t> bytes;
-  absl::Status st = (*ds)->ReadSample(5, &bytes);
+  absl::Status st = (*ds)->store().ReadSample(5, &bytes);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find("the index does not hold"), std::string::npos) << st;
-  ASSERT_TRUE((*ds)->ReadSample(6, &bytes).ok());
+  ASSERT_TRUE((*ds)->store().ReadSample(6, &bytes).ok());
 }
 
 TEST(RecordIndexTrustTest, SwappedEntriesAreRebuiltNotServed) {
@@ -438,14 +438,14 @@ TEST(RecordShardReplacedTest, ReplacedShardIsRefusedNotMixed) {
   auto opened = Source(**ds, 0).OpenSample(3, OpenOptions{});
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss);
   for (int i = 10; i < 20; ++i) {
-    ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &out).ok()) << i;
     EXPECT_EQ(std::string(out.begin(), out.end()), Image(i));
   }
-  EXPECT_GE((*ds)->read_counters().shard_changed.load(), 20u);
+  EXPECT_GE((*ds)->store().read_counters().shard_changed.load(), 20u);
   // Opened again, the dataset indexes the new shard and serves it whole.
   auto fresh = Dataset::Open(Config(), storage);
   ASSERT_TRUE(fresh.ok());
-  ASSERT_TRUE((*fresh)->ReadSample(2, &out).ok());
+  ASSERT_TRUE((*fresh)->store().ReadSample(2, &out).ok());
   EXPECT_EQ((*fresh)->samples()[2].label, (2 + 3) % 7);
   EXPECT_EQ((*fresh)->indexes_rebuilt(), 1u);
 }

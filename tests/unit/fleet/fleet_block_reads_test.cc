@@ -169,14 +169,14 @@ TEST(FleetBlockReads, EachBlockPartReadOnceThenServedFromMemory) {
         }
       }
     }
-    const uint64_t left_over = d.block_cache_resident_bytes();
+    const uint64_t left_over = d.store().block_cache_resident_bytes();
     EXPECT_GT(left_over, 0u);
-    const uint64_t alone0 = d.read_counters().block_alone, misses0 = d.read_counters().block_misses;
+    const uint64_t alone0 = d.store().read_counters().block_alone, misses0 = d.store().read_counters().block_misses;
     for (uint64_t epoch : {0, 1}) {
       params.epoch = epoch;
       auto plan = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      const ReadCounters& rc = d.read_counters();
+      const ReadCounters& rc = d.store().read_counters();
       const uint64_t reads0 = rc.reads, hits0 = rc.block_hits;
       ReadEpoch(SampleSource(d, PlanBlocks(c.block, params)), **plan, c.trainers);
       uint64_t held = 0;
@@ -189,16 +189,16 @@ TEST(FleetBlockReads, EachBlockPartReadOnceThenServedFromMemory) {
       EXPECT_EQ(rc.block_alone + rc.block_misses - alone0 - misses0, parts * (epoch + 1));
       EXPECT_LT(parts, held);
       // Every block of this epoch was consumed and dropped.
-      EXPECT_EQ(d.block_cache_resident_bytes(), left_over);
+      EXPECT_EQ(d.store().block_cache_resident_bytes(), left_over);
     }
     // A source without plan blocks: one read per sample, the same bytes.
-    const uint64_t reads0 = d.read_counters().reads;
+    const uint64_t reads0 = d.store().read_counters().reads;
     params.epoch = 2;
     auto plan = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
     ReadEpoch(SampleSource(d), **plan, c.trainers);
     uint64_t held = 0;
     for (uint64_t id = 0; id < d.size(); ++id) held += d.Holds(id) ? 1 : 0;
-    EXPECT_EQ(d.read_counters().reads - reads0, held);
+    EXPECT_EQ(d.store().read_counters().reads - reads0, held);
   }
 }
 
@@ -216,7 +216,7 @@ TEST(FleetBlockReads, ASmallCacheFallsBackToSampleReadsWithoutRereadingBlocks) {
   auto plan = fleet::GlobalPlan::Create(f.manifest.partition_start, params);
   ASSERT_TRUE(plan.ok());
   ReadEpoch(SampleSource(d, PlanBlocks(16, params)), **plan, 2);
-  const ReadCounters& rc = d.read_counters();
+  const ReadCounters& rc = d.store().read_counters();
   EXPECT_GT(rc.block_bypasses.load(), 0u);
   EXPECT_GT(rc.block_hits.load(), 0u);
   // Each sample is read alone (bypass, alone), comes from a block read once
@@ -224,7 +224,7 @@ TEST(FleetBlockReads, ASmallCacheFallsBackToSampleReadsWithoutRereadingBlocks) {
   EXPECT_EQ(rc.block_bypasses + rc.block_alone + rc.block_misses + rc.block_hits, d.size());
   EXPECT_EQ(rc.reads.load(), rc.block_bypasses + rc.block_alone + rc.block_misses);
   EXPECT_LE(rc.reads.load(), d.size());
-  EXPECT_EQ(d.block_cache_resident_bytes(), 0u);
+  EXPECT_EQ(d.store().block_cache_resident_bytes(), 0u);
 }
 
 }  // namespace

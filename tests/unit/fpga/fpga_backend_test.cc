@@ -76,7 +76,7 @@ struct Result {
 
 std::vector<Result> ProcessAll(Backend& b, const WorkContext& ctx,
                                size_t chunk) {
-  const size_t n = ctx.dataset->size();
+  const size_t n = ctx.source->dataset().size();
   const size_t bytes = ctx.output.SampleBytes(ctx.spec);
   std::vector<uint8_t> buf(n * bytes, 0x5A);
   std::vector<SampleWork> works(n);
@@ -119,7 +119,6 @@ int CountDifferences(const Dataset& ds, const std::vector<Result>& want,
 
 WorkContext AugmentingContext(const Dataset* ds) {
   WorkContext ctx;
-  ctx.dataset = ds;
   ctx.source = std::make_shared<const SampleSource>(*ds);
   ctx.seed = 99;
   ctx.epoch = 3;
@@ -425,14 +424,14 @@ TEST_F(FpgaBackendTest, MatchesCpuBytesAndCountsFallbacks) {
   EXPECT_TRUE(fpga->p2p_buffers());
   const WorkContext ctx = AugmentingContext(dataset_.get());
   const auto want = ProcessAll(cpu_, ctx, 1);
-  const uint64_t reads_before = dataset_->read_counters().reads.load();
+  const uint64_t reads_before = dataset_->store().read_counters().reads.load();
   const auto got = ProcessAll(*fpga, ctx, dataset_->size());
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
   // Each file is read once: the CPU fallback is served from the bytes
   // already staged in the run's input buffer. A read is the dataset's
   // (buffered) or an O_DIRECT read straight into the device buffer (P2P,
   // counted by the backend): see below for which one the noop shim allows.
-  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before +
+  EXPECT_EQ(dataset_->store().read_counters().reads.load() - reads_before +
                 fpga->fpga_stats().Get(FpgaCounter::kP2pReads),
             dataset_->size());
   int good = 0;
@@ -529,21 +528,21 @@ TEST_F(FpgaBackendTest, AFailedRunIsServedFromItsStagedBytesWithNoSecondRead) {
   ASSERT_NE(fpga, nullptr);
   const WorkContext ctx = AugmentingContext(dataset_.get());
   const auto want = ProcessAll(cpu_, ctx, 1);
-  const uint64_t reads_before = dataset_->read_counters().reads.load();
-  const uint64_t bytes_before = dataset_->read_counters().bytes.load();
+  const uint64_t reads_before = dataset_->store().read_counters().reads.load();
+  const uint64_t bytes_before = dataset_->store().read_counters().bytes.load();
   const auto got = ProcessAll(*fpga, ctx, 11);
   EXPECT_EQ(CountDifferences(*dataset_, want, got), 0);
   const FpgaStats& st = fpga->fpga_stats();
   // Each file read once: by the dataset's reader, or with O_DIRECT into a
   // p2p buffer when the shim's mapping happens to be 4 KiB aligned.
-  EXPECT_EQ(dataset_->read_counters().reads.load() - reads_before +
+  EXPECT_EQ(dataset_->store().read_counters().reads.load() - reads_before +
                 st.Get(FpgaCounter::kP2pReads),
             dataset_->size());
   uint64_t file_bytes = 0;
   for (const Sample& s : dataset_->samples()) {
     file_bytes += std::filesystem::file_size(std::filesystem::path(dir_.path()) / s.path);
   }
-  EXPECT_EQ(dataset_->read_counters().bytes.load() - bytes_before +
+  EXPECT_EQ(dataset_->store().read_counters().bytes.load() - bytes_before +
                 st.Get(FpgaCounter::kP2pReadBytes),
             file_bytes);
   EXPECT_GE(runs, 4);  // 19 staged images, at most 5 a run
@@ -651,7 +650,7 @@ TEST(FpgaBackendRecordsTest, BlockReadsFillTheInputBufferAndMatchTheCpu) {
   const auto want = ProcessAll(cpu, ctx, 1);
   ASSERT_FALSE(want[kBad].status.ok());  // the damaged record: DATA_LOSS
   EXPECT_EQ(want[kBad].status.code(), absl::StatusCode::kDataLoss) << want[kBad].status;
-  const ReadCounters& rc = (*ds)->read_counters();
+  const ReadCounters& rc = (*ds)->store().read_counters();
   const uint64_t reads0 = rc.reads.load(), bytes0 = rc.bytes.load();
   auto fpga = MakeFpga(TestConfig());
   ASSERT_NE(fpga, nullptr);

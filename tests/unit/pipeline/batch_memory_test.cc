@@ -102,7 +102,7 @@ TEST(BatchMemoryTest, EmittedBatchesHaveTheCountedSize) {
                                     << static_cast<int>(c.dtype));
     StreamRequest r = RequestFor(c);
     r.batch_size = 4;
-    r.context.dataset = ds.get();
+    r.context.source = std::make_shared<const SampleSource>(*ds);
     const BatchMemory m = BatchMemoryOf(r);
     auto stream = pipeline.OpenStream(r);
     ASSERT_TRUE(stream.ok()) << stream.status();
@@ -129,7 +129,7 @@ TEST(BatchMemoryTest, TheStreamHoldsItsCount) {
   for (const Case& c : Cases()) {
     if (c.height > 1000) continue;
     StreamRequest r = RequestFor(c);
-    r.context.dataset = ds.get();
+    r.context.source = std::make_shared<const SampleSource>(*ds);
     const BatchMemory want = BatchMemoryOf(r);
     Scheduler::Stream stream(r, 2, &counters);
     EXPECT_EQ(stream.memory().sample_bytes, want.sample_bytes);

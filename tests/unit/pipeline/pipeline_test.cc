@@ -63,7 +63,7 @@ std::vector<ExpectedBatch> ExpectedStream(const std::vector<uint64_t>& shard,
 // A small uint8 tensor per sample keeps the tests fast.
 StreamRequest SmallRequest(const Dataset* ds) {
   StreamRequest r;
-  r.context.dataset = ds;
+  r.context.source = std::make_shared<const SampleSource>(*ds);
   r.batch_size = 8;
   r.context.seed = 42;
   r.context.epoch = 3;

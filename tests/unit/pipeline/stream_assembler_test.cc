@@ -32,7 +32,7 @@ class StreamAssemblerTest : public ::testing::Test {
   // Identity order (id == shard position), batches of 4 uint8 samples.
   StreamRequest Request() const {
     StreamRequest r;
-    r.context.dataset = ds_.get();
+    r.context.source = std::make_shared<const SampleSource>(*ds_);
     r.context.seed = 9;
     r.context.spec.height = 2;
     r.context.spec.width = 3;

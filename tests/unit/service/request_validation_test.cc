@@ -95,7 +95,8 @@ TEST_F(RequestValidationTest, AcceptsMinimalRequestAndResolvesDefaults) {
   r.mutable_transform()->set_crop(v1::CROP_MODE_RANDOM_RESIZED);
   absl::StatusOr<StreamRequest> v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->context.dataset, dataset_);
+  ASSERT_NE(v->context.source, nullptr);
+  EXPECT_EQ(&v->context.source->dataset(), dataset_);
   EXPECT_EQ(v->batch_size, 8u);
   EXPECT_EQ(v->context.seed, 7u);
   EXPECT_EQ(v->context.epoch, 3u);
@@ -766,7 +767,7 @@ TEST_F(RequestValidationTest, ResumeBindingKeepsTheEscapedDatasetName) {
   auto d = Dataset::Open(c);
   ASSERT_TRUE(d.ok()) << d.status();
   StreamRequest s;
-  s.context.dataset = d->get();
+  s.context.source = std::make_shared<const SampleSource>(**d);
   s.batch_size = 8;
   const std::string binding = ResumeBinding(s);
   EXPECT_EQ(

@@ -26,7 +26,7 @@ class StreamRegistryTest : public ::testing::Test {
 
   StreamRequest Request() const {
     StreamRequest r;
-    r.context.dataset = ds_.get();
+    r.context.source = std::make_shared<const SampleSource>(*ds_);
     r.context.spec.height = 2;
     r.context.spec.width = 2;
     r.context.output.dtype = DType::kUint8;

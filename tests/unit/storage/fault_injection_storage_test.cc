@@ -39,15 +39,15 @@ TEST_F(FaultInjectionStorageTest, ReadErrorsReachTheReaderAsDataLoss) {
   ASSERT_NE(ds, nullptr);
   faulty_->FailReads("c/b.jpg", absl::DataLossError("read: Input/output error"));
   std::vector<uint8_t> out;
-  const absl::Status s = ds->ReadSample(1, &out);
+  const absl::Status s = ds->store().ReadSample(1, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), "dataset 'f': c/b.jpg: read: Input/output error");
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(faulty_->injected().read_errors, 1u);
-  EXPECT_TRUE(ds->ReadSample(0, &out).ok());  // other files are untouched
+  EXPECT_TRUE(ds->store().ReadSample(0, &out).ok());  // other files are untouched
   EXPECT_EQ(faulty_->injected().read_errors, 1u);
   faulty_->Clear();
-  EXPECT_TRUE(ds->ReadSample(1, &out).ok());
+  EXPECT_TRUE(ds->store().ReadSample(1, &out).ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), "bbbbbbbb");
 }
 
@@ -56,7 +56,7 @@ TEST_F(FaultInjectionStorageTest, OpenErrorsKeepTheirCode) {
   ASSERT_NE(ds, nullptr);
   faulty_->FailOpen("c/a.jpg", absl::PermissionDeniedError("Permission denied"));
   std::vector<uint8_t> out;
-  const absl::Status s = ds->ReadSample(0, &out);
+  const absl::Status s = ds->store().ReadSample(0, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "dataset 'f': c/a.jpg: Permission denied");
   EXPECT_EQ(faulty_->injected().open_errors, 1u);
@@ -67,7 +67,7 @@ TEST_F(FaultInjectionStorageTest, ShortReadsServeWhatIsThere) {
   ASSERT_NE(ds, nullptr);
   faulty_->ShortReads("d/c.jpg", 3);
   std::vector<uint8_t> out;
-  ASSERT_TRUE(ds->ReadSample(2, &out).ok());
+  ASSERT_TRUE(ds->store().ReadSample(2, &out).ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), "ccc");
   EXPECT_GE(faulty_->injected().short_reads, 1u);
   // The file still claims its full size: a file truncated after open.
@@ -83,7 +83,7 @@ TEST_F(FaultInjectionStorageTest, SlowReadsTakeAtLeastTheDelay) {
                      std::chrono::milliseconds(30));
   std::vector<uint8_t> out;
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(ds->ReadSample(0, &out).ok());
+  ASSERT_TRUE(ds->store().ReadSample(0, &out).ok());
   EXPECT_GE(std::chrono::steady_clock::now() - t0,
             std::chrono::milliseconds(30));
   EXPECT_EQ(std::string(out.begin(), out.end()), "aaaaaaaa");
@@ -96,7 +96,7 @@ TEST_F(FaultInjectionStorageTest, FilesVanishBetweenListingAndRead) {
   ASSERT_EQ(ds->size(), 3u);
   faulty_->Vanish("c/b.jpg");
   std::vector<uint8_t> out;
-  const absl::Status s = ds->ReadSample(1, &out);
+  const absl::Status s = ds->store().ReadSample(1, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message(), "dataset 'f': c/b.jpg: No such file or directory");
   EXPECT_GE(faulty_->injected().vanished, 1u);
@@ -114,9 +114,9 @@ TEST_F(FaultInjectionStorageTest, EveryFileFaultsApplyToAllButOwnFaultsWin) {
   auto ds = Open();
   ASSERT_NE(ds, nullptr);
   std::vector<uint8_t> out;
-  EXPECT_TRUE(ds->ReadSample(0, &out).ok());  // has its own (slow) faults only
-  EXPECT_EQ(ds->ReadSample(1, &out).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ds->ReadSample(2, &out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(ds->store().ReadSample(0, &out).ok());  // has its own (slow) faults only
+  EXPECT_EQ(ds->store().ReadSample(1, &out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ds->store().ReadSample(2, &out).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(faulty_->injected().read_errors, 2u);
 }
 

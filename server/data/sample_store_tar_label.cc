@@ -1,19 +1,19 @@
-// Dataset::CheckTarLabel (dataset.h): a tar sample's label is checked
+// SampleStore::CheckTarLabel (sample_store.h): a tar sample's label is checked
 // against its .cls member whenever the sample is read, because the shard
 // index that says which label it has is a cache whose checksum anyone can
 // recompute (docs/operations.md, "Indexes").
 #include <memory>
 #include <utility>
 
-#include "server/data/dataset.h"
+#include "server/data/sample_store.h"
 #include "server/records/range_reader.h"
 #include "server/records/tar_shard.h"
 
 namespace nearprep {
 
-absl::Status Dataset::CheckTarLabel(uint64_t id, const RandomAccessFile* file,
-                                    const uint8_t* have, uint64_t have_offset,
-                                    uint64_t have_bytes) const {
+absl::Status SampleStore::CheckTarLabel(uint64_t id, const RandomAccessFile* file,
+                                        const uint8_t* have, uint64_t have_offset,
+                                        uint64_t have_bytes) const {
   const ListedSample& where = listed_[id];
   if (where.cls_bytes == 0) return absl::OkStatus();
   std::unique_ptr<RandomAccessFile> opened;
@@ -40,7 +40,7 @@ absl::Status Dataset::CheckTarLabel(uint64_t id, const RandomAccessFile* file,
   claim.cls_offset = where.cls_offset;
   claim.cls_bytes = where.cls_bytes;
   claim.label = where.label;
-  claim.label_offset = config_.label_offset;
+  claim.label_offset = options_.label_offset;
   bool index_does_not_hold = false;
   const absl::Status s = records::CheckTarLabel(claim, have, have_offset, have_bytes,
                                                 read, &index_does_not_hold);
