@@ -112,11 +112,11 @@ TEST(TarLabelCheckTest, HonestSamplesAreServedAloneAndFromBlocks) {
   std::string text;
   ASSERT_TRUE(ReadFileToString(*storage, kIndex, &text).ok());
   EXPECT_EQ(text.rfind("nearprep-shard-index 3\n", 0), 0u);
-  const ReadCounters& c = (*ds)->read_counters();
+  const ReadCounters& c = (*ds)->store().read_counters();
   std::vector<uint8_t> out;
   for (int i = 0; i < kSamples; ++i) {
     const uint64_t reads = c.reads.load();
-    ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &out).ok()) << i;
     EXPECT_EQ(std::string(out.begin(), out.end()), Image(i)) << i;
     EXPECT_EQ((*ds)->samples()[i].label, Label(i));
     // Alone: the image, and the page that holds the .cls.
@@ -165,13 +165,13 @@ TEST(TarLabelCheckTest, ForgedLabelWithResealedChecksumIsRefusedWhenRead) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   // The forged index passed every check at open: it is used as written.
   EXPECT_EQ((*ds)->indexes_rebuilt(), 0u);
-  const ReadCounters& c = (*ds)->read_counters();
+  const ReadCounters& c = (*ds)->store().read_counters();
   std::vector<uint8_t> out;
   for (int forged : {inside, outside}) {
     SCOPED_TRACE(forged);
     EXPECT_EQ((*ds)->samples()[forged].label, Label(forged) + 1);
     const uint64_t changed = c.shard_changed.load();
-    absl::Status s = (*ds)->ReadSample(forged, &out);
+    absl::Status s = (*ds)->store().ReadSample(forged, &out);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     char path[40];
     std::snprintf(path, sizeof(path), "%s#%010d", kShard, forged);
@@ -200,7 +200,7 @@ TEST(TarLabelCheckTest, ForgedLabelWithResealedChecksumIsRefusedWhenRead) {
   // The others are served as before.
   for (int i = 0; i < kSamples; ++i) {
     if (i == inside || i == outside) continue;
-    ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &out).ok()) << i;
     EXPECT_EQ(std::string(out.begin(), out.end()), Image(i)) << i;
     ASSERT_TRUE(Source(**ds, 4).ReadInto(i, &out).ok()) << i;
   }
@@ -270,8 +270,8 @@ TEST(TarLabelCheckTest, ClsRewrittenInPlaceIsRefused) {
                 std::string::npos)
           << s;
     }
-    for (int i : {0, 5, 7, 11}) ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
-    EXPECT_EQ((*ds)->read_counters().shard_changed.load(), 3u);
+    for (int i : {0, 5, 7, 11}) ASSERT_TRUE((*ds)->store().ReadSample(i, &out).ok()) << i;
+    EXPECT_EQ((*ds)->store().read_counters().shard_changed.load(), 3u);
   }
 }
 
@@ -301,7 +301,7 @@ TEST(TarLabelCheckTest, Version2IndexIsRebuiltThenChecked) {
   std::vector<uint8_t> out;
   for (int i = 0; i < kSamples; ++i) {
     EXPECT_EQ((*ds)->samples()[i].label, Label(i)) << i;
-    ASSERT_TRUE((*ds)->ReadSample(i, &out).ok()) << i;
+    ASSERT_TRUE((*ds)->store().ReadSample(i, &out).ok()) << i;
   }
   auto again = Dataset::Open(Config(), storage);
   ASSERT_TRUE(again.ok());
