@@ -657,22 +657,15 @@ bool ReusableDecode(Fidelity fidelity, JpegStyle* style) {
 absl::StatusOr<RgbImage> DecodeForReuse(const uint8_t* data, size_t size,
                                         Fidelity fidelity,
                                         const DecodeLimits& limits) {
-  JpegStyle style = JpegStyle::kTensorFlow;
-  if (!ReusableDecode(fidelity, &style)) {
-    return absl::FailedPreconditionError("this fidelity's decode is not reusable");
-  }
-  internal::JpegSession& session = internal::JpegSession::ThreadLocal();
-  JpegHeader header;
-  absl::Status st = session.ReadHeader(data, size, limits, &header, style);
-  if (!st.ok()) return st;
   RgbImage img;
-  st = session.DecodeFull(&img.pixels);
+  const absl::Status st = DecodeForReuseInto(
+      data, size, fidelity, limits,
+      [&img](int height, int width) {
+        img.pixels.resize(static_cast<size_t>(height) * width * 3);
+        return img.pixels.data();
+      },
+      &img.height, &img.width);
   if (!st.ok()) return st;
-  if (session.warnings() != 0) {
-    return absl::FailedPreconditionError("damaged data: not reused");
-  }
-  img.height = header.height;
-  img.width = header.width;
   return img;
 }
 
