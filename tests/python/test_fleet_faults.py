@@ -100,10 +100,20 @@ def read_cpp(targets, manifest, transport=None, prefetch=2):
     """One trainer's epoch through `nearprep fleet-read`: {"ok", "got":
     {position: (sample id, sha256)}, "stats", "events", "error"}."""
     args = [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
-            "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
+            "--seed", str(SEED), "--block-samples", str(BLOCK), "--window", str(WINDOW),
             "--global-batch", str(G), "--epoch", str(EPOCH), "--prefetch", str(prefetch),
             *CPP_REQ]
     returncode, stdout, stderr, maxrss_kib = run_measured(args, timeout=60)
+    return dict(parse_fleet_read(returncode, stdout, stderr), maxrss_kib=maxrss_kib)
+
+
+def parse_fleet_read(returncode, stdout, stderr):
+    """What `nearprep fleet-read` said: {"ok", "got": {position: (sample id,
+    sha256 | "error:CODE")}, "stats" (the final stderr line's name/value
+    pairs), "events" (the "event: " lines), "error" (the last stderr line of
+    a failed run), "stderr"}. A crash (a signal) fails the test."""
+    # A crash (a signal: negative) is not an orderly refusal.
+    assert returncode >= 0, f"fleet-read died with signal {-returncode}: {stderr[-1500:]}"
     got = {}
     for line in stdout.splitlines():
         _, pos, sid, h = line.split()
@@ -114,11 +124,9 @@ def read_cpp(targets, manifest, transport=None, prefetch=2):
     if returncode == 0:
         words = stderr.strip().split("\n")[-1].split()
         stats = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
-    # A crash (a signal: negative) is not an orderly refusal.
-    assert returncode >= 0, f"fleet-read died with signal {-returncode}: {stderr[-1500:]}"
     return {"ok": returncode == 0, "got": got, "stats": stats, "events": events,
             "error": stderr.strip().split("\n")[-1] if returncode else None,
-            "maxrss_kib": maxrss_kib}
+            "stderr": stderr}
 
 
 def run_measured(args, timeout):

@@ -25,7 +25,7 @@ import pytest
 from nearprep import fleet_plan as fp
 from nearprep.fleet import FleetClient, choose
 from conftest import NEARPREPD, fleet_daemon
-from test_fleet_faults import CLI, make_fleet_dataset, run_measured
+from test_fleet_faults import CLI, make_fleet_dataset, parse_fleet_read, run_measured
 
 pytestmark = pytest.mark.skipif(not (CLI and NEARPREPD),
                                 reason="nearprep CLI or nearprepd not built")
@@ -84,26 +84,12 @@ def read_cpp(targets, manifest, *flags, seed=SEED, block=BLOCK, window=WINDOW,
     "stats" (the final stats line), "events", "seconds", "error" (the last
     stderr line of a failed run), "stderr"}."""
     args = [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
-            "--seed", str(seed), "--block", str(block), "--window", str(window),
+            "--seed", str(seed), "--block-samples", str(block), "--window", str(window),
             "--global-batch", str(global_batch), "--epoch", str(epoch), *CPP_REQ,
             *map(str, flags)]
     t0 = time.monotonic()
     returncode, stdout, stderr, _ = run_measured(args, timeout=timeout)
-    seconds = time.monotonic() - t0
-    assert returncode >= 0, f"fleet-read died with signal {-returncode}: {stderr[-1500:]}"
-    got = {}
-    for line in stdout.splitlines():
-        _, pos, sid, h = line.split()
-        assert int(pos) not in got, line
-        got[int(pos)] = (int(sid), h)
-    events = [line[len("event: "):] for line in stderr.splitlines() if line.startswith("event: ")]
-    stats = {}
-    if returncode == 0:
-        words = stderr.strip().split("\n")[-1].split()
-        stats = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
-    return {"ok": returncode == 0, "got": got, "stats": stats, "events": events,
-            "seconds": seconds, "error": stderr.strip().split("\n")[-1] if returncode else None,
-            "stderr": stderr}
+    return dict(parse_fleet_read(returncode, stdout, stderr), seconds=time.monotonic() - t0)
 
 
 def read_with(client, targets, manifest, *, hedge=None, hedge_min=0.05, hedge_samples=10,
