@@ -132,7 +132,7 @@ TEST(SampleListingTest, ExplainsAFlatFolderOfImages) {
   EXPECT_NE(why.find("12 .jpg files directly under the root"), std::string::npos)
       << why;
   EXPECT_NE(why.find("no class sub-folder"), std::string::npos) << why;
-  EXPECT_NE(why.find("list=FILE"), std::string::npos) << why;
+  EXPECT_NE(why.find("list_file=FILE"), std::string::npos) << why;
 }
 
 TEST(SampleListingTest, ExplainsShardsWithoutAFormatAndEmptyFolders) {

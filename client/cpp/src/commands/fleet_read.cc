@@ -146,6 +146,12 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
 }
 
 int FleetReadCommand::Run() {
+  if (targets_.empty() && targets_dns_.empty() && targets_file_.empty()) {
+    // A flag error like any missing required flag (exit 2), before anything
+    // is read: one of the three must say where the nodes are.
+    std::fprintf(stderr, "error: give the nodes: --targets, --targets-dns or --targets-file\n");
+    return 2;
+  }
   const uint64_t epoch = plan_.params.epoch;
   std::ifstream f(manifest_, std::ios::binary);
   if (!f) return FleetFail(manifest_ + ": cannot open");
@@ -191,8 +197,6 @@ int FleetReadCommand::Run() {
                        std::string(ms.status().message()));
     }
     o.membership = std::move(*ms);
-  } else if (targets_.empty()) {
-    return FleetFail("give the nodes: --targets, --targets-dns or --targets-file");
   } else {
     o.targets = absl::StrSplit(targets_, ',', absl::SkipEmpty());
   }
