@@ -390,7 +390,12 @@ images:
           cur_adv[q] = fast_adv[tsel][q];
         }
       }
-      const bool reload_mcu = reload && mcu_done;  // the MCU's last block was decoded
+      // The MCU's last block was decoded. Only while decoding: a symbol
+      // error moves the phase to padding (err_now) while the reload of a
+      // block's last symbol consumed after it is still pending; stepping
+      // the MCU there would also enter p_mcu / p_fin next to p_pad (two
+      // phases), and fin would overwrite the Corrupt result with OK.
+      const bool reload_mcu = reload && mcu_done && p_dec;
       reload = (sw_f && fast_case) || (sw_p && pend_case);
       mcu_done = consume ? mcu_end : mcu_done && !reload_mcu;
       // Phase steps, on the phase the iteration started in.
