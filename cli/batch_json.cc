@@ -1,10 +1,10 @@
-#include "client/cpp/src/batch_json.h"
+#include "cli/batch_json.h"
 
 #include <nlohmann/json.hpp>
 
-#include "client/cpp/src/npy.h"
-#include "client/cpp/src/request_flags.h"
-#include "client/cpp/src/vocabulary.h"
+#include "cli/npy.h"
+#include "cli/request_flags.h"
+#include "cli/vocabulary.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 

@@ -1,4 +1,4 @@
-#include "client/cpp/src/bitmap_font.h"
+#include "cli/bitmap_font.h"
 
 #include <cctype>
 

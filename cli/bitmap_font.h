@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "client/cpp/src/tensor_image.h"
+#include "cli/tensor_image.h"
 
 namespace nearprep {
 

@@ -1,4 +1,4 @@
-#include "client/cpp/src/cli_common.h"
+#include "cli/cli_common.h"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cpp/src/contact_sheet.h"
-#include "client/cpp/src/tensor_image.h"
+#include "cli/contact_sheet.h"
+#include "cli/tensor_image.h"
 
 namespace nearprep {
 

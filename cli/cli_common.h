@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/cpp/src/request_flags.h"
+#include "cli/request_flags.h"
 #include "nearprep/client.h"
 #include "nearprep/v1/nearprep.pb.h"
 

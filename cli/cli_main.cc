@@ -4,6 +4,6 @@
 //
 // Exit status: 0 on success, 1 on an error (printed to stderr), 2 on bad
 // flags.
-#include "client/cpp/src/commands/command.h"
+#include "cli/commands/command.h"
 
 int main(int argc, char** argv) { return nearprep::RunCli(argc, argv); }

@@ -1,4 +1,4 @@
-#include "client/cpp/src/contact_sheet.h"
+#include "cli/contact_sheet.h"
 
 #include <png.h>
 
@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "client/cpp/src/bitmap_font.h"
+#include "cli/bitmap_font.h"
 
 namespace nearprep {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/cpp/src/tensor_image.h"
+#include "cli/tensor_image.h"
 
 namespace nearprep {
 

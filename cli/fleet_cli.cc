@@ -1,12 +1,12 @@
 // See fleet_cli.h.
-#include "client/cpp/fleet/fleet_cli.h"
+#include "cli/fleet_cli.h"
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/src/request_flags.h"
+#include "cli/request_flags.h"
 
 namespace nearprep {
 

@@ -1,4 +1,4 @@
-// What the fleet commands of `nearprep` share (client/cpp/src/commands/:
+// What the fleet commands of `nearprep` share (cli/commands/:
 // manifest.cc, fleet_plan.cc, placement.cc, fleet_read.cc): their error
 // line, the plan's flags, the check of a batch range against the epoch, and
 // reading a manifest or placement file with errors that name the flag.

@@ -1,4 +1,4 @@
-#include "client/cpp/src/load_report.h"
+#include "cli/load_report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cpp/src/stall_report.h"
+#include "cli/stall_report.h"
 #include "nlohmann/json.hpp"
 
 namespace nearprep {

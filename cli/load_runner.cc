@@ -1,4 +1,4 @@
-#include "client/cpp/src/load_runner.h"
+#include "cli/load_runner.h"
 
 #include <unistd.h>
 
@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cpp/src/load_report.h"
-#include "client/cpp/src/load_verify.h"
-#include "client/cpp/src/stall_report.h"
+#include "cli/load_report.h"
+#include "cli/load_verify.h"
+#include "cli/stall_report.h"
 #include "nearprep/client.h"
 
 namespace nearprep {

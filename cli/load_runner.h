@@ -19,7 +19,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/src/request_flags.h"
+#include "cli/request_flags.h"
 
 namespace nearprep {
 

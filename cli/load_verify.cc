@@ -1,4 +1,4 @@
-#include "client/cpp/src/load_verify.h"
+#include "cli/load_verify.h"
 
 #include <algorithm>
 #include <unordered_map>

@@ -1,4 +1,4 @@
-#include "client/cpp/src/npy.h"
+#include "cli/npy.h"
 
 #include <cctype>
 #include <cstdio>

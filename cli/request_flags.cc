@@ -1,4 +1,4 @@
-#include "client/cpp/src/request_flags.h"
+#include "cli/request_flags.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/cpp/src/vocabulary.h"
+#include "cli/vocabulary.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/options/field_range.h"
 

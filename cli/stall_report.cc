@@ -1,12 +1,12 @@
-#include "client/cpp/src/stall_report.h"
+#include "cli/stall_report.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "client/cpp/src/bitmap_font.h"
-#include "client/cpp/src/contact_sheet.h"
-#include "client/cpp/src/tensor_image.h"
+#include "cli/bitmap_font.h"
+#include "cli/contact_sheet.h"
+#include "cli/tensor_image.h"
 
 namespace nearprep {
 

@@ -1,10 +1,10 @@
-#include "client/cpp/src/tensor_image.h"
+#include "cli/tensor_image.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/cpp/src/npy.h"
+#include "cli/npy.h"
 
 namespace nearprep {
 

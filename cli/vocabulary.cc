@@ -1,5 +1,5 @@
 // See vocabulary.h.
-#include "client/cpp/src/vocabulary.h"
+#include "cli/vocabulary.h"
 
 #include <cctype>
 

@@ -7,8 +7,8 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/pipeline/pipeline_bench.h"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
 
 namespace nearprep {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/src/commands/command.h"
+#include "cli/commands/command.h"
 #include "common/version.h"
 
 namespace nearprep {

@@ -10,11 +10,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cpp/src/batch_json.h"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
-#include "client/cpp/src/npy.h"
-#include "client/cpp/src/request_flags.h"
+#include "cli/batch_json.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
+#include "cli/npy.h"
+#include "cli/request_flags.h"
 #include "nearprep/client.h"
 
 namespace nearprep {

@@ -12,9 +12,9 @@
 #include <tuple>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/fleet/fleet_cli.h"
-#include "client/cpp/src/commands/command.h"
-#include "client/cpp/src/request_flags.h"
+#include "cli/commands/command.h"
+#include "cli/fleet_cli.h"
+#include "cli/request_flags.h"
 #include "server/fleet/global_plan.h"
 #include "server/fleet/manifest.h"
 

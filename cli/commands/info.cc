@@ -10,9 +10,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
-#include "client/cpp/src/request_flags.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
+#include "cli/request_flags.h"
 #include "common/version.h"
 #include "nearprep/client.h"
 

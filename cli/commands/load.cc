@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/src/commands/command.h"
-#include "client/cpp/src/load_runner.h"
+#include "cli/commands/command.h"
+#include "cli/load_runner.h"
 
 namespace nearprep {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/fleet/fleet_cli.h"
-#include "client/cpp/src/commands/command.h"
+#include "cli/commands/command.h"
+#include "cli/fleet_cli.h"
 #include "server/fleet/manifest.h"
 #include "server/fleet/manifest_scan.h"
 

@@ -1,14 +1,14 @@
 // `nearprep mkdataset --out DIR [--classes C --per-class K --with-bad-files]`:
-// a synthetic image-folder dataset of JPEGs (client/cpp/mkdataset).
+// a synthetic image-folder dataset of JPEGs (cli/mkdataset).
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "client/cpp/mkdataset/mkdataset.h"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
+#include "cli/mkdataset/mkdataset.h"
 
 namespace nearprep {
 namespace {

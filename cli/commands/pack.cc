@@ -1,6 +1,6 @@
 // `nearprep pack --source DIR | --from-tfrecord F... --out DIR
 // [--format tfrecord|tar] [--shard-size BYTES]`: a dataset as TFRecord or tar
-// shards with indexes (client/cpp/pack).
+// shards with indexes (cli/pack).
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/pack/pack.h"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
+#include "cli/pack/pack.h"
 
 namespace nearprep {
 namespace {

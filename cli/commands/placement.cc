@@ -12,8 +12,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
-#include "client/cpp/fleet/fleet_cli.h"
-#include "client/cpp/src/commands/command.h"
+#include "cli/commands/command.h"
+#include "cli/fleet_cli.h"
 #include "server/fleet/manifest.h"
 #include "server/fleet/placement.h"
 

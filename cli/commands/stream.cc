@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "client/cpp/src/cli_common.h"
-#include "client/cpp/src/commands/command.h"
-#include "client/cpp/src/request_flags.h"
+#include "cli/cli_common.h"
+#include "cli/commands/command.h"
+#include "cli/request_flags.h"
 #include "nearprep/client.h"
 
 namespace nearprep {

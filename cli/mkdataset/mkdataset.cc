@@ -1,5 +1,5 @@
 // See mkdataset.h.
-#include "client/cpp/mkdataset/mkdataset.h"
+#include "cli/mkdataset/mkdataset.h"
 
 #include <turbojpeg.h>
 

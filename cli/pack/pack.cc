@@ -1,4 +1,4 @@
-#include "client/cpp/pack/pack.h"
+#include "cli/pack/pack.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
