@@ -92,24 +92,27 @@ RULES = [
     ("fpga_kernels", [],
      "HLS kernels and their test-xclbin writer (xclbin_gen/): nothing from "
      "server/"),
-    ("client/cpp", ["common", "proto", "proto/options", "client_api"],
-     "the C++ client library and CLI"),
+    ("client/cpp", ["common", "proto", "client_api"],
+     "the trainer's C++ libraries: the client and the fleet client "
+     "(nothing of the CLI or bench)"),
     ("client/python/native", ["proto", "client_api"],
      "the Python client's native receive path"),
+    ("cli", ["client/cpp", "client_api", "server/fleet", "common", "proto",
+             "proto/options"],
+     "the `nearprep` command-line tool over the client libraries (fleet "
+     "commands build manifests and plans; nothing includes the CLI but "
+     "tests)"),
 ]
 
 # Files allowed one include beyond their folder's rule, with the reason.
 EXCEPTIONS = [
-    ("client/cpp/src/load_verify.cc", "server/data",
+    ("cli/load_verify.cc", "server/data",
      "verifies streams against the epoch plan (header-only math)"),
-    ("client/cpp/pack", "server/data", "`nearprep pack` lists datasets"),
-    ("client/cpp/pack", "server/records", "`nearprep pack` writes shards"),
+    ("cli/pack", "server/data", "`nearprep pack` lists datasets"),
+    ("cli/pack", "server/records", "`nearprep pack` writes shards"),
     ("client/cpp/fleet", "server/fleet",
-     "`nearprep manifest` / `fleet-plan` build manifests and plans"),
-    ("client/cpp/src/commands", "server/fleet",
-     "`nearprep manifest` / `fleet-plan` / `placement` / `fleet-read` build "
-     "manifests and plans"),
-    ("client/cpp/src/commands/bench.cc", "bench",
+     "the fleet client reads manifests and the global plan"),
+    ("cli/commands/bench.cc", "bench",
      "`nearprep bench` runs bench/pipeline in process"),
 ]
 
@@ -182,7 +185,7 @@ def layer_of_include(path, kernel_names):
         return "proto/" + parts[1]
     if parts[0] == "nearprep" and len(parts) > 1:
         return "proto" if parts[1] == "v1" else "client_api"
-    if parts[0] in ("common", "bench", "tests"):
+    if parts[0] in ("common", "bench", "tests", "cli"):
         return parts[0]
     if parts[0] == "client" and len(parts) > 2:
         return "client/" + parts[1]
@@ -328,6 +331,10 @@ def cmd_selftest():
         "proto/options/bad_j.cc": '#include "server/spec/types.h"\n',
         "server/pipeline/bad_k.cc": '#include "server/data/sample_store.h"\n',
         "server/backend/bad_l.cc": '#include "server/data/dataset.h"\n',
+        "client/cpp/src/bad_m.cc": '#include "cli/request_flags.h"\n',
+        "client/cpp/fleet/bad_n.cc": '#include "bench/pipeline/pipeline_bench.h"\n',
+        "cli/bad_o.cc": '#include "server/data/dataset.h"\n',
+        "client/cpp/src/bad_p.cc": '#include "proto/options/field_range.h"\n',
     }
     clean = {
         "server/pipeline/ok.cc": '#include "server/backend/backend.h"\n'
@@ -336,7 +343,7 @@ def cmd_selftest():
                              '#include "server/backend/cpu_backend.h"\n'
                              '#include "server/data/sample_source.h"\n',
         "fpga_kernels/include/nearprep_kernel_abi.h": "// abi\n",
-        "client/cpp/pack/ok.cc": '#include "server/records/tfrecord.h"\n',
+        "cli/pack/ok.cc": '#include "server/records/tfrecord.h"\n',
         "server/daemon/ok.cc": '#include "server/fpga/fpga_factory.h"\n',
         "server/service/preprocessor_service.cc":
             "#include <grpcpp/grpcpp.h>\n"
@@ -345,7 +352,9 @@ def cmd_selftest():
                                 '#include "proto/options/field_range.h"\n',
         "proto/options/ok.cc": '#include "nearprep/v1/nearprep.pb.h"\n'
                                '#include "proto/options/field_range.h"\n',
-        "client/cpp/src/ok2.cc": '#include "proto/options/field_range.h"\n',
+        "cli/ok2.cc": '#include "proto/options/field_range.h"\n'
+                      '#include "client/cpp/fleet/fleet_client.h"\n',
+        "cli/commands/bench.cc": '#include "bench/pipeline/pipeline_bench.h"\n',
         "client/cpp/src/ok.cc": "#include <grpcpp/grpcpp.h>\n",
     }
     with tempfile.TemporaryDirectory() as tmp:

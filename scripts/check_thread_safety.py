@@ -5,7 +5,7 @@ Every member a mutex protects is declared ABSL_GUARDED_BY(mu_) and every
 function that needs a lock held ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
 (common/mutex.h, absl::Mutex); clang checks each access against them with
 -Wthread-safety. GCC ignores the annotations, so this script runs clang on
-every source file of server/, client/cpp/, common/ and proto/options/ with
+every source file of server/, client/cpp/, cli/, common/ and proto/options/ with
 `-fsyntax-only -Wthread-safety -Werror=thread-safety` (the analysis runs in
 clang's front end: no code generation, about two minutes on 2 cores).
 
@@ -34,7 +34,7 @@ import tempfile
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-CHECKED = ("server/", "client/cpp/", "common/", "proto/options/")
+CHECKED = ("server/", "client/cpp/", "cli/", "common/", "proto/options/")
 FLAGS = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety"]
 
 
@@ -77,7 +77,7 @@ def check(build, jobs):
         if rel.startswith(CHECKED) and rel.endswith(".cc"):
             entries.setdefault(rel, e)  # one command per file is enough
     if not entries:
-        sys.exit(f"check_thread_safety: no server/, client/cpp/, common/ or proto/options/ sources in {db_path}")
+        sys.exit(f"check_thread_safety: no server/, client/cpp/, cli/, common/ or proto/options/ sources in {db_path}")
     compiler = shlex.split(next(iter(entries.values())).get("command", "x"))[0] \
         if "command" in next(iter(entries.values())) else \
         next(iter(entries.values()))["arguments"][0]
@@ -97,7 +97,7 @@ def check(build, jobs):
     secs = time.monotonic() - start
     for rel, out in sorted(failed):
         print(f"--- {rel}\n{out}", end="" if out.endswith("\n") else "\n")
-    print(f"thread safety: {len(entries)} files of server/, client/cpp/, common/, proto/options/ in "
+    print(f"thread safety: {len(entries)} files of server/, client/cpp/, cli/, common/, proto/options/ in "
           f"{secs:.0f} s: {len(failed)} failing")
     return 1 if failed else 0
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Clang's thread-safety analysis (-Wthread-safety -Werror=thread-safety) on
-# every source file of server/, client/cpp/, common/ and proto/options/:
+# every source file of server/, client/cpp/, cli/, common/ and proto/options/:
 # configures a clang build tree (default build-thread-safety; no tests,
 # benchmarks or Python),
 # makes only the generated headers (protoc), and runs

@@ -2,7 +2,7 @@
 # Installs dependencies, builds, and runs every test (C++ via ctest, Python
 # via pytest registered in ctest), then the two concurrency checks that need
 # builds of their own: clang's thread-safety analysis of server/ and
-# client/cpp (scripts/check_thread_safety.sh, ~5 min on a loaded 2-core machine) and the
+# client/cpp and cli (scripts/check_thread_safety.sh, ~5 min on a loaded 2-core machine) and the
 # ThreadSanitizer run of the pipeline, scheduler, block cache, global plan
 # and C++ fleet client (scripts/tsan_tests.sh, ~8.5 min).
 # NEARPREP_SKIP_THREAD_SAFETY=1 / NEARPREP_SKIP_TSAN=1 skip those. Exit

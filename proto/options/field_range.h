@@ -1,6 +1,6 @@
 // The (nearprep.v1.range) field option of nearprep.proto, read and checked
 // in one place: the daemon's request validation (server/service/
-// request_validation.cc) and the CLI's flag parsing (client/cpp/src/
+// request_validation.cc) and the CLI's flag parsing (cli/
 // request_flags.cc) both call CheckFieldRange and word its verdict their own
 // way (a field path and "NaN is CheckFinite's to word" in the daemon, a flag
 // name in the CLI).

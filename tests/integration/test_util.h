@@ -21,7 +21,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "client/cpp/mkdataset/mkdataset.h"
+#include "cli/mkdataset/mkdataset.h"
 #include "nearprep/v1/nearprep.grpc.pb.h"
 #include "tests/common/temp_dir.h"
 

@@ -1,4 +1,4 @@
-"""The CLI's commands as a user runs them (client/cpp/src/commands/):
+"""The CLI's commands as a user runs them (cli/commands/):
 `fleet-read` takes `nearprep stream`'s flags for what each sample becomes
 (RequestFlags, the same names and spellings), and sends them: its tensors
 are the Python FleetClient's for the same keywords."""

@@ -23,7 +23,7 @@ A field added to the proto is a keyword without an edit here. An enum value
 is named as the proto names it, in lower case without the enum's prefix
 (CROP_MODE_RANDOM_RESIZED -> "random_resized", FIDELITY_TF_COMPAT ->
 "tf_compat"): the names the CLI (`nearprep stream --crop random_resized`,
-client/cpp/src/vocabulary.h) takes too. Case and '-' vs '_' do not matter;
+cli/vocabulary.h) takes too. Case and '-' vs '_' do not matter;
 the older spellings the proto lists as a value's
 (nearprep.v1.deprecated_spelling) are accepted as well.
 
@@ -41,7 +41,7 @@ _U32 = (1 << 32) - 1
 def deprecated_names(enum):
     """{old spelling: canonical name} of a pb2 enum (or its descriptor): the
     values' (nearprep.v1.deprecated_spelling) options in the proto, the same
-    table the CLI reads (client/cpp/src/vocabulary.cc)."""
+    table the CLI reads (cli/vocabulary.cc)."""
     d = getattr(enum, "DESCRIPTOR", enum)
     canonical = {v.number: n for n, v in zip(enum_names(d), _by_number(d))}
     out = {}

@@ -9,7 +9,7 @@ timings split the data side further into fetch (file reads) and prep
 input-pipeline analysis in docs/python.md.
 
 Which stage bounded the supply: each batch's wait is attributed like
-`nearprep load` does (client/cpp/src/stall_report.h, docs/operations.md):
+`nearprep load` does (cli/stall_report.h, docs/operations.md):
 the part of the wait during which the finished batch sat in the daemon's
 queue (min(queue_wait, wait)) to "queue/network", the rest to read / decode /
 transform in proportion to their worker time in that batch. The stage with

@@ -1,5 +1,5 @@
 // The per-batch JSON manifest written by `nearprep fetch`.
-#include "client/cpp/src/batch_json.h"
+#include "cli/batch_json.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// The table of `nearprep`'s commands (client/cpp/src/commands/command.h):
+// The table of `nearprep`'s commands (cli/commands/command.h):
 // every command has a name and a one-line help, parses `--help` with exit 0,
 // and is listed by `nearprep --help`; every command file of the folder is
 // in the table.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cpp/src/commands/command.h"
+#include "cli/commands/command.h"
 #include "gtest/gtest.h"
 
 namespace nearprep {
@@ -83,7 +83,7 @@ TEST(CliCommandsTest, EveryCommandFileIsInTheTable) {
   std::set<std::string> names;
   for (const std::unique_ptr<Command>& c : NewCommands()) names.insert(c->name());
   const std::filesystem::path dir =
-      std::filesystem::path(NEARPREP_SOURCE_DIR) / "client/cpp/src/commands";
+      std::filesystem::path(NEARPREP_SOURCE_DIR) / "cli/commands";
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     const std::filesystem::path p = entry.path();

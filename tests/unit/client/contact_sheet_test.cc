@@ -1,13 +1,13 @@
 // Contact sheet geometry and rendering, PNG round trip, the bitmap font,
 // and tensor -> RGB conversion for every dtype and layout.
-#include "client/cpp/src/contact_sheet.h"
+#include "cli/contact_sheet.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "client/cpp/src/bitmap_font.h"
-#include "client/cpp/src/tensor_image.h"
+#include "cli/bitmap_font.h"
+#include "cli/tensor_image.h"
 #include "gtest/gtest.h"
 
 namespace nearprep {

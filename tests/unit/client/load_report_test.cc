@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "client/cpp/src/contact_sheet.h"
-#include "client/cpp/src/load_report.h"
-#include "client/cpp/src/load_verify.h"
-#include "client/cpp/src/stall_report.h"
+#include "cli/contact_sheet.h"
+#include "cli/load_report.h"
+#include "cli/load_verify.h"
+#include "cli/stall_report.h"
 #include "gtest/gtest.h"
 #include "tests/common/temp_dir.h"
 

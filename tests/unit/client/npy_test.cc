@@ -1,6 +1,6 @@
 // .npy writer: header layout and alignment, round trip through the parser,
 // dtype mapping, and refusal of inconsistent data.
-#include "client/cpp/src/npy.h"
+#include "cli/npy.h"
 
 #include <cstdio>
 #include <fstream>

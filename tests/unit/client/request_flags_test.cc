@@ -1,12 +1,12 @@
 // CLI flag parsing: --shard i/n and the request built from the flags.
-#include "client/cpp/src/request_flags.h"
+#include "cli/request_flags.h"
 
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "client/cpp/src/vocabulary.h"
+#include "cli/vocabulary.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"

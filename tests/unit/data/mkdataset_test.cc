@@ -1,7 +1,7 @@
 // Tests of the synthetic dataset generator: the files decode, have the
 // promised variety, are deterministic, and the bad files are bad in the
 // promised ways.
-#include "client/cpp/mkdataset/mkdataset.h"
+#include "cli/mkdataset/mkdataset.h"
 
 #include <turbojpeg.h>
 #include <unistd.h>
