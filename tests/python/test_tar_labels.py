@@ -16,25 +16,17 @@ import pytest
 
 import nearprep
 from test_records_daemon import CLI, NEARPREPD, pack, start, _scrape
+from test_records import crc32c
 
 pytestmark = pytest.mark.skipif(
     not (CLI and NEARPREPD), reason="nearprep CLI or nearprepd not built")
-
-
-def _crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def _reseal(lines):
     """The index lines (without the checksum) as a file with a correct
     checksum: what a forger who knows the format writes."""
     body = "\n".join(lines) + "\n"
-    return body + "checksum %08x\n" % _crc32c(body.encode())
+    return body + "checksum %08x\n" % crc32c(body.encode())
 
 
 def _index(root):
