@@ -19,6 +19,7 @@
 #include "server/records/tfrecord.h"
 #include "server/storage/fault_injection_storage.h"
 #include "server/storage/mem_storage.h"
+#include "tests/unit/storage/anonymous_storage.h"
 
 namespace nearprep {
 namespace {
@@ -361,48 +362,7 @@ TEST(RecordIndexTrustTest, CorruptedChecksumIsRebuilt) {
   EXPECT_EQ((*ds)->indexes_rebuilt(), 1u);
 }
 
-// A storage whose files say nothing but their size (no inode, no mtime):
-// only the records' own CRCs can tell that a shard changed.
-class AnonymousStorage : public Storage {
- public:
-  explicit AnonymousStorage(std::shared_ptr<MemStorage> base) : base_(std::move(base)) {}
-  std::string Describe(const std::string& p) const override { return base_->Describe(p); }
-  absl::Status ListDir(const std::string& p, std::vector<std::string>* n) const override {
-    return base_->ListDir(p, n);
-  }
-  absl::StatusOr<FileInfo> Lstat(const std::string& p) const override {
-    auto i = base_->Lstat(p);
-    if (i.ok()) i->mtime_ns = 0, i->inode = 0;
-    return i;
-  }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) const override { return Lstat(p); }
-  absl::StatusOr<std::string> Resolve(const std::string& p) const override {
-    return base_->Resolve(p);
-  }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
-      const std::string& p, const OpenOptions& o) const override {
-    auto f = base_->Open(p, o);
-    if (!f.ok()) return f.status();
-    return std::unique_ptr<RandomAccessFile>(new File(std::move(f).value()));
-  }
-  absl::Status WriteFile(const std::string& p, const std::string& b) const override {
-    return base_->WriteFile(p, b);
-  }
-
- private:
-  class File : public RandomAccessFile {
-   public:
-    explicit File(std::unique_ptr<RandomAccessFile> f) : f_(std::move(f)) {}
-    uint64_t size() const override { return f_->size(); }
-    absl::Status Read(uint64_t off, size_t n, uint8_t* dst, size_t* got) const override {
-      return f_->Read(off, n, dst, got);
-    }
-
-   private:
-    std::unique_ptr<RandomAccessFile> f_;
-  };
-  std::shared_ptr<MemStorage> base_;
-};
+using testing::AnonymousStorage;  // tests/unit/storage/anonymous_storage.h
 
 // Shard 0 rewritten with records of the same sizes: other images (and
 // labels), valid framing and CRCs.
