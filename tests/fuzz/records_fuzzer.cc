@@ -19,6 +19,7 @@
 #include "server/records/tf_example.h"
 #include "server/records/tfrecord.h"
 #include "tests/fuzz/fuzz_targets.h"
+#include "tests/unit/records/tar_test_writer.h"
 
 namespace nearprep {
 namespace fuzz {
@@ -155,37 +156,15 @@ std::vector<std::vector<uint8_t>> RecordSeeds() {
     records::AppendTfRecord(ld(1, entries), &shard);
   }
   seeds.emplace_back(shard.begin(), shard.end());
-  // A tar shard: two samples (ustar headers written here).
-  auto header = [](const std::string& name, size_t size) {
-    std::string h(512, '\0');
-    std::memcpy(&h[0], name.data(), name.size());
-    std::memcpy(&h[100], "0000644", 7);
-    std::memcpy(&h[108], "0000000", 7);
-    std::memcpy(&h[116], "0000000", 7);
-    char sz[12];
-    std::snprintf(sz, sizeof(sz), "%011zo", size);
-    std::memcpy(&h[124], sz, 11);
-    std::memcpy(&h[136], "00000000000", 11);
-    h[156] = '0';
-    std::memcpy(&h[257], "ustar", 6);
-    std::memcpy(&h[263], "00", 2);
-    std::memset(&h[148], ' ', 8);
-    unsigned sum = 0;
-    for (unsigned char c : h) sum += c;
-    char ck[8];
-    std::snprintf(ck, sizeof(ck), "%06o", sum);
-    std::memcpy(&h[148], ck, 7);
-    return h;
-  };
+  // A tar shard: two samples (tests/unit/records/tar_test_writer.h).
   std::string tar;
   for (const auto& [name, body] :
        std::vector<std::pair<std::string, std::string>>{
            {"a/x.jpg", std::string(700, 'j')}, {"a/x.cls", "7\n"},
            {"b/y.jpeg", std::string(100, 'k')}, {"b/y.cls", "oops"}}) {
-    tar += header(name, body.size()) + body;
-    tar.append((512 - body.size() % 512) % 512, '\0');
+    tartest::AppendMember(name, body, &tar);
   }
-  tar.append(1024, '\0');
+  tartest::Finish(&tar);
   seeds.emplace_back(tar.begin(), tar.end());
   // A cached index.
   records::ShardIndex index;
