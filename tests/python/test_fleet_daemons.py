@@ -1128,8 +1128,10 @@ def test_replica_routing_spread_survives_a_kill(tfrecord_fleet):
     assert stats["failovers"] >= 1, stats
 
 
-def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
-    """The C++ FleetClient (`nearprep fleet-read`, one trainer) while a node
+@pytest.mark.parametrize("routing", ["first", "spread"])
+def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory, routing):
+    """The C++ FleetClient (`nearprep fleet-read`, one trainer, with
+    --replica-routing first and spread) while a node
     is SIGKILLed mid-read: the rest of the epoch comes from the other
     replicas, every position exactly once, in order, with the oracle's sample
     and bytes, and the client reports at least one failover.
@@ -1153,7 +1155,8 @@ def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
         load = {}
         for pos in range(last * G, m.num_samples):
             part = plan.at(pos)[1]
-            node = choose(part, [daemons[n].target for n, ps in PLACEMENT.items() if part in ps])
+            node = choose(part, [daemons[n].target for n, ps in PLACEMENT.items() if part in ps],
+                          last if routing == "spread" else None)
             load[node] = load.get(node, 0) + 1
         victim = next(d for d in daemons.values() if d.target == max(load, key=load.get))
         # The reader writes batch g's lines before it asks for batch g + 2
@@ -1170,7 +1173,8 @@ def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
             [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
              "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
              "--trainers", "1", "--trainer", "0", "--epoch", "0", "--height", "24",
-             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8"],
+             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
+             "--replica-routing", routing],
             stdout=w_fd, stderr=subprocess.PIPE, text=True)
         os.close(w_fd)
         w_fd = None
