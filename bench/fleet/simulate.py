@@ -30,6 +30,10 @@ What is real and what is modelled:
   node and global batch arriving with the same network latency; when a
   node dies their unfinished work moves to the partition's next live
   replica. They do not hedge (their hedges' extra load is not modelled).
+  Under plan v2 a slice touches at most K partitions, so the node load
+  columns measure the fleet only with --bg-sample = --trainers (every
+  trainer's slices computed; the default 256 makes them the sample's
+  noise: docs/benchmarks.md, "Load balance").
 - Open loop: global batch g is issued by every trainer at g * step; step is
   set so that the per-sample work alone keeps the nodes --load busy
   (per-request work comes on top: v1 pays more of it).

@@ -29,7 +29,8 @@
 // name) among those holding fewer than cap so far; when fewer than R have
 // room, the rest are the highest (score, name) nodes not yet chosen for it,
 // past the cap. That never happens when cap * (n - R) >= (C - 1) * R (e.g.
-// F >= 1.05 at C = 16,384, R = 3, n = 1,024). Adding or removing a node then
+// any F > 1 at C = 16,384, R = 3, n = 1,024: cap >= 49; at F = 1, cap 48,
+// it can). Adding or removing a node then
 // moves more partitions than pure rendezvous (docs/operations.md).
 //
 // Thread-safety: pure functions and plain values.

@@ -280,7 +280,7 @@ def choose(partition: int, live_holders: Sequence[str],
     global batch number, replica_routing "spread"): the holders sorted by
     (score, node) descending, the one at index (g + partition) mod their
     count, so consecutive global batches rotate a partition over its
-    replicas. The twin of the C++ fleet client's ChooseReplica
+    replicas. The twin of the C++ FleetChooseReplica
     (client/cpp/fleet/fleet_client.h); both pin the same picks."""
     if not live_holders:
         return None
