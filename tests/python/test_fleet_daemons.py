@@ -1055,7 +1055,8 @@ def test_replica_routing_spread_every_node_serves(tfrecord_fleet, client):
     one trainer's epoch is byte for byte the oracle's, every node serves,
     and each node's nearprep_samples_sent_total grows by exactly what
     choose() routes to it, under "first" and "spread" alike (so both
-    clients pick the Python function's nodes)."""
+    clients pick the Python function's nodes). Hedging off: a hedge would
+    send samples to a second node."""
     _, m, manifest, daemons, oracle_d = tfrecord_fleet
     revive(daemons)
     oracle = oracle_for(oracle_d, manifest, m, 1)
@@ -1066,7 +1067,7 @@ def test_replica_routing_spread_every_node_serves(tfrecord_fleet, client):
         if client == "python":
             with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
                              window=WINDOW, global_batch=G, replica_routing=routing,
-                             rpc_timeout=20.0, **REQ) as fc:
+                             hedge=None, rpc_timeout=20.0, **REQ) as fc:
                 got = {p: (sid, v if isinstance(v, str) else hashlib.sha256(v).hexdigest())
                        for p, (sid, v) in epoch_arrays(fc, 1).items()}
                 assert fc.stats["failovers"] == 0
@@ -1075,7 +1076,7 @@ def test_replica_routing_spread_every_node_serves(tfrecord_fleet, client):
                       "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
                       "--global-batch", str(G), "--epoch", "1", "--height", "24",
                       "--width", "24", "--crop", "random_resized", "--flip", "0.5",
-                      "--dtype", "uint8", "--replica-routing", routing)
+                      "--dtype", "uint8", "--replica-routing", routing, "--hedge", "0")
             got = {}
             for line in out.split("\n")[:-1]:
                 e, p, sid, h = line.split()

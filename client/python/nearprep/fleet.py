@@ -531,6 +531,12 @@ class FleetClient:
         self.probe_interval = probe_interval
         self.on_wait = on_wait or (lambda msg: None)
         self.on_event = on_event or (lambda msg: None)
+        # Replica routing (docs/protocol.md, "The client"): which live
+        # holder serves a partition in global batch g (choose()).
+        if replica_routing not in REPLICA_ROUTINGS:
+            raise ValueError(f"replica_routing: must be one of {', '.join(REPLICA_ROUTINGS)}, "
+                             f"got {replica_routing!r}")
+        self.replica_routing = replica_routing
         if max_request_ids < 1:
             raise ValueError(f"max_request_ids: must be >= 1, got {max_request_ids}")
         if response_batch is not None and response_batch < 1:
@@ -559,12 +565,6 @@ class FleetClient:
             raise ValueError(f"verify_fraction: must be a number in [0, 1], "
                              f"got {verify_fraction!r}")
         self.verify_fraction = float(verify_fraction)
-        # Replica routing (docs/protocol.md, "The client"): which live
-        # holder serves a partition in global batch g (choose()).
-        if replica_routing not in REPLICA_ROUTINGS:
-            raise ValueError(f"replica_routing: must be one of {', '.join(REPLICA_ROUTINGS)}, "
-                             f"got {replica_routing!r}")
-        self.replica_routing = replica_routing
         self.hedge = None if hedge is None else float(hedge)
         self.hedge_min = float(hedge_min)
         self.hedge_samples = hedge_samples
