@@ -15,10 +15,11 @@ import sys
 import numpy as np
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import choose, group_by_node, hedge_after, missing_by_part, slice_items
+from nearprep.fleet import group_by_node, hedge_after, missing_by_part, slice_items
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fleet"))
 import simulate  # noqa: E402
+from nearprep.fleet import choose  # noqa: E402
 
 TINY = ["--nodes", "32", "--trainers", "32", "--trainers-after", "16", "--local-batch", "32",
         "--sampled", "8", "--partitions-per-node", "2", "--samples-per-partition", "64",
