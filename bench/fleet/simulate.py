@@ -30,16 +30,31 @@ What is real and what is modelled:
   node and global batch arriving with the same network latency; when a
   node dies their unfinished work moves to the partition's next live
   replica. They do not hedge (their hedges' extra load is not modelled).
+  Under plan v2 a slice touches at most K partitions, so the node load
+  columns measure the fleet only with --bg-sample = --trainers (every
+  trainer's slices computed; the default 256 makes them the sample's
+  noise: docs/benchmarks.md, "Load balance").
 - Open loop: global batch g is issued by every trainer at g * step; step is
   set so that the per-sample work alone keeps the nodes --load busy
   (per-request work comes on top: v1 pays more of it).
-- Placement: each partition on the --replicas nodes with the highest
-  rendezvous score (as `nearprep placement`), served by the live one with
-  the highest score (as the clients' choose()).
+- Placement (--placement): "rendezvous" (default), each partition on the
+  --replicas nodes with the highest rendezvous score (as `nearprep
+  placement`), or "bounded" (as `nearprep placement --max-load F`, F =
+  --max-load): partitions in order, each on the R nodes with the highest
+  score among those holding fewer than ceil(F * C * R / n). The placement
+  scores are drawn at random (numpy, --seed), not sha256 (C x n = 16.8 M
+  hashes in Python at the default shape): the same distribution.
+- Routing (--routing, the clients' replica_routing): "first" serves a
+  partition from its live holder with the highest rendezvous score (the
+  real sha256 score), "spread" from the holder at index (g + partition) mod
+  the live holders' count in global batch g: both through the clients'
+  choose(), for the sampled and the background trainers.
 
 Columns: nodes/trainer batch (mean, max; the --bg-sample trainers),
 samples/request (mean), requests/s per node (mean), node load max/mean (CPU
 work served per node, nominal speed, over the simulated batches), batch
+load max/mean (the same per global batch, by the batch the work belongs
+to, averaged over the batches), batch
 latency p50/p99 (sampled trainers, ms, without and with hedging),
 delivered exactly once (every position of every sampled trainer batch
 filled once; misses; duplicates dropped), plan CPU per position (Python
@@ -92,7 +107,8 @@ class Req:
 
 
 class Node:
-    __slots__ = ("name", "cores", "free", "queue", "slow", "dead", "running", "work")
+    __slots__ = ("name", "cores", "free", "queue", "slow", "dead", "running", "work",
+                 "work_by_batch")
 
     def __init__(self, name, cores, slow):
         self.name, self.cores, self.free, self.slow = name, cores, cores, slow
@@ -100,6 +116,7 @@ class Node:
         self.running = set()
         self.dead = False
         self.work = 0.0  # nominal CPU seconds served
+        self.work_by_batch = collections.Counter()  # global batch -> its share of work
 
 
 class Sim:
@@ -111,6 +128,7 @@ class Sim:
         # window per trainer over all nodes instead of FleetClient's one per
         # node (a variant, not the client's logic).
         self.hedge, self.pooled = (hedge if hedge is not None else (None, False))
+        self.spread = a.routing == "spread"
         self.kills = kills  # [(time, [node index])]
         self.step = step
         self.rng = random.Random(rng_seed)
@@ -170,6 +188,7 @@ class Sim:
         node.running.discard(job)
         node.free += 1
         node.work += job.work
+        node.work_by_batch[job.batch] += job.work
         if job.req is not None:
             self.at(self.now + self.net(), self.reply, job.req, True)
         self.start(node)
@@ -198,16 +217,18 @@ class Sim:
             if not live:
                 self.stats["background_orphaned"] += 1
                 continue
+            to = choose(part, live, job.batch if self.spread else None)
             self.at(self.now + 2 * self.net(), self.arrive,
-                    Job(live[0], job.work * share, part={part: 1.0}, batch=job.batch))
+                    Job(to, job.work * share, part={part: 1.0}, batch=job.batch))
 
     # -- sampled trainers (FleetClient's logic) -------------------------------
-    def assign_for(self, tr):
+    def assign_for(self, tr, g):
         dead = tr["dead"]
+        key = g if self.spread else None
 
         def assign(partition, exclude=None):
             live = [h for h in self.holders[partition] if h not in dead and h != exclude]
-            return choose(partition, live)
+            return choose(partition, live, key)
         return assign
 
     def issue(self, tr, g):
@@ -223,7 +244,7 @@ class Sim:
             self.batch_done(st)
 
     def submit(self, tr, st, items_by_part, hedge_of=None):
-        by_node, orphans = group_by_node(items_by_part, self.assign_for(tr),
+        by_node, orphans = group_by_node(items_by_part, self.assign_for(tr, st["g"]),
                                          hedge_of.target if hedge_of else None)
         if orphans and hedge_of is None:
             # No live replica known: the real client waits and re-probes;
@@ -236,7 +257,7 @@ class Sim:
             self.stats["requests"] += 1
             if hedge_of is not None:
                 self.stats["hedges"] += 1
-            self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r))
+            self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r, batch=st["g"]))
             if self.hedge is not None and hedge_of is None:
                 after = hedge_after(tr["lat"]["*" if self.pooled else t], self.hedge,
                                     self.a.hedge_min,
@@ -335,18 +356,48 @@ class Sim:
         return self
 
 
+def bounded_placement(scores, replicas, max_load):
+    """`nearprep placement --max-load` (server/fleet/placement.h) over a
+    score matrix [partition][node] (higher first; ties do not occur with
+    random floats): partitions in order, each on the `replicas` nodes with
+    the highest score among those holding fewer than cap = ceil(max_load *
+    C * R / n) so far, topped up past the cap when fewer have room. Returns
+    [[node index]] per partition and cap."""
+    c, n = scores.shape
+    cap = math.ceil(max_load * c * replicas / n)
+    load = np.zeros(n, dtype=np.int64)
+    out = []
+    for p in range(c):
+        order = np.argsort(-scores[p], kind="stable")
+        picked = order[load[order] < cap][:replicas].tolist()
+        if len(picked) < replicas:
+            picked += [int(i) for i in order if int(i) not in picked][:replicas - len(picked)]
+        load[picked] += 1
+        out.append(picked)
+    return out, cap
+
+
 def build_holders(a):
-    """partition -> its --replicas holders, highest rendezvous score first:
-    each partition on R distinct nodes drawn at random (top-R rendezvous
-    over 1,024 nodes, as `nearprep placement` does it, is the same
-    distribution but 1,024 sha256 per partition), ordered by the clients'
-    rendezvous_score, so choose() serves it from the first live one."""
+    """partition -> its --replicas holders, highest rendezvous score first,
+    and the partitions per node max/mean. --placement rendezvous: each
+    partition on R distinct nodes drawn at random (top-R rendezvous over
+    1,024 nodes, as `nearprep placement` does it, is the same distribution
+    but 1,024 sha256 per partition); bounded: bounded_placement() over a
+    random score matrix. Holders are ordered by the clients'
+    rendezvous_score (choose() sorts by it again)."""
     rng = np.random.default_rng(a.seed)
+    c = a.nodes * a.partitions_per_node
+    if a.placement == "bounded":
+        picked_all, _ = bounded_placement(rng.random((c, a.nodes)), a.replicas, a.max_load)
+    else:
+        picked_all = [rng.choice(a.nodes, a.replicas, replace=False) for _ in range(c)]
     holders = []
-    for p in range(a.nodes * a.partitions_per_node):
-        picked = [node_name(int(i)) for i in rng.choice(a.nodes, a.replicas, replace=False)]
+    held = np.zeros(a.nodes, dtype=np.int64)
+    for p, idx in enumerate(picked_all):
+        held[np.asarray(idx, dtype=np.int64)] += 1
+        picked = [node_name(int(i)) for i in idx]
         holders.append(sorted(picked, key=lambda n: (rendezvous_score(n, p), n), reverse=True))
-    return holders
+    return holders, held.max() / held.mean()
 
 
 def make_plan(a, version, g_total, t_slice):
@@ -358,12 +409,13 @@ def make_plan(a, version, g_total, t_slice):
     return fgp.GlobalPlan(starts, params)
 
 
-def node_index(holders, dead, c):
-    """partition -> index of the node serving it (dead: node names)."""
+def node_index(holders, dead, c, spread_key=None):
+    """partition -> index of the node serving it (dead: node names;
+    spread_key: the global batch under --routing spread, else None)."""
     out = np.empty(c, dtype=np.int64)
     for p in range(c):
         live = [h for h in holders[p] if h not in dead]
-        out[p] = int(live[0][4:]) if live else -1
+        out[p] = int(choose(p, live, spread_key)[4:]) if live else -1
     return out
 
 
@@ -388,7 +440,7 @@ def background(a, plan, holders, g_total, trainers_at, kill_time, dead_names, st
         # Batches issued after the kill see the dead nodes (the background
         # trainers' view; sampled trainers discover them by failing).
         dead = dead_names if (kill_time is not None and g * step >= kill_time) else set()
-        owner = node_index(holders, dead, c)
+        owner = node_index(holders, dead, c, g if a.routing == "spread" else None)
         b = min(a.bg_sample, t)
         ranks_bg = sorted({(i * t) // b + (t // b) // 2 for i in range(b)})
         t0 = time.process_time()
@@ -453,17 +505,27 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     sim.run(sampled, bg)
     sim_cpu = time.process_time() - t0
     npb = np.concatenate(nodes_per)
-    work = np.array([n.work for n in sim.nodes.values() if not n.dead] or [0.0])
+    alive = [n for n in sim.nodes.values() if not n.dead]
+    work = np.array([n.work for n in alive] or [0.0])
+    per_batch = []
+    for g in range(nb):
+        wg = np.array([n.work_by_batch.get(g, 0.0) for n in alive] or [0.0])
+        if wg.mean() > 0:
+            per_batch.append(wg.max() / wg.mean())
     # Node load over nodes alive to the end (the dead ones served less).
     lat = np.array(sim.latencies) * 1000
     s = sim.stats
     return {
         "scenario": name, "v": version,
         "hedge": "off" if hedge is None else ("pooled" if hedge[1] else "per node"),
+        "placement": (a.placement if a.placement == "rendezvous"
+                      else f"bounded {a.max_load:g}"),
+        "routing": a.routing,
         "nodes/batch": f"{npb.mean():.1f} / {npb.max()}",
         "samples/req": f"{spr_samples / spr_req:.1f}",
         "req/s/node": f"{spr_req / nb / a.nodes / step:.0f}",
         "load max/mean": f"{work.max() / work.mean():.2f}",
+        "batch load max/mean": f"{np.mean(per_batch):.2f}" if per_batch else "-",
         "p50 ms": f"{np.percentile(lat, 50):.1f}", "p99 ms": f"{np.percentile(lat, 99):.1f}",
         "exactly once": ("yes" if s["missed"] == 0 and s["foreign"] == 0
                          and len(lat) == len(sampled) * nb else "NO"),
@@ -474,15 +536,16 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     }
 
 
-COLUMNS = ["scenario", "v", "hedge", "nodes/batch", "samples/req", "req/s/node",
-           "load max/mean", "p50 ms", "p99 ms", "exactly once", "missed", "dups dropped",
+COLUMNS = ["scenario", "v", "hedge", "placement", "routing", "nodes/batch", "samples/req",
+           "req/s/node", "load max/mean", "batch load max/mean", "p50 ms", "p99 ms", "exactly once", "missed", "dups dropped",
            "hedges", "failovers", "plan us/pos"]
 
 
 def print_table(rows, out=None):
     out = out or sys.stdout
     out.write("| " + " | ".join(COLUMNS) + " |\n")
-    out.write("|" + "|".join("---:" if c not in ("scenario", "hedge", "exactly once") else "---"
+    out.write("|" + "|".join("---:" if c not in ("scenario", "hedge", "placement", "routing",
+                                                 "exactly once") else "---"
                              for c in COLUMNS) + "|\n")
     for r in rows:
         out.write("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |\n")
@@ -530,19 +593,32 @@ def main(argv=None):
     ap.add_argument("--kill-fraction", type=float, default=0.10)
     ap.add_argument("--rack", type=int, default=32)
     ap.add_argument("--scenario", default="all", help=",".join(SCENARIOS) + " or all")
+    ap.add_argument("--placement", choices=["rendezvous", "bounded"], default="rendezvous",
+                    help="rendezvous: top-R score; bounded: `nearprep placement --max-load`")
+    ap.add_argument("--max-load", type=float, default=1.0,
+                    help="bounded placement: a node holds at most ceil(F * C * R / n)")
+    ap.add_argument("--routing", choices=["first", "spread"], default="first",
+                    help="the clients' replica_routing (nearprep.fleet.choose)")
+    ap.add_argument("--hedging", choices=["both", "off", "on"], default="both",
+                    help="rows without hedging, with (per node), or both")
     ap.add_argument("--versions", default="1,2")
     a = ap.parse_args(argv)
+    if a.max_load < 1.0:
+        ap.error(f"--max-load: must be >= 1, got {a.max_load:g}")
     names = SCENARIOS if a.scenario == "all" else a.scenario.split(",")
     versions = [int(v) for v in a.versions.split(",")]
     wall0 = time.time()
-    holders = build_holders(a)
+    _BACKGROUND.clear()  # keyed by plan, not by placement or routing
+    holders, held = build_holders(a)
     rng = random.Random(a.seed)
     mid = a.batches / 2.0 - 0.5  # killed halfway through the simulated batches
     print(f"# {a.nodes} nodes x {a.trainers} trainers, G/T = {a.local_batch}, "
           f"{a.partitions_per_node} partition(s)/node of {a.samples_per_partition} samples, "
           f"{a.replicas} replicas, {a.batches} global batches simulated, {a.sampled} trainers "
           f"sampled; node: {a.cores} cores, {a.per_request * 1e6:.0f} us/request + "
-          f"{a.per_sample * 1e6:.0f} us/sample, load {a.load}", flush=True)
+          f"{a.per_sample * 1e6:.0f} us/sample, load {a.load}; placement {a.placement}"
+          + (f" --max-load {a.max_load:g}" if a.placement == "bounded" else "")
+          + f" (partitions held max/mean {held:.2f}), routing {a.routing}", flush=True)
     all_rows = []
     plans = {}
     for name in names:
@@ -571,7 +647,9 @@ def main(argv=None):
             if key not in plans:
                 plans[key] = make_plan(a, v, g_total, g_total // t_before)
             plan = plans[key]
-            modes = [None, (a.hedge, False)] + ([(a.hedge, True)] if a.pooled else [])
+            modes = (([None] if a.hedging != "on" else [])
+                     + ([(a.hedge, False)] if a.hedging != "off" else [])
+                     + ([(a.hedge, True)] if a.pooled else []))
             for hedge in modes:
                 r = scenario(a, name, v, plan, holders, g_total, trainers_at, slow, mid,
                              kill_idx, hedge)

@@ -58,6 +58,7 @@ class FleetReadCommand final : public Command {
   int probe_interval_ms_ = 500;
   double hedge_ = 0, hedge_min_s_ = 0.05, verify_fraction_ = 0;
   int hedge_samples_ = 10;
+  std::string replica_routing_ = "first";
   RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
 };
 
@@ -139,6 +140,11 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
                   "compared; a mismatch is settled by a third, the minority node marked dead")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  app->add_option("--replica-routing", replica_routing_,
+                  "which live holder serves a partition: first (the highest rendezvous "
+                  "score) or spread (rotated by global batch over the live holders, so "
+                  "every replica serves; the data is the same)")
+      ->capture_default_str();
   app->add_option("--response-batch", response_batch_,
                   "samples per response message (0: one message per node request)")
       ->check(CLI::Range(0, 1 << 20))
@@ -218,6 +224,12 @@ int FleetReadCommand::Run() {
   o.hedge_min = std::chrono::milliseconds(std::llround(hedge_min_s_ * 1000));
   o.hedge_samples = hedge_samples_;
   o.verify_fraction = verify_fraction_;
+  absl::StatusOr<FleetReplicaRouting> routing = ParseFleetReplicaRouting(replica_routing_);
+  if (!routing.ok()) {
+    return FleetFail("--replica-routing: must be first or spread, got '" + replica_routing_ +
+                     "'");
+  }
+  o.replica_routing = *routing;
   // TLS files and the bearer token ($NEARPREP_TOKEN_FILE / $NEARPREP_TOKEN
   // or --token-file), sent to every node alike.
   o.credentials = request_.tls.ToClientOptions("");

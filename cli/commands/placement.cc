@@ -1,9 +1,11 @@
 // `nearprep placement --manifest M --nodes a,b,c --replicas R --version V
-// [--previous OLD] --out FILE` writes a placement (server/fleet/placement.h):
-// each partition on the R nodes with the highest rendezvous score; with
-// --previous, checks that V is greater and prints what each node gains and
-// loses. `nearprep placement --manifest M --placement FILE --shards-for NODE`
+// [--max-load F] [--previous OLD] --out FILE` writes a placement
+// (server/fleet/placement.h): each partition on the R nodes with the highest
+// rendezvous score (with --max-load F >= 1: among the nodes holding fewer
+// than ceil(F * C * R / n)); with --previous, checks that V is greater and
+// prints what each node gains and loses. `nearprep placement --manifest M --placement FILE --shards-for NODE`
 // prints the shard names NODE must hold, one per line.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands/command.h"
 #include "cli/fleet_cli.h"
@@ -40,6 +43,10 @@ class PlacementCommand final : public Command {
     app->add_option("--replicas", replicas_, "replicas R per partition (compute)");
     app->add_option("--version", version_,
                     "placement version (>= 1, greater than --previous's) (compute)");
+    max_load_opt_ = app->add_option(
+        "--max-load", max_load_,
+        "bounded load: no node holds more than ceil(F * C * R / n) partitions where "
+        "possible (F >= 1; default: pure rendezvous) (compute)");
     app->add_option("--previous", previous_,
                     "the placement in use: checks the version, prints what moves");
     app->add_option("--out", out_, "placement file to write (compute)");
@@ -54,14 +61,17 @@ class PlacementCommand final : public Command {
   std::string manifest_, nodes_, previous_, out_, shards_for_, placement_;
   uint32_t replicas_ = 0;
   uint64_t version_ = 0;
+  double max_load_ = 0.0;
+  CLI::Option* max_load_opt_ = nullptr;
 };
 
 int PlacementCommand::Run() {
   absl::StatusOr<fleet::Manifest> m =
       LoadFor<fleet::Manifest>("--manifest", manifest_, fleet::ParseManifest);
   if (!m.ok()) return FleetFail(std::string(m.status().message()));
+  const bool bounded = max_load_opt_ != nullptr && max_load_opt_->count() > 0;
   const bool compute = !nodes_.empty() || !out_.empty() || replicas_ != 0 ||
-                       version_ != 0 || !previous_.empty();
+                       version_ != 0 || !previous_.empty() || bounded;
   const bool shards = !shards_for_.empty() || !placement_.empty();
   if (compute == shards) {
     return FleetFail("give either --nodes --replicas --version --out [--previous] (compute a "
@@ -88,15 +98,28 @@ int PlacementCommand::Run() {
   if (replicas_ == 0) return FleetFail("--replicas: required (R >= 1)");
   if (version_ == 0) return FleetFail("--version: required (>= 1, greater than --previous's)");
   if (out_.empty()) return FleetFail("--out: required");
+  if (bounded && !(max_load_ >= 1.0)) {
+    return FleetFail("--max-load: F = " + absl::StrCat(max_load_) +
+                     " must be >= 1 (a node holds at most ceil(F * C * R / n) partitions)");
+  }
   const std::vector<std::string> nodes = absl::StrSplit(nodes_, ',');
   if (replicas_ > nodes.size()) {
     return FleetFail("--replicas: R = " + std::to_string(replicas_) + " is more than the " +
                 std::to_string(nodes.size()) + " nodes of --nodes");
   }
   absl::StatusOr<fleet::Placement> p = fleet::ComputePlacement(
-      m->hash, m->num_partitions, nodes, replicas_, version_);
+      m->hash, m->num_partitions, nodes, replicas_, version_, bounded ? max_load_ : 0.0);
   if (!p.ok()) return FleetFail("--" + std::string(p.status().message()));
   std::string moves;
+  if (bounded) {
+    size_t most = 0;
+    for (const auto& [name, parts] : p->nodes) most = std::max(most, parts.size());
+    moves += "bounded load: cap " +
+             std::to_string(fleet::PlacementCap(max_load_, p->num_partitions, p->replicas,
+                                                p->nodes.size())) +
+             " partitions per node (--max-load " + absl::StrCat(max_load_) +
+             "), most held " + std::to_string(most) + "\n";
+  }
   if (!previous_.empty()) {
     absl::StatusOr<fleet::Placement> prev =
         LoadFor<fleet::Placement>("--previous", previous_, fleet::ParsePlacement);

@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -55,10 +56,20 @@ uint64_t RendezvousScore(absl::string_view node, uint32_t partition) {
   return v;
 }
 
+uint64_t PlacementCap(double max_load, uint32_t num_partitions, uint32_t replicas,
+                      size_t num_nodes) {
+  const double cap = std::ceil(max_load * static_cast<double>(num_partitions) *
+                               static_cast<double>(replicas) / static_cast<double>(num_nodes));
+  // More than C never binds (a node holds each partition at most once).
+  return cap >= static_cast<double>(num_partitions) ? num_partitions
+                                                      : static_cast<uint64_t>(cap);
+}
+
 absl::StatusOr<Placement> ComputePlacement(absl::string_view manifest_hash,
                                            uint32_t num_partitions,
                                            const std::vector<std::string>& nodes,
-                                           uint32_t replicas, uint64_t version) {
+                                           uint32_t replicas, uint64_t version,
+                                           double max_load) {
   if (!GoodHash(manifest_hash)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "manifest hash: expected 64 lower-case hex digits, got '", manifest_hash, "'"));
@@ -84,6 +95,11 @@ absl::StatusOr<Placement> ComputePlacement(absl::string_view manifest_hash,
         "] (the number of nodes)"));
   }
   if (version == 0) return absl::InvalidArgumentError("version: must be >= 1");
+  if (max_load != 0.0 && !(max_load >= 1.0 && std::isfinite(max_load))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max-load: F = ", max_load, " must be >= 1 (a node holds at most ceil(F * C * R / n) "
+        "partitions; F = 1 is the tightest)"));
+  }
   Placement p;
   p.version = version;
   p.manifest_hash = std::string(manifest_hash);
@@ -91,16 +107,45 @@ absl::StatusOr<Placement> ComputePlacement(absl::string_view manifest_hash,
   p.replicas = replicas;
   for (const std::string& n : nodes) p.nodes[n];
   std::vector<std::pair<uint64_t, const std::string*>> ranked(nodes.size());
+  // Highest (score, name) first: the clients' tie-break.
+  const auto higher = [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    return *a.second > *b.second;
+  };
+  if (max_load != 0.0) {
+    // Bounded load: walk each partition's ranking, taking nodes with room.
+    const uint64_t cap = PlacementCap(max_load, num_partitions, replicas, nodes.size());
+    std::vector<uint64_t> load(nodes.size(), 0);  // by index in `nodes`
+    std::vector<const std::string*> chosen;
+    for (uint32_t part = 0; part < num_partitions; ++part) {
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        ranked[i] = {RendezvousScore(nodes[i], part), &nodes[i]};
+      }
+      std::sort(ranked.begin(), ranked.end(), higher);
+      chosen.clear();
+      for (const auto& [score, name] : ranked) {
+        if (chosen.size() == replicas) break;
+        if (load[name - nodes.data()] < cap) chosen.push_back(name);
+      }
+      for (const auto& [score, name] : ranked) {  // fewer than R with room
+        if (chosen.size() == replicas) break;
+        if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) {
+          chosen.push_back(name);
+        }
+      }
+      for (const std::string* name : chosen) {
+        ++load[name - nodes.data()];
+        p.nodes[*name].push_back(part);
+      }
+    }
+    p.hash = Sha256Hex(SerializePlacement(p));
+    return p;
+  }
   for (uint32_t part = 0; part < num_partitions; ++part) {
     for (size_t i = 0; i < nodes.size(); ++i) {
       ranked[i] = {RendezvousScore(nodes[i], part), &nodes[i]};
     }
-    // Highest (score, name) first: the clients' tie-break.
-    std::partial_sort(ranked.begin(), ranked.begin() + replicas, ranked.end(),
-                      [](const auto& a, const auto& b) {
-                        if (a.first != b.first) return a.first > b.first;
-                        return *a.second > *b.second;
-                      });
+    std::partial_sort(ranked.begin(), ranked.begin() + replicas, ranked.end(), higher);
     for (uint32_t r = 0; r < replicas; ++r) p.nodes[*ranked[r].second].push_back(part);
   }
   p.hash = Sha256Hex(SerializePlacement(p));

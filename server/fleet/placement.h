@@ -22,7 +22,16 @@
 // ComputePlacement puts each partition on the R nodes with the highest
 // rendezvous score RendezvousScore(node, p) (the score the fleet clients use
 // to pick a live replica), so adding a node moves only the partitions it
-// gains and removing one moves only those it held.
+// gains and removing one moves only those it held. With a max_load F >= 1
+// (bounded-load rendezvous, `nearprep placement --max-load F`) no node holds
+// more than cap = ceil(F * C * R / n) partitions where that is possible:
+// partitions 0..C-1 in order, each on the R nodes with the highest (score,
+// name) among those holding fewer than cap so far; when fewer than R have
+// room, the rest are the highest (score, name) nodes not yet chosen for it,
+// past the cap. That never happens when cap * (n - R) >= (C - 1) * R (e.g.
+// any F > 1 at C = 16,384, R = 3, n = 1,024: cap >= 49; at F = 1, cap 48,
+// it can). Adding or removing a node then
+// moves more partitions than pure rendezvous (docs/operations.md).
 //
 // Thread-safety: pure functions and plain values.
 #ifndef NEARPREP_SERVER_FLEET_PLACEMENT_H_
@@ -61,13 +70,21 @@ uint64_t RendezvousScore(absl::string_view node, uint32_t partition);
 
 // The placement of `num_partitions` partitions of manifest `manifest_hash`
 // over `nodes` (any order), `replicas` per partition: the nodes with the
-// highest (score, name). INVALID_ARGUMENT naming the parameter for no
-// nodes, a duplicate or malformed node name (empty, whitespace, ','),
-// replicas 0 or more than the nodes, version 0, or a malformed hash.
+// highest (score, name); max_load 0: pure rendezvous, F >= 1: bounded load
+// (above). INVALID_ARGUMENT naming the parameter for no nodes, a duplicate
+// or malformed node name (empty, whitespace, ','), replicas 0 or more than
+// the nodes, version 0, a malformed hash, or a max_load neither 0 nor >= 1.
 absl::StatusOr<Placement> ComputePlacement(absl::string_view manifest_hash,
                                            uint32_t num_partitions,
                                            const std::vector<std::string>& nodes,
-                                           uint32_t replicas, uint64_t version);
+                                           uint32_t replicas, uint64_t version,
+                                           double max_load = 0.0);
+
+// The bounded-load cap: ceil(max_load * C * R / n), evaluated in IEEE
+// double in that order (the simulator, bench/fleet/simulate.py, computes
+// it the same way).
+uint64_t PlacementCap(double max_load, uint32_t num_partitions, uint32_t replicas,
+                      size_t num_nodes);
 
 // The text form above.
 std::string SerializePlacement(const Placement& p);

@@ -1028,8 +1028,111 @@ def test_torch_state_past_the_epochs_end_is_refused(tfrecord_fleet):
     assert ds.state_dict()["next_batch"] == nb - 1
 
 
-def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
-    """The C++ FleetClient (`nearprep fleet-read`, one trainer) while a node
+def routed_samples(daemons, m, epoch, routing, oracle):
+    """{target: decodable samples it serves in `epoch`} when one trainer
+    reads the whole epoch with `routing`: the clients' choose() (spread: by
+    global batch) over every partition's holders, from the plan."""
+    plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+        seed=SEED, epoch=epoch, block_samples=BLOCK, window=WINDOW, global_batch=G))
+    holders = {p: [daemons[n].target for n, ps in PLACEMENT.items() if p in ps]
+               for p in range(C)}
+    out = {d.target: 0 for d in daemons.values()}
+    for pos in range(m.num_samples):
+        part = plan.at(pos)[1]
+        t = choose(part, holders[part], pos // G if routing == "spread" else None)
+        out[t] += not oracle[pos][1].startswith("error:")
+    return out
+
+
+def samples_sent(daemons):
+    return {d.target: metrics_value(d, "nearprep_samples_sent_total", {"dataset": "ds"})
+            for d in daemons.values()}
+
+
+@pytest.mark.parametrize("client", ["python", "cpp"])
+def test_replica_routing_spread_every_node_serves(tfrecord_fleet, client):
+    """replica_routing "spread" (Python) / --replica-routing spread (C++):
+    one trainer's epoch is byte for byte the oracle's, every node serves,
+    and each node's nearprep_samples_sent_total grows by exactly what
+    choose() routes to it, under "first" and "spread" alike (so both
+    clients pick the Python function's nodes). Hedging off: a hedge would
+    send samples to a second node."""
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    oracle = oracle_for(oracle_d, manifest, m, 1)
+    targets = [d.target for d in daemons.values()]
+    served = {}
+    for routing in ("first", "spread"):
+        before = samples_sent(daemons)
+        if client == "python":
+            with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
+                             window=WINDOW, global_batch=G, replica_routing=routing,
+                             hedge=None, rpc_timeout=20.0, **REQ) as fc:
+                got = {p: (sid, v if isinstance(v, str) else hashlib.sha256(v).hexdigest())
+                       for p, (sid, v) in epoch_arrays(fc, 1).items()}
+                assert fc.stats["failovers"] == 0
+        else:
+            out = run("fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
+                      "--seed", str(SEED), "--block", str(BLOCK), "--window", str(WINDOW),
+                      "--global-batch", str(G), "--epoch", "1", "--height", "24",
+                      "--width", "24", "--crop", "random_resized", "--flip", "0.5",
+                      "--dtype", "uint8", "--replica-routing", routing, "--hedge", "0")
+            got = {}
+            for line in out.split("\n")[:-1]:
+                e, p, sid, h = line.split()
+                assert int(p) not in got
+                got[int(p)] = (int(sid), h)
+        assert sorted(got) == list(range(m.num_samples))
+        bad = [p for p in range(m.num_samples) if got[p] != oracle[p]]
+        assert not bad, (routing, [(p, got[p], oracle[p]) for p in bad[:3]])
+        after = samples_sent(daemons)
+        served[routing] = {t: after[t] - before[t] for t in targets}
+        assert served[routing] == routed_samples(daemons, m, 1, routing, oracle), routing
+    assert all(n > 0 for n in served["spread"].values()), served
+    if client == "cpp":
+        p = subprocess.run([CLI, "fleet-read", "--targets", ",".join(targets), "--manifest",
+                            manifest, "--replica-routing", "round-robin"],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and "--replica-routing: must be first or spread" in p.stderr
+    else:
+        with pytest.raises(ValueError, match="replica_routing: must be one of first, spread"):
+            FleetClient(targets, "ds", manifest=manifest, replica_routing="round-robin")
+
+
+def test_replica_routing_spread_survives_a_kill(tfrecord_fleet):
+    """With replica_routing "spread", a node SIGKILLed after the first
+    global batch: the rest of the epoch comes from the other replicas,
+    every position once with the oracle's bytes."""
+    _, m, manifest, daemons, oracle_d = tfrecord_fleet
+    revive(daemons)
+    oracle = oracle_for(oracle_d, manifest, m, 2)
+    got = {}
+    with FleetClient([d.target for d in daemons.values()], "ds", manifest=manifest, seed=SEED,
+                     block_samples=BLOCK, window=WINDOW, global_batch=G,
+                     replica_routing="spread", rpc_timeout=20.0, probe_interval=0.2,
+                     **REQ) as fc:
+        for fb in fc.epoch(2):
+            for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
+                assert p not in got
+                got[p] = (sid, hashlib.sha256(
+                    np.ascontiguousarray(fb.images[i]).tobytes()).hexdigest())
+            for e in fb.errors:
+                assert e.position not in got
+                got[e.position] = (e.sample_id, f"error:{e.code}")
+            if fb.batch == 0:
+                daemons["a"].kill()
+        stats = dict(fc.stats)
+    revive(daemons)
+    assert sorted(got) == list(range(m.num_samples))
+    bad = [p for p in range(m.num_samples) if got[p] != oracle[p]]
+    assert not bad, [(p, got[p], oracle[p]) for p in bad[:3]]
+    assert stats["failovers"] >= 1, stats
+
+
+@pytest.mark.parametrize("routing", ["first", "spread"])
+def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory, routing):
+    """The C++ FleetClient (`nearprep fleet-read`, one trainer, with
+    --replica-routing first and spread) while a node
     is SIGKILLed mid-read: the rest of the epoch comes from the other
     replicas, every position exactly once, in order, with the oracle's sample
     and bytes, and the client reports at least one failover.
@@ -1053,7 +1156,8 @@ def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
         load = {}
         for pos in range(last * G, m.num_samples):
             part = plan.at(pos)[1]
-            node = choose(part, [daemons[n].target for n, ps in PLACEMENT.items() if part in ps])
+            node = choose(part, [daemons[n].target for n, ps in PLACEMENT.items() if part in ps],
+                          last if routing == "spread" else None)
             load[node] = load.get(node, 0) + 1
         victim = next(d for d in daemons.values() if d.target == max(load, key=load.get))
         # The reader writes batch g's lines before it asks for batch g + 2
@@ -1070,7 +1174,8 @@ def test_cpp_fleet_client_fails_over_mid_read(tmp_path_factory):
             [CLI, "fleet-read", "--targets", targets, "--manifest", manifest, "--seed", str(SEED),
              "--block", str(BLOCK), "--window", str(WINDOW), "--global-batch", str(G),
              "--trainers", "1", "--trainer", "0", "--epoch", "0", "--height", "24",
-             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8"],
+             "--width", "24", "--crop", "random_resized", "--flip", "0.5", "--dtype", "uint8",
+             "--replica-routing", routing],
             stdout=w_fd, stderr=subprocess.PIPE, text=True)
         os.close(w_fd)
         w_fd = None

@@ -113,6 +113,8 @@ def test_cli_errors_name_the_flag(fleet):
          "--shards-for: node 'zz' is not in the placement (nodes: a, b, c)"),
         (["--nodes", "a,a", "--replicas", "1", "--version", "1", "--out", out],
          "--nodes: 'a' is listed twice"),
+        (["--nodes", "a,b", "--replicas", "1", "--version", "1", "--max-load", "0.9",
+          "--out", out], "--max-load: F = 0.9 must be >= 1"),
     ]
     for args, want in cases:
         p = run("placement", "--manifest", man, *args, check=False)
@@ -125,6 +127,34 @@ def test_cli_errors_name_the_flag(fleet):
     p = run("placement", "--manifest", other, "--placement", p1, "--shards-for", "a",
             check=False)
     assert p.returncode != 0 and "--placement: " + p1 + " is for manifest" in p.stderr, p.stderr
+
+
+def test_bounded_load_placement(fleet):
+    """--max-load: every partition still on R distinct nodes, no node past
+    the cap it prints, a document the parser (--previous, --shards-for)
+    accepts; a large F writes pure rendezvous' exact bytes."""
+    man, tmp = fleet["manifest"], fleet["tmp"]
+    nodes = [f"n{i}" for i in range(5)]
+    pure, tight, big = (str(tmp / f"{n}.placement") for n in ("pure", "tight", "big"))
+    run("placement", "--manifest", man, "--nodes", ",".join(nodes), "--replicas", "2",
+        "--version", "1", "--out", pure)
+    out = run("placement", "--manifest", man, "--nodes", ",".join(nodes), "--replicas", "2",
+              "--version", "2", "--max-load", "1.5", "--previous", pure, "--out", tight).stdout
+    # cap = ceil(1.5 * 6 * 2 / 5) = 4; 4 * (5 - 2) >= (6 - 1) * 2: never past it.
+    assert "bounded load: cap 4 partitions per node (--max-load 1.5)" in out, out
+    assert "partition copies to make:" in out, out
+    held = {}
+    for line in open(tight).read().splitlines():
+        if line.startswith("node "):
+            _, name, parts = line.split(" ")
+            held[name] = [int(x) for x in parts.split(",")] if parts != "-" else []
+    assert sorted(sum(held.values(), [])) == sorted(list(range(C)) * 2)
+    assert max(len(v) for v in held.values()) <= 4, held
+    assert run("placement", "--manifest", man, "--placement", tight,
+               "--shards-for", "n0").returncode == 0
+    run("placement", "--manifest", man, "--nodes", ",".join(nodes), "--replicas", "2",
+        "--version", "1", "--max-load", "100", "--out", big)
+    assert open(big).read() == open(pure).read()
 
 
 def test_daemons_report_placement_and_missing_partitions(fleet):

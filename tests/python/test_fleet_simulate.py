@@ -4,16 +4,22 @@ once (also with nodes killed, a rack lost and the trainer count changed),
 plan v2 keeps a trainer batch on at most K nodes where v1 spreads it, and
 the client's pure request helpers it shares with FleetClient behave as
 FleetClient needs (one request per node, failover past the dead, hedges
-only for what is still missing)."""
+only for what is still missing). Bounded placement with spread routing
+evens the node load out where rendezvous with "first" routing does not;
+choose() picks what the C++ client's FleetChooseReplica is pinned to."""
 
+import collections
 import os
 import sys
+
+import numpy as np
 
 from nearprep import fleet_plan as fp
 from nearprep.fleet import group_by_node, hedge_after, missing_by_part, slice_items
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fleet"))
 import simulate  # noqa: E402
+from nearprep.fleet import choose  # noqa: E402
 
 TINY = ["--nodes", "32", "--trainers", "32", "--trainers-after", "16", "--local-batch", "32",
         "--sampled", "8", "--partitions-per-node", "2", "--samples-per-partition", "64",
@@ -64,3 +70,77 @@ def test_request_helpers():
     miss = missing_by_part([(1, 10), (2, 20), (3, 30)], lambda pos: pos == 1,
                            lambda sid: sid == 30, wanted)
     assert miss == {1: [(2, 20)]}
+
+
+def test_bounded_placement_and_spread_routing_balance_the_nodes():
+    """At a small shape (every trainer's slices computed: --bg-sample =
+    --trainers), bounded placement + spread routing gives a lower node load
+    max/mean than rendezvous + first, and stays exactly once."""
+    shape = ["--nodes", "64", "--trainers", "64", "--local-batch", "32", "--sampled", "8",
+             "--partitions-per-node", "8", "--samples-per-partition", "64", "--batches", "4",
+             "--bg-sample", "64", "--bg-chunks", "4", "--scenario", "base", "--hedging", "off"]
+    load = {}
+    for placement, routing in (("rendezvous", "first"), ("bounded", "spread")):
+        rows = simulate.main(shape + ["--placement", placement, "--routing", routing])
+        assert len(rows) == 2
+        for r in rows:
+            assert r["exactly once"] == "yes" and r["hedge"] == "off", r
+            assert r["routing"] == routing, r
+            load[placement, routing, r["v"]] = float(r["load max/mean"])
+    for v in (1, 2):
+        assert load["bounded", "spread", v] < load["rendezvous", "first", v] - 0.2, load
+    # bounded_placement alone: cap = ceil(1.1 * 100 * 2 / 40) = 6, and
+    # 6 * (40 - 2) >= (100 - 1) * 2, so no node holds more than 6 (mean 5).
+    picks, cap = simulate.bounded_placement(np.random.default_rng(0).random((100, 40)), 2, 1.1)
+    assert cap == 6 and all(len(set(p)) == 2 for p in picks)
+    held = collections.Counter(i for p in picks for i in p)
+    assert max(held.values()) <= 6 and sum(held.values()) == 200
+    free = collections.Counter(i for p in np.random.default_rng(0).random((100, 40)).argsort(1)
+                               [:, -2:] for i in p)
+    assert max(free.values()) > 6  # pure top-2 of the same scores exceeds it
+
+
+# choose(partition, holders, g) for holders ALL5 and its first 3 / last 2
+# (g None: routing "first"); tests/unit/fleet/fleet_routing_test.cc pins the
+# C++ FleetChooseReplica to the same table.
+ALL5 = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "node-a", "node-b"]
+PICKS = [
+    (0, None, 'node-a', '127.0.0.1:7002', 'node-a'),
+    (0, 0, 'node-a', '127.0.0.1:7002', 'node-a'),
+    (0, 1, '127.0.0.1:7002', '127.0.0.1:7001', 'node-b'),
+    (0, 2, '127.0.0.1:7001', '127.0.0.1:7003', 'node-a'),
+    (0, 3, 'node-b', '127.0.0.1:7002', 'node-b'),
+    (0, 7, '127.0.0.1:7001', '127.0.0.1:7001', 'node-b'),
+    (1, None, '127.0.0.1:7003', '127.0.0.1:7003', 'node-a'),
+    (1, 0, 'node-a', '127.0.0.1:7001', 'node-b'),
+    (1, 1, '127.0.0.1:7001', '127.0.0.1:7002', 'node-a'),
+    (1, 2, '127.0.0.1:7002', '127.0.0.1:7003', 'node-b'),
+    (1, 3, 'node-b', '127.0.0.1:7001', 'node-a'),
+    (1, 7, '127.0.0.1:7002', '127.0.0.1:7002', 'node-a'),
+    (5, None, 'node-b', '127.0.0.1:7002', 'node-b'),
+    (5, 0, 'node-b', '127.0.0.1:7001', 'node-a'),
+    (5, 1, '127.0.0.1:7002', '127.0.0.1:7002', 'node-b'),
+    (5, 2, '127.0.0.1:7003', '127.0.0.1:7003', 'node-a'),
+    (5, 3, 'node-a', '127.0.0.1:7001', 'node-b'),
+    (5, 7, '127.0.0.1:7003', '127.0.0.1:7002', 'node-b'),
+    (17, None, 'node-b', '127.0.0.1:7003', 'node-b'),
+    (17, 0, 'node-a', '127.0.0.1:7001', 'node-a'),
+    (17, 1, '127.0.0.1:7002', '127.0.0.1:7003', 'node-b'),
+    (17, 2, '127.0.0.1:7001', '127.0.0.1:7002', 'node-a'),
+    (17, 3, 'node-b', '127.0.0.1:7001', 'node-b'),
+    (17, 7, '127.0.0.1:7001', '127.0.0.1:7003', 'node-b'),
+]
+
+
+def test_choose_first_and_spread():
+    for p, g, all5, first3, last2 in PICKS:
+        assert choose(p, ALL5, g) == all5
+        assert choose(p, list(reversed(ALL5)), g) == all5
+        assert choose(p, ALL5[:3], g) == first3
+        assert choose(p, ALL5[3:], g) == last2
+    assert choose(3, [], 5) is None
+    # Spread visits every holder in turn; index 0 is "first"'s pick.
+    for p in range(20):
+        seen = [choose(p, ALL5[:3], g) for g in range(6)]
+        assert set(seen) == set(ALL5[:3]) and seen[:3] == seen[3:]
+        assert choose(p, ALL5[:3], (3 - p % 3) % 3) == choose(p, ALL5[:3])

@@ -234,6 +234,34 @@ FleetAction FleetStatusAction(absl::StatusCode code) {
   }
 }
 
+absl::StatusOr<FleetReplicaRouting> ParseFleetReplicaRouting(absl::string_view name) {
+  if (name == "first") return FleetReplicaRouting::kFirst;
+  if (name == "spread") return FleetReplicaRouting::kSpread;
+  return absl::InvalidArgumentError(
+      absl::StrCat("replica routing: must be first or spread, got '", name, "'"));
+}
+
+int FleetChooseReplica(uint32_t partition, const std::vector<absl::string_view>& live_holders,
+                       FleetReplicaRouting routing, uint64_t g) {
+  if (live_holders.empty()) return -1;
+  std::vector<std::pair<uint64_t, int>> ranked;
+  ranked.reserve(live_holders.size());
+  for (size_t i = 0; i < live_holders.size(); ++i) {
+    ranked.emplace_back(fleet::RendezvousScore(live_holders[i], partition), static_cast<int>(i));
+  }
+  // Highest (score, name) first.
+  const auto higher = [&](const std::pair<uint64_t, int>& a, const std::pair<uint64_t, int>& b) {
+    if (a.first != b.first) return a.first > b.first;
+    return live_holders[static_cast<size_t>(a.second)] >
+           live_holders[static_cast<size_t>(b.second)];
+  };
+  if (routing == FleetReplicaRouting::kFirst) {
+    return std::min_element(ranked.begin(), ranked.end(), higher)->second;
+  }
+  std::sort(ranked.begin(), ranked.end(), higher);
+  return ranked[(g + partition) % ranked.size()].second;
+}
+
 double FleetVerifyScore(uint64_t seed, uint64_t epoch, uint64_t position) {
   const std::string key = absl::StrCat(seed, "/", epoch, "/", position);
   uint8_t digest[32];
@@ -458,22 +486,23 @@ struct FleetClient::Impl {
     StartProbes();
   }
 
-  // Live replica for partition p (highest score), or -1; the nodes in
-  // `exclude` are not chosen. Under mu.
-  int Assign(uint32_t p, const std::set<size_t>& exclude = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    int best = -1;
-    uint64_t best_score = 0;
+  // Live replica serving partition p in global batch g (FleetChooseReplica
+  // under o.replica_routing), or -1; the nodes in `exclude` are not
+  // chosen. Under mu.
+  int Assign(uint32_t p, const std::set<size_t>& exclude, uint64_t g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<size_t> index;
+    std::vector<absl::string_view> names;
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!nodes[i].alive || !nodes[i].partitions.count(p) || exclude.count(i)) continue;
-      const uint64_t s = fleet::RendezvousScore(nodes[i].target, p);
-      if (best < 0 || s > best_score ||
-          (s == best_score && nodes[i].target > nodes[static_cast<size_t>(best)].target)) {
-        best = static_cast<int>(i);
-        best_score = s;
-      }
+      index.push_back(i);
+      names.push_back(nodes[i].target);
     }
-    return best;
+    const int k = FleetChooseReplica(p, names, o.replica_routing, g);
+    return k < 0 ? -1 : static_cast<int>(index[static_cast<size_t>(k)]);
   }
+  // The global batch of a position (every request's items are in one).
+  uint64_t BatchOf(const Item& it) const { return it.position / o.plan.global_batch; }
 
   // One request to node q.node for q.items, on q's thread (Launch); a status
   // the table says to retry (FleetStatusAction) asks the node again for
@@ -732,7 +761,7 @@ struct FleetClient::Impl {
       std::set<size_t> exclude;
       if (hedge_of != nullptr) exclude.insert(hedge_of->node);
       for (const auto& [part, items] : parts) {
-        const int n = Assign(part, exclude);
+        const int n = Assign(part, exclude, items.empty() ? 0 : BatchOf(items.front()));
         if (n < 0) {
           if (orphans != nullptr) orphans->push_back(part);
           continue;
@@ -757,7 +786,7 @@ struct FleetClient::Impl {
     {
       MutexLock lock(&mu);
       for (const auto& [it, exclude] : items) {
-        const int n = Assign(it.partition, exclude);
+        const int n = Assign(it.partition, exclude, BatchOf(it));
         if (n >= 0) by_node[static_cast<size_t>(n)].push_back(it);
       }
     }

@@ -5,7 +5,9 @@
 // partition; each partition goes to the live replica with the highest
 // rendezvous score fleet::RendezvousScore(node, partition)
 // (server/fleet/placement.h, the score placements are computed with:
-// sha256(node + "/" + partition), first 8 bytes, big endian); each node gets one explicit-ids request per global batch;
+// sha256(node + "/" + partition), first 8 bytes, big endian), or with
+// replica_routing kSpread rotates over the live replicas by global batch
+// (FleetChooseReplica); each node gets one explicit-ids request per global batch;
 // failures (UNAVAILABLE, also a node that stops answering: keepalive, or
 // DEADLINE_EXCEEDED after rpc_timeout for one that is up but stuck;
 // FAILED_PRECONDITION, ...: FleetStatusAction) mark the node dead; so does
@@ -81,6 +83,21 @@
 
 namespace nearprep {
 
+// Replica routing (docs/protocol.md, "The client"): which live holder of a
+// partition serves it in a global batch.
+enum class FleetReplicaRouting { kFirst, kSpread };
+// "first" / "spread" -> the routing; INVALID_ARGUMENT otherwise.
+absl::StatusOr<FleetReplicaRouting> ParseFleetReplicaRouting(absl::string_view name);
+
+// The index in `live_holders` (distinct node names, any order) of the node
+// serving `partition` in global batch g, -1 when there is none. kFirst: the
+// highest (fleet::RendezvousScore(node, partition), name); kSpread: the
+// holders sorted by (score, name) descending, index (g + partition) mod
+// their count. The twin of the Python nearprep.fleet.choose (spread_key g);
+// tests pin the same picks.
+int FleetChooseReplica(uint32_t partition, const std::vector<absl::string_view>& live_holders,
+                       FleetReplicaRouting routing, uint64_t g);
+
 struct FleetClientOptions {
   std::vector<std::string> targets;  // host:port each
   // Instead of `targets` (leave it empty): the node set from a DNS name or a
@@ -132,6 +149,12 @@ struct FleetClientOptions {
   // In [0, 1]: the share of positions verified against a second replica
   // (header comment); 0: none.
   double verify_fraction = 0;
+  // Which live holder serves a partition (FleetChooseReplica; the Python
+  // client's replica_routing=): kFirst (the highest rendezvous score) or
+  // kSpread (rotated by global batch: every replica serves). Hedges,
+  // fail-overs and verification choose the same way among the holders
+  // they may use.
+  FleetReplicaRouting replica_routing = FleetReplicaRouting::kFirst;
   std::function<void(const std::string&)> on_event;
   // Credentials sent to every node alike: the tls_* and bearer_token*
   // fields of this are copied into each node's ClientOptions (the others

@@ -18,6 +18,10 @@ How (docs/protocol.md, "Fleet datasets"):
   score sha256(node/partition): every trainer computes the same assignment,
   no dispatcher. Each node gets one request per global batch with the ids it
   serves (StreamBatchesRequest.sample_ids), `prefetch` global batches ahead.
+  replica_routing="spread" (opt-in) rotates each partition over its live
+  holders instead: global batch g goes to the holder at index
+  (g + partition) mod their count in (score, name) order (choose()), so
+  every replica serves; the data is the same either way.
 - A node that fails (UNAVAILABLE, DEADLINE_EXCEEDED: also a node that stops
   answering without a reset, FAILED_PRECONDITION: it no longer holds the
   partition; STATUS_ACTIONS, the table in docs/protocol.md, says which codes
@@ -265,11 +269,26 @@ def _describe_diff(a, b):
     return ", ".join(what)
 
 
-def choose(partition: int, live_holders: Sequence[str]) -> Optional[str]:
-    """The replica serving `partition`: highest rendezvous score."""
+REPLICA_ROUTINGS = ("first", "spread")
+
+
+def choose(partition: int, live_holders: Sequence[str],
+           spread_key: Optional[int] = None) -> Optional[str]:
+    """The replica serving `partition` among `live_holders` (None when there
+    is none). spread_key None (replica_routing "first"): the one with the
+    highest (rendezvous_score(node, partition), node). spread_key g (a
+    global batch number, replica_routing "spread"): the holders sorted by
+    (score, node) descending, the one at index (g + partition) mod their
+    count, so consecutive global batches rotate a partition over its
+    replicas. The twin of the C++ FleetChooseReplica
+    (client/cpp/fleet/fleet_client.h); both pin the same picks."""
     if not live_holders:
         return None
-    return max(live_holders, key=lambda n: (rendezvous_score(n, partition), n))
+    if spread_key is None:
+        return max(live_holders, key=lambda n: (rendezvous_score(n, partition), n))
+    ranked = sorted(live_holders, key=lambda n: (rendezvous_score(n, partition), n),
+                    reverse=True)
+    return ranked[(spread_key + partition) % len(ranked)]
 
 
 # -- pure request building (no I/O, no clock): FleetClient calls these, and
@@ -472,6 +491,14 @@ class FleetClient:
     (those with verify_score(seed, epoch, position) below it) also fetched
     from a second replica and compared (module docstring).
 
+    replica_routing: "first" (default: each partition from its live holder
+    with the highest rendezvous score) or "spread" (global batch g of
+    partition p from the live holder at index (g + p) mod their count, in
+    (score, name) order: every replica serves, node load evens out; each
+    node's page cache then sees all the partitions it holds, not only the
+    ~1/R it is first for). Hedges, fail-overs and verification choose the
+    same way among the holders they may use. See choose().
+
     Credentials: Client's tls=, root_certificates=, private_key=,
     certificate_chain=, tls_server_name=, token=, token_file= are sent to
     every node alike (or pass a ready client=)."""
@@ -483,7 +510,7 @@ class FleetClient:
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
                  slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
                  verify_fraction=0.0, targets_dns=None, targets_file=None,
-                 membership_interval=None, **request_kw):
+                 membership_interval=None, replica_routing="first", **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
         # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
@@ -504,6 +531,12 @@ class FleetClient:
         self.probe_interval = probe_interval
         self.on_wait = on_wait or (lambda msg: None)
         self.on_event = on_event or (lambda msg: None)
+        # Replica routing (docs/protocol.md, "The client"): which live
+        # holder serves a partition in global batch g (choose()).
+        if replica_routing not in REPLICA_ROUTINGS:
+            raise ValueError(f"replica_routing: must be one of {', '.join(REPLICA_ROUTINGS)}, "
+                             f"got {replica_routing!r}")
+        self.replica_routing = replica_routing
         if max_request_ids < 1:
             raise ValueError(f"max_request_ids: must be >= 1, got {max_request_ids}")
         if response_batch is not None and response_batch < 1:
@@ -819,14 +852,16 @@ class FleetClient:
         with self._lock:
             return sorted(t for t, n in self._nodes.items() if n.alive)
 
-    def _assign(self, partition, exclude=None) -> Optional[str]:
-        """The live replica of `partition` serving it; exclude: a node (or a
-        set of nodes) not to choose."""
+    def _assign(self, partition, exclude=None, g=0) -> Optional[str]:
+        """The live replica of `partition` serving it in global batch g
+        (replica_routing; choose()); exclude: a node (or a set of nodes) not
+        to choose."""
         ex = {exclude} if isinstance(exclude, str) else set(exclude or ())
         with self._lock:
             holders = [t for t, n in self._nodes.items()
                        if n.alive and partition in n.partitions and t not in ex]
-        return choose(partition, holders)
+        return choose(partition, holders,
+                      g if self.replica_routing == "spread" else None)
 
     # -- one node request ----------------------------------------------------
 
@@ -947,7 +982,10 @@ class FleetClient:
         """Submits requests for {partition: [(pos, sid)]}; returns [_Req]
         and the partitions without a live replica. hedge_of: the _Req
         these hedge (its node is not asked)."""
-        by_node, orphans = group_by_node(items_by_part, self._assign,
+        # Every position of one request is in one global batch g = pos // G.
+        gs = {part: items[0][0] // self.global_batch for part, items in items_by_part.items()}
+        by_node, orphans = group_by_node(items_by_part,
+                                         lambda part, ex: self._assign(part, ex, gs[part]),
                                          hedge_of.target if hedge_of else None)
         out = []
         for t, items in by_node.items():
@@ -1027,7 +1065,7 @@ class FleetClient:
         (positions with no such replica are left out)."""
         by_node: Dict[str, list] = {}
         for pos, sid, exclude in items:
-            t = self._assign(want[pos][1], exclude=exclude)
+            t = self._assign(want[pos][1], exclude=exclude, g=pos // self.global_batch)
             if t is not None:
                 by_node.setdefault(t, []).append((pos, sid))
         out = []

@@ -7,6 +7,8 @@
 #include "server/fleet/placement.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -310,6 +312,134 @@ TEST(PlacementTest, ShardsForANode) {
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(wrong.status().message().find("is for manifest " + kHash), std::string::npos)
       << wrong.status();
+}
+
+
+// Bounded-load rendezvous (ComputePlacement's max_load): checks the rule by
+// replaying the placement partition by partition, not by recomputing it.
+// Returns the largest number of partitions a node holds.
+size_t CheckBounded(const Placement& p, const std::vector<std::string>& nodes, uint64_t cap) {
+  std::map<uint32_t, std::set<std::string>> holders = Holders(p);
+  std::map<std::string, uint64_t> load;
+  for (uint32_t part = 0; part < p.num_partitions; ++part) {
+    const std::set<std::string>& h = holders[part];
+    EXPECT_EQ(h.size(), p.replicas) << "partition " << part;  // R distinct nodes
+    // A node with room that outranks a holder with room must hold it: the
+    // holders with room are the top-ranked nodes with room.
+    const auto key = [&](const std::string& n) {
+      return std::make_pair(RendezvousScore(n, part), n);
+    };
+    for (const std::string& n : nodes) {
+      if (h.count(n) || load[n] >= cap) continue;
+      for (const std::string& x : h) {
+        // Past-the-cap holders only when no node with room was left out.
+        EXPECT_FALSE(load[x] >= cap) << "partition " << part << ": " << x
+                                     << " is full and " << n << " has room";
+        EXPECT_LT(key(n), key(x)) << "partition " << part << ": " << n << " has room and "
+                                  << "outranks holder " << x;
+      }
+    }
+    for (const std::string& x : h) ++load[x];
+  }
+  size_t most = 0;
+  for (const auto& [n, parts] : p.nodes) most = std::max(most, parts.size());
+  return most;
+}
+
+TEST(PlacementTest, BoundedLoadKeepsNodesUnderTheCap) {
+  const uint32_t kC = 512;
+  for (int n : {5, 16, 37}) {
+    for (uint32_t r : {1u, 2u, 3u}) {
+      for (double f : {1.0, 1.1, 1.5}) {
+        SCOPED_TRACE(std::to_string(n) + " nodes, R = " + std::to_string(r) +
+                     ", F = " + std::to_string(f));
+        const std::vector<std::string> nodes = Nodes(n);
+        absl::StatusOr<Placement> p = ComputePlacement(kHash, kC, nodes, r, 1, f);
+        ASSERT_TRUE(p.ok()) << p.status();
+        const uint64_t cap = PlacementCap(f, kC, r, n);
+        EXPECT_EQ(cap, static_cast<uint64_t>(std::ceil(f * kC * r / n)));
+        const size_t most = CheckBounded(*p, nodes, cap);
+        // The documented guarantee: no node past the cap when
+        // cap * (n - R) >= (C - 1) * R.
+        if (cap * (n - r) >= uint64_t{kC - 1} * r) {
+          EXPECT_LE(most, cap);
+        }
+        // Pure rendezvous' most loaded node.
+        absl::StatusOr<Placement> pure = ComputePlacement(kHash, kC, nodes, r, 1);
+        size_t pure_most = 0;
+        for (const auto& [node, parts] : pure->nodes) {
+          pure_most = std::max(pure_most, parts.size());
+        }
+        if (pure_most <= cap) {
+          // The cap never binds: pure rendezvous exactly.
+          EXPECT_EQ(SerializePlacement(*p), SerializePlacement(*pure));
+        } else if (cap * (n - r) >= uint64_t{kC - 1} * r) {
+          EXPECT_LT(most, pure_most);
+        }
+        // Parses; deterministic, whatever the order of the nodes.
+        absl::StatusOr<Placement> q = ParsePlacement(SerializePlacement(*p));
+        ASSERT_TRUE(q.ok()) << q.status();
+        std::vector<std::string> reversed(nodes.rbegin(), nodes.rend());
+        absl::StatusOr<Placement> again = ComputePlacement(kHash, kC, reversed, r, 1, f);
+        ASSERT_TRUE(again.ok());
+        EXPECT_EQ(SerializePlacement(*again), SerializePlacement(*p));
+      }
+    }
+  }
+}
+
+TEST(PlacementTest, BoundedLoadSpillsPastTheCapOnlyWhenItMust) {
+  // Small shapes where the cap can leave fewer than R nodes with room for
+  // the last partitions: the placement is still R distinct nodes each, and
+  // the rule (CheckBounded) holds; some shape spills.
+  int spilled = 0;
+  for (int n = 3; n <= 7; ++n) {
+    for (uint32_t r = 2; r <= 3 && r <= static_cast<uint32_t>(n); ++r) {
+      for (uint32_t c = 1; c <= 24; ++c) {
+        SCOPED_TRACE(std::to_string(n) + " nodes, R = " + std::to_string(r) + ", C = " +
+                     std::to_string(c));
+        const std::vector<std::string> nodes = Nodes(n);
+        absl::StatusOr<Placement> p = ComputePlacement(kHash, c, nodes, r, 1, 1.0);
+        ASSERT_TRUE(p.ok()) << p.status();
+        const uint64_t cap = PlacementCap(1.0, c, r, n);
+        const size_t most = CheckBounded(*p, nodes, cap);
+        if (cap * (n - r) >= uint64_t{c - 1} * r) {
+          EXPECT_LE(most, cap);
+        }
+        spilled += most > cap;
+      }
+    }
+  }
+  EXPECT_GT(spilled, 0);
+}
+
+TEST(PlacementTest, LargeMaxLoadIsPureRendezvous) {
+  const std::vector<std::string> nodes = Nodes(8);
+  for (uint32_t r : {1u, 3u}) {
+    absl::StatusOr<Placement> pure = ComputePlacement(kHash, 300, nodes, r, 4);
+    ASSERT_TRUE(pure.ok());
+    // cap >= C: never binds.
+    for (double f : {8.0 / r, 100.0, 1e300}) {
+      absl::StatusOr<Placement> big = ComputePlacement(kHash, 300, nodes, r, 4, f);
+      ASSERT_TRUE(big.ok()) << big.status();
+      EXPECT_EQ(SerializePlacement(*big), SerializePlacement(*pure)) << f;
+      EXPECT_EQ(big->hash, pure->hash);
+    }
+    // A binding cap changes it.
+    absl::StatusOr<Placement> tight = ComputePlacement(kHash, 300, nodes, r, 4, 1.0);
+    ASSERT_TRUE(tight.ok());
+    EXPECT_NE(tight->hash, pure->hash);
+  }
+}
+
+TEST(PlacementTest, MaxLoadBelowOneIsRefused) {
+  for (double f : {0.5, 0.999, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<Placement> p = ComputePlacement(kHash, 16, Nodes(4), 2, 1, f);
+    ASSERT_FALSE(p.ok()) << f;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find("max-load: F = "), std::string::npos) << p.status();
+    EXPECT_NE(p.status().message().find("must be >= 1"), std::string::npos) << p.status();
+  }
 }
 
 }  // namespace
