@@ -32,10 +32,10 @@ from .philox import (K_TAG_PARTITION_BLOCKS, K_TAG_PARTITION_WINDOW, K_TAG_ROUND
 
 __all__ = ["ALGORITHM", "ALGORITHM_V2", "ALGORITHM_V3", "ALGORITHMS", "MAX_EPOCH",
            "K_TAG_TAIL_ORDER", "K_TAG_RUN_SLOTS", "run_slot_permutation",
-           "run_slot_permutations", "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
-           "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw", "partition_window_draw",
-           "round_order_draw", "partition_stream", "round_order", "round_orders",
-           "check_trainers", "check_v2", "GlobalPlan"]
+           "run_slot_permutations", "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS",
+           "K_TAG_PARTITION_WINDOW", "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw",
+           "partition_window_draw", "round_order_draw", "partition_stream", "round_order",
+           "round_orders", "check_trainers", "check_v2", "GlobalPlan"]
 
 ALGORITHM = "nearprep-fleet-plan/1"
 ALGORITHM_V2 = "nearprep-fleet-plan/2"
@@ -283,8 +283,11 @@ class GlobalPlan:
         # v3: D, the partitions with q_p >= 1 by (q_p descending, p
         # ascending); round r's active partitions are D[0, m_r).
         self.v3 = params.version == 3
-        self.d = (sorted((p for p in range(len(self.q)) if self.q[p] > 0),
-                         key=lambda p: (-self.q[p], p)) if self.v3 else [])
+        self.d: List[int] = []
+        if self.v3:  # a stable sort of -q: q descending, p ascending
+            qa = np.array(self.q, dtype=np.int64)
+            order = np.argsort(-qa, kind="stable")
+            self.d = order[:int(np.count_nonzero(qa))].tolist()
         self._last_slot = (-1, -1, -1)  # v3: (round, slot, partition) of the last at()
         self._tails = None  # (partitions with t_p > 0 in tail order, their first positions)
         self._blocks: Dict[int, np.ndarray] = {}

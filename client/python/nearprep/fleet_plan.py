@@ -26,7 +26,8 @@ from .fleet_manifest import (  # noqa: F401
 from .fleet_global_plan import (  # noqa: F401
     ALGORITHM, ALGORITHM_V2, ALGORITHM_V3, ALGORITHMS, MAX_EPOCH, K_TAG_PARTITION_BLOCKS,
     K_TAG_PARTITION_WINDOW, K_TAG_ROUND_ORDER, K_TAG_TAIL_ORDER, K_TAG_RUN_SLOTS,
-    run_slot_permutation, run_slot_permutations, PlanParams, partition_block_draw, partition_window_draw, round_order_draw,
+    run_slot_permutation, run_slot_permutations, PlanParams, partition_block_draw,
+    partition_window_draw, round_order_draw,
     tail_order_draw, tail_order,
     partition_stream, round_order, round_orders, check_trainers, check_v2, GlobalPlan,
     _draw, _draws, _block_offsets)
