@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "server/plan/philox.h"
@@ -231,6 +232,8 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
     run = l / k;
   }
   std::unique_ptr<GlobalPlan> plan(new GlobalPlan());
+  static std::atomic<uint64_t> next_id{1};
+  plan->id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   plan->params_ = params;
   plan->run_ = run;
   plan->runs_.reserve(partition_start.size() - 1);
@@ -362,9 +365,21 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
     const uint64_t m = static_cast<uint64_t>(
         sizes_sorted_.end() - std::upper_bound(sizes_sorted_.begin(), sizes_sorted_.end(), r));
     if (offset >= m) return Entry{};  // unreachable for position < size()
-    const uint32_t p = by_runs_[RunSlotPermutation(
-        params_.seed, params_.epoch, static_cast<uint32_t>(r), static_cast<uint32_t>(m),
-        static_cast<uint32_t>(offset))];
+    // The c positions of a run slot are usually asked for one after the
+    // other: each thread keeps its last slot's partition (per plan, by id).
+    struct LastSlot {
+      uint64_t plan = 0, round = 0, slot = 0;
+      uint32_t partition = 0;
+    };
+    thread_local LastSlot last;
+    uint32_t p;
+    if (last.plan == id_ && last.round == r && last.slot == offset) {
+      p = last.partition;
+    } else {
+      p = by_runs_[RunSlotPermutation(params_.seed, params_.epoch, static_cast<uint32_t>(r),
+                                      static_cast<uint32_t>(m), static_cast<uint32_t>(offset))];
+      last = LastSlot{id_, r, offset, p};
+    }
     MutexLock lock(&mu_);
     return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
   }

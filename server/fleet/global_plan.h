@@ -183,6 +183,7 @@ class GlobalPlan {
   std::vector<uint64_t> sorted_prefix_;  // prefix sums of sizes_sorted_
   std::vector<uint32_t> by_runs_;        // v3: D (q_p >= 1, q_p desc, p asc)
   uint64_t n_ = 0;
+  uint64_t id_ = 0;  // distinct per plan made in this process (v3's last-slot memo)
   mutable Mutex mu_;
   mutable std::map<uint32_t, std::vector<uint64_t>> streams_ ABSL_GUARDED_BY(mu_);
   // Filled by the first TailAt(): partitions with t_p > 0 in tail order,
