@@ -53,8 +53,16 @@
 // no O(C) work per global batch. Steps 1, 2, 4 and 5 are v2's.
 //
 // Thread-safety: GlobalPlan is immutable after Create except for its caches,
-// which are guarded by a mutex; any number of threads may call At() on one
-// plan (the C++ FleetClient's prefetch threads do).
+// which are guarded by a mutex (v3 also keeps, per thread, the partition of
+// the last run slot it resolved, keyed by a per-plan id); any number of
+// threads may call At() on one plan (the C++ FleetClient's prefetch threads
+// do).
+//
+// Cost of At() (docs/benchmarks.md): v1 and v2 make round r's order of all C
+// partitions (C draws) the first time a round is read, then find a slot's
+// partition by one lookup in the round's cached active order; v3 makes no
+// round order (O(1) expected draws per run slot). Create is O(C) (a counting
+// sort); the v2/v3 tail order (C draws) is made by the first tail read.
 #ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 #define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 
