@@ -132,12 +132,6 @@ std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params) {
   return order;
 }
 
-uint32_t RunSlotFeistelWord(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t i,
-                            uint32_t rh) {
-  const uint32_t w3 = (static_cast<uint32_t>(epoch & 0xFFFFFFu) << 8) | kTagRunSlots;
-  return Philox4x32({rh, round, i, w3}, PlanKey(seed))[0];
-}
-
 uint32_t RunSlotPermutation(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t m,
                             uint32_t j) {
   if (m <= 1) return 0;

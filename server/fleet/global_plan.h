@@ -128,11 +128,9 @@ std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
 // v2's tail order (a permutation of [0, c)).
 std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params);
 
-// v3: the Feistel round function F_i(rh) (word 0 of Philox({rh, round, i,
-// w3(tag 10)}), not yet masked) and pi_round(j), the slot permutation of
-// [0, m) (m >= 1, j < m).
-uint32_t RunSlotFeistelWord(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t i,
-                            uint32_t rh);
+// v3: pi_round(j), the slot permutation of [0, m) (m >= 1, j < m): the
+// 4-round Feistel network on 2h bits (4^h >= m; round i's F is word 0 of
+// Philox({right half, round, i, w3(tag 10)}) masked to h bits), cycle-walked.
 uint32_t RunSlotPermutation(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t m,
                             uint32_t j);
 
