@@ -54,15 +54,17 @@ void PlanFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--plan-version", params.version,
                   "plan algorithm: 1 (nearprep-fleet-plan/1: partitions interleaved position "
-                  "by position) or 2 (nearprep-fleet-plan/2: at most K partitions per slice)")
-      ->check(CLI::Range(1, 2))
+                  "by position), 2 (nearprep-fleet-plan/2: at most K partitions per slice) or 3 "
+                  "(nearprep-fleet-plan/3: as 2, no per-round order of all partitions; for "
+                  "hundreds of partitions and more)")
+      ->check(CLI::Range(1, 3))
       ->capture_default_str();
   app->add_option("--slice-partitions", params.slice_partitions,
-                  "plan v2: K, the most partitions in an aligned slice of L positions "
+                  "plan v2/v3: K, the most partitions in an aligned slice of L positions "
                   "(K divides L)")
       ->capture_default_str();
   app->add_option("--slice-samples", params.slice_samples,
-                  "plan v2: L, the slice the K bound is for (divides G; 0: G / --trainers)")
+                  "plan v2/v3: L, the slice the K bound is for (divides G; 0: G / --trainers)")
       ->capture_default_str();
   app->add_option("--trainers", trainers, "trainers T")->capture_default_str();
   app->add_option("--rank", rank, "this trainer's index k in [0, T) (Python: rank=)")

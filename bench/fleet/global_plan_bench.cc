@@ -3,10 +3,11 @@
 //
 //   nearprep_bench_fleet_plan [--partitions C] [--samples N] [--repeat R]
 //                             [--plan-version V] [--slice-partitions K]
-//                             [--slice-samples L]
+//                             [--slice-samples L] [--trainer-slices T]
+//                             [--local-batch S]
 //
-// (--plan-version 2: nearprep-fleet-plan/2 with K, default 4, and L, default
-// 128.)
+// (--plan-version 2 or 3: nearprep-fleet-plan/2 or /3 with K, default 4, and
+// L, default 128.)
 //
 // A plan over C partitions of about N samples each (sizes vary by +-10%),
 // G = 1024. Walks, each timed R times (the median is printed):
@@ -15,6 +16,11 @@
 //            (the C++ FleetClient's prefetch threads)
 //   jump x8  8 threads, a stride of about N*C/7 between calls: nearly every
 //            call misses the plan's round cache (the worst case)
+// With --trainer-slices T, instead: a trainer's real access pattern. G =
+// T * S (S = --local-batch, default 128); for each of 5 trainers k spread
+// over [0, T), a fresh plan (each trainer process has its own) and At() on
+// trainer k's slice of every global batch of the epoch, in position order;
+// prints the median (and min, max) over those trainers of ns per position.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,6 +64,7 @@ int main(int argc, char** argv) {
   int repeat = 5;
   uint32_t version = 1;
   uint64_t k_parts = 4, l_slice = 128;
+  uint64_t trainer_slices = 0, local_batch = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--partitions")) c = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--samples")) per = std::strtoull(argv[i + 1], nullptr, 10);
@@ -65,13 +72,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--plan-version")) version = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--slice-partitions")) k_parts = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--slice-samples")) l_slice = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--trainer-slices")) trainer_slices = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--local-batch")) local_batch = std::strtoull(argv[i + 1], nullptr, 10);
     else { std::fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
   }
   std::vector<uint64_t> starts = {0};
   for (uint64_t p = 0; p < c; ++p) starts.push_back(starts.back() + per * 9 / 10 + (p * 7919) % (per / 5 + 1));
   nearprep::fleet::PlanParams params;
   params.seed = 1;
-  params.global_batch = 1024;
+  params.global_batch = trainer_slices > 0 ? trainer_slices * local_batch : 1024;
   params.version = version;
   params.slice_partitions = k_parts;
   params.slice_samples = l_slice;
@@ -83,6 +92,36 @@ int main(int argc, char** argv) {
   std::printf("plan: %s, %llu partitions, %llu positions\n",
               nearprep::fleet::PlanAlgorithm(params), static_cast<unsigned long long>(c),
               static_cast<unsigned long long>(n));
+  if (trainer_slices > 0) {
+    const uint64_t t = trainer_slices;
+    std::vector<double> ns;
+    for (uint64_t i = 0; i < 5; ++i) {
+      const uint32_t k = static_cast<uint32_t>((t - 1) * i / 4);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto fresh = GlobalPlan::Create(starts, params);
+      const auto t1 = std::chrono::steady_clock::now();
+      uint64_t acc = 0, calls = 0;
+      for (uint64_t g = 0; g < (*fresh)->num_batches(); ++g) {
+        const auto [a, b] = (*fresh)->Slice(g, k, static_cast<uint32_t>(t));
+        for (uint64_t x = a; x < b; ++x) acc += (*fresh)->At(x).sample_id;
+        calls += b - a;
+      }
+      const auto t2 = std::chrono::steady_clock::now();
+      if (acc == 1) std::puts("");
+      const double per = 1e9 / static_cast<double>(std::max<uint64_t>(calls, 1));
+      ns.push_back(std::chrono::duration<double>(t2 - t0).count() * per);
+      std::printf("trainer %u of %llu: %llu positions, %.1f ns/position (Create %.1f, At %.1f)\n",
+                  k, static_cast<unsigned long long>(t), static_cast<unsigned long long>(calls),
+                  ns.back(), std::chrono::duration<double>(t1 - t0).count() * per,
+                  std::chrono::duration<double>(t2 - t1).count() * per);
+    }
+    std::sort(ns.begin(), ns.end());
+    std::printf("trainer slices (G = %llu): %.1f ns/position incl. Create (median of %zu "
+                "trainers, min %.1f, max %.1f)\n",
+                static_cast<unsigned long long>(params.global_batch), ns[ns.size() / 2],
+                ns.size(), ns.front(), ns.back());
+    return 0;
+  }
   struct Case { const char* name; int threads; uint64_t stride; uint64_t calls; };
   const Case cases[] = {{"seq", 1, 1, std::min<uint64_t>(n, 1000000)},
                         {"seq x8", 8, 1, std::min<uint64_t>(n, 1000000)},

@@ -403,7 +403,8 @@ def build_holders(a):
 def make_plan(a, version, g_total, t_slice):
     c = a.nodes * a.partitions_per_node
     starts = [i * a.samples_per_partition for i in range(c + 1)]
-    kw = dict(version=2, slice_partitions=a.k, slice_samples=t_slice) if version == 2 else {}
+    kw = (dict(version=version, slice_partitions=a.k, slice_samples=t_slice)
+          if version in (2, 3) else {})
     params = fgp.PlanParams(seed=a.seed, epoch=0, block_samples=a.block, window=a.window,
                             global_batch=g_total, **kw)
     return fgp.GlobalPlan(starts, params)

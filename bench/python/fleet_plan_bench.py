@@ -10,8 +10,8 @@ before its first request) and a whole epoch. Baseline in the same run: the
 plan by its definition, scalar Philox draws, whole partition streams and a
 walk over the round's partitions per position (what fleet_plan did before
 the windowed, vectorised plan); `--no-reference-epoch` skips its (slow)
-whole-epoch run. Figures are process CPU time. `--plan-version 2
-[--slice-partitions K]` times nearprep-fleet-plan/2 (L = G / T) instead, with
+whole-epoch run. Figures are process CPU time. `--plan-version 2|3
+[--slice-partitions K]` times nearprep-fleet-plan/2 or /3 (L = G / T) instead, with
 no baseline (the definition above is v1's).
 """
 
@@ -86,9 +86,9 @@ def main():
     starts = [i * args.per_partition for i in range(args.partitions + 1)]
     args.n = starts[-1]
     fp.check_trainers(args.global_batch, args.trainers)
-    v2 = (dict(version=2, slice_partitions=args.slice_partitions,
+    v2 = (dict(version=args.plan_version, slice_partitions=args.slice_partitions,
                slice_samples=args.global_batch // args.trainers)
-          if args.plan_version == 2 else {})
+          if args.plan_version in (2, 3) else {})
     params = fp.PlanParams(seed=3, epoch=1, block_samples=args.block, window=args.window,
                            global_batch=args.global_batch, **v2)
     num_batches = fp.GlobalPlan(starts, params).num_batches

@@ -70,7 +70,7 @@ int FleetPlanCommand::Run() {
                     ", epoch " + std::to_string(params.epoch) + ", trainer " +
                     std::to_string(trainer) + " of " + std::to_string(trainers) + ", " +
                     fleet::PlanAlgorithm(params) +
-                    (params.version == 2
+                    (params.version != 1
                          ? ", K " + std::to_string(params.slice_partitions) + ", L " +
                                std::to_string(params.slice_samples)
                          : std::string()) +

@@ -3,6 +3,8 @@
 #include "server/fleet/global_plan.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "server/plan/philox.h"
@@ -130,12 +132,37 @@ std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params) {
   return order;
 }
 
+uint32_t RunSlotPermutation(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t m,
+                            uint32_t j) {
+  if (m <= 1) return 0;
+  uint32_t h = 1;
+  while ((uint64_t{1} << (2 * h)) < m) ++h;  // 4^h >= m, h <= 16
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  const std::array<uint32_t, 2> key = PlanKey(seed);
+  const uint32_t w3 = (static_cast<uint32_t>(epoch & 0xFFFFFFu) << 8) | kTagRunSlots;
+  uint64_t x = j;
+  do {  // E, cycle-walked until the value is < m (at most 4^h / m <= 4 E on average)
+    uint64_t lh = x >> h, rh = x & mask;
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint64_t f = Philox4x32({static_cast<uint32_t>(rh), round, i, w3}, key)[0] & mask;
+      const uint64_t t = lh ^ f;
+      lh = rh;
+      rh = t;
+    }
+    x = (lh << h) | rh;
+  } while (x >= m);
+  return static_cast<uint32_t>(x);
+}
+
 const char* PlanAlgorithm(const PlanParams& params) {
-  return params.version == 2 ? kFleetPlanAlgorithmV2 : kFleetPlanAlgorithm;
+  return params.version == 3   ? kFleetPlanAlgorithmV3
+         : params.version == 2 ? kFleetPlanAlgorithmV2
+                               : kFleetPlanAlgorithm;
 }
 
 PlanParams ResolveSlice(PlanParams params, uint32_t trainers) {
-  if (params.version == 2 && params.slice_samples == 0 && trainers > 0) {
+  if ((params.version == 2 || params.version == 3) && params.slice_samples == 0 &&
+      trainers > 0) {
     params.slice_samples = params.global_batch / trainers;
   }
   return params;
@@ -178,59 +205,90 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("window: must be <= 1048576, got ", params.window));
   }
-  if (params.version != 1 && params.version != 2) {
+  if (params.version < 1 || params.version > 3) {
     return absl::InvalidArgumentError(
-        absl::StrCat("plan_version: must be 1 or 2, got ", params.version));
+        absl::StrCat("plan_version: must be 1, 2 or 3, got ", params.version));
   }
   uint64_t run = 1;
-  if (params.version == 2) {
+  if (params.version != 1) {
     const uint64_t g = params.global_batch, l = params.slice_samples,
                    k = params.slice_partitions;
     if (l == 0 || g % l != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "slice_samples: L = ", l, " must be >= 1 and divide the global batch G = ", g,
-          " (plan v2: at most K partitions per aligned slice of L)"));
+          " (plan v", params.version, ": at most K partitions per aligned slice of L)"));
     }
     if (k == 0 || l % k != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "slice_partitions: K = ", k, " must be >= 1 and divide the slice L = ", l,
-          " (plan v2: runs of L / K samples)"));
+          " (plan v", params.version, ": runs of L / K samples)"));
     }
     run = l / k;
   }
   std::unique_ptr<GlobalPlan> plan(new GlobalPlan());
+  static std::atomic<uint64_t> next_id{1};
+  plan->id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   plan->params_ = params;
   plan->run_ = run;
+  plan->runs_.reserve(partition_start.size() - 1);
   for (size_t p = 1; p < partition_start.size(); ++p) {
     if (partition_start[p] < partition_start[p - 1]) {
       return absl::InvalidArgumentError("partitions: starts must ascend");
     }
+    // (< 2^32 samples means < 2^32 blocks too, whatever B >= 1.)
     const uint64_t size = partition_start[p] - partition_start[p - 1];
-    if (size >= (uint64_t{1} << 32) ||
-        (size + params.block_samples - 1) / params.block_samples >= (uint64_t{1} << 32)) {
+    if (size >= (uint64_t{1} << 32)) {
       return absl::InvalidArgumentError("partitions: a partition must hold < 2^32 samples");
     }
-    plan->runs_.push_back(size / run);
+    // q_p (a 32-bit division when c fits: this loop is O(C) per plan).
+    plan->runs_.push_back(run == 1 ? size
+                          : run < (uint64_t{1} << 32)
+                              ? static_cast<uint32_t>(size) / static_cast<uint32_t>(run)
+                              : 0);
   }
-  plan->sizes_sorted_ = plan->runs_;
   plan->n_ = partition_start.back() - partition_start.front();
   plan->start_ = std::move(partition_start);
-  std::sort(plan->sizes_sorted_.begin(), plan->sizes_sorted_.end());
+  // sizes_sorted_ (q ascending) and, for v3, D (q_p >= 1, q descending, p
+  // ascending): a counting sort when the largest q is not far above C (the
+  // common case, O(C) per plan: each trainer makes a plan per epoch), a
+  // comparison sort otherwise.
+  const std::vector<uint64_t>& q = plan->runs_;
+  const uint64_t max_q = *std::max_element(q.begin(), q.end());
+  if (max_q <= 4 * q.size() + 1024) {
+    std::vector<uint32_t> first(max_q + 2, 0);  // first[v + 1]: count of q = v, then prefix
+    for (uint64_t v : q) ++first[v + 1];
+    for (uint64_t v = 0; v <= max_q; ++v) first[v + 1] += first[v];
+    plan->sizes_sorted_.resize(q.size());
+    for (uint64_t v = 0; v <= max_q; ++v) {
+      std::fill(plan->sizes_sorted_.begin() + first[v], plan->sizes_sorted_.begin() + first[v + 1],
+                v);
+    }
+    if (params.version == 3) {
+      // Slot of the first partition with q = v in D: the count of q > v.
+      const uint32_t c = static_cast<uint32_t>(q.size());
+      std::vector<uint32_t> next(max_q + 1);
+      for (uint64_t v = 0; v <= max_q; ++v) next[v] = c - first[v + 1];
+      plan->by_runs_.resize(c - first[1]);  // q_p >= 1
+      for (uint32_t p = 0; p < c; ++p) {
+        if (q[p] > 0) plan->by_runs_[next[q[p]]++] = p;
+      }
+    }
+  } else {
+    plan->sizes_sorted_ = q;
+    std::sort(plan->sizes_sorted_.begin(), plan->sizes_sorted_.end());
+    if (params.version == 3) {
+      for (uint32_t p = 0; p < q.size(); ++p) {
+        if (q[p] > 0) plan->by_runs_.push_back(p);
+      }
+      std::stable_sort(plan->by_runs_.begin(), plan->by_runs_.end(),
+                       [&q](uint32_t a, uint32_t b) { return q[a] > q[b]; });
+    }
+  }
   plan->sorted_prefix_.assign(plan->sizes_sorted_.size() + 1, 0);
   for (size_t i = 0; i < plan->sizes_sorted_.size(); ++i) {
     plan->sorted_prefix_[i + 1] = plan->sorted_prefix_[i] + plan->sizes_sorted_[i];
   }
   plan->n_main_ = run * plan->sorted_prefix_.back();
-  if (plan->n_main_ < plan->n_) {  // v2 tails: O(C) draws, once per plan
-    const uint32_t c = static_cast<uint32_t>(plan->runs_.size());
-    plan->tail_first_.push_back(0);
-    for (uint32_t p : TailOrder(c, params)) {
-      const uint64_t t = plan->start_[p + 1] - plan->start_[p] - run * plan->runs_[p];
-      if (t == 0) continue;
-      plan->tail_parts_.push_back(p);
-      plan->tail_first_.push_back(plan->tail_first_.back() + t);
-    }
-  }
   return plan;
 }
 
@@ -242,34 +300,38 @@ const std::vector<uint64_t>& GlobalPlan::StreamLocked(uint32_t p) const {
       .first->second;
 }
 
-const std::shared_ptr<const std::vector<uint32_t>>& GlobalPlan::RoundLocked(
-    uint32_t r) const {
+const std::vector<uint32_t>& GlobalPlan::ActiveLocked(uint32_t r) const {
   auto it = rounds_.find(r);
   if (it != rounds_.end()) return it->second;
   if (rounds_.size() >= kMaxCachedRounds) rounds_.clear();
-  return rounds_
-      .emplace(r, std::make_shared<const std::vector<uint32_t>>(
-                      RoundOrder(static_cast<uint32_t>(start_.size() - 1), r, params_)))
-      .first->second;
-}
-
-uint32_t GlobalPlan::Pick(const std::vector<uint32_t>& order, uint64_t r,
-                          uint64_t offset) const {
-  const uint64_t* runs = runs_.data();
-  for (uint32_t p : order) {
-    if (runs[p] <= r) continue;
-    if (offset-- == 0) return p;
+  std::vector<uint32_t> order = RoundOrder(static_cast<uint32_t>(runs_.size()), r, params_);
+  if (sizes_sorted_.front() <= r) {  // some partition is done: keep the active ones
+    const uint64_t* runs = runs_.data();
+    order.erase(std::remove_if(order.begin(), order.end(),
+                               [runs, r](uint32_t p) { return runs[p] <= r; }),
+                order.end());
   }
-  return kNone;  // unreachable for position < size()
+  return rounds_.emplace(r, std::move(order)).first->second;
 }
 
 GlobalPlan::Entry GlobalPlan::TailAt(uint64_t position) const {
+  if (position >= n_) return Entry{};
   const uint64_t y = position - n_main_;
+  MutexLock lock(&mu_);
+  if (tail_first_.empty()) {  // v2, v3 tails: O(C) draws, once per plan, when first read
+    const uint32_t c = static_cast<uint32_t>(runs_.size());
+    tail_first_.push_back(0);
+    for (uint32_t p : TailOrder(c, params_)) {
+      const uint64_t t = start_[p + 1] - start_[p] - run_ * runs_[p];
+      if (t == 0) continue;
+      tail_parts_.push_back(p);
+      tail_first_.push_back(tail_first_.back() + t);
+    }
+  }
   const size_t i = static_cast<size_t>(
       std::upper_bound(tail_first_.begin(), tail_first_.end(), y) - tail_first_.begin() - 1);
   if (i >= tail_parts_.size()) return Entry{};  // position >= size()
   const uint32_t p = tail_parts_[i];
-  MutexLock lock(&mu_);
   return Entry{start_[p] + StreamLocked(p)[run_ * runs_[p] + (y - tail_first_[i])], p};
 }
 
@@ -291,24 +353,36 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
   }
   const uint64_t r = lo;
   const uint64_t offset = position - before(r);
-  // Nothing read from the caches outlives the lock: a short round order is
-  // walked under it (one lock per call, the common case); a long one is
-  // co-owned (shared_ptr) so that other threads' At() calls are not held up
-  // for the walk, and survives the cache being emptied meanwhile.
-  if (sizes_sorted_.size() <= kMaxLockedWalk) {
+  if (params_.version == 3) {
+    // m_r = #{p : q_p > r}; the slot's partition is D[pi_r(offset)], no
+    // round order (drawn outside the lock: a pure function).
+    const uint64_t m = static_cast<uint64_t>(
+        sizes_sorted_.end() - std::upper_bound(sizes_sorted_.begin(), sizes_sorted_.end(), r));
+    if (offset >= m) return Entry{};  // unreachable for position < size()
+    // The c positions of a run slot are usually asked for one after the
+    // other: each thread keeps its last slot's partition (per plan, by id).
+    struct LastSlot {
+      uint64_t plan = 0, round = 0, slot = 0;
+      uint32_t partition = 0;
+    };
+    thread_local LastSlot last;
+    uint32_t p;
+    if (last.plan == id_ && last.round == r && last.slot == offset) {
+      p = last.partition;
+    } else {
+      p = by_runs_[RunSlotPermutation(params_.seed, params_.epoch, static_cast<uint32_t>(r),
+                                      static_cast<uint32_t>(m), static_cast<uint32_t>(offset))];
+      last = LastSlot{id_, r, offset, p};
+    }
     MutexLock lock(&mu_);
-    const uint32_t p = Pick(*RoundLocked(static_cast<uint32_t>(r)), r, offset);
-    if (p == kNone) return Entry{};
     return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
   }
-  std::shared_ptr<const std::vector<uint32_t>> order;
-  {
-    MutexLock lock(&mu_);
-    order = RoundLocked(static_cast<uint32_t>(r));
-  }
-  const uint32_t p = Pick(*order, r, offset);
-  if (p == kNone) return Entry{};
+  // v1, v2: the offset-th active partition of round r, one lookup in the
+  // cached active order (nothing read from the caches outlives the lock).
   MutexLock lock(&mu_);
+  const std::vector<uint32_t>& active = ActiveLocked(static_cast<uint32_t>(r));
+  if (offset >= active.size()) return Entry{};  // unreachable for position < size()
+  const uint32_t p = active[offset];
   return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
 }
 

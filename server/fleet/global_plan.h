@@ -42,9 +42,27 @@
 // with t_p = 0 skipped). Every aligned slice of L positions below N_main
 // holds K runs, so at most K partitions.
 //
+// Version 3 (kFleetPlanAlgorithmV3, docs/protocol.md "Plan v3"): v2 with
+// another run interleave. D = the partitions with q_p >= 1 sorted by (q_p
+// descending, p ascending); round r's active partitions are D[0, m_r), m_r
+// = #{p : q_p > r}; slot j of round r is partition D[pi_r(j)], pi_r a
+// keyed permutation of [0, m_r) computed at one point: a 4-round Feistel
+// network on 2h bits (4^h >= m_r) with round function word 0 of
+// Philox({right half, r, i, w3(tag 10)}), cycle-walked into [0, m_r)
+// (RunSlotPermutation). O(1) expected draws per run slot, none per round:
+// no O(C) work per global batch. Steps 1, 2, 4 and 5 are v2's.
+//
 // Thread-safety: GlobalPlan is immutable after Create except for its caches,
-// which are guarded by a mutex; any number of threads may call At() on one
-// plan (the C++ FleetClient's prefetch threads do).
+// which are guarded by a mutex (v3 also keeps, per thread, the partition of
+// the last run slot it resolved, keyed by a per-plan id); any number of
+// threads may call At() on one plan (the C++ FleetClient's prefetch threads
+// do).
+//
+// Cost of At() (docs/benchmarks.md): v1 and v2 make round r's order of all C
+// partitions (C draws) the first time a round is read, then find a slot's
+// partition by one lookup in the round's cached active order; v3 makes no
+// round order (O(1) expected draws per run slot). Create is O(C) (a counting
+// sort); the v2/v3 tail order (C draws) is made by the first tail read.
 #ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 #define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 
@@ -63,8 +81,10 @@ namespace nearprep::fleet {
 
 inline constexpr char kFleetPlanAlgorithm[] = "nearprep-fleet-plan/1";
 inline constexpr char kFleetPlanAlgorithmV2[] = "nearprep-fleet-plan/2";
+inline constexpr char kFleetPlanAlgorithmV3[] = "nearprep-fleet-plan/3";
 // Its counter tags (kTagPartitionBlocks, kTagPartitionWindow,
-// kTagRoundOrder) are in the plan core's registry (server/plan/philox.h).
+// kTagRoundOrder, kTagTailOrder, kTagRunSlots) are in the plan core's
+// registry (server/plan/philox.h).
 
 struct PlanParams {
   uint64_t seed = 0;
@@ -72,17 +92,17 @@ struct PlanParams {
   uint64_t block_samples = 64; // B >= 1
   uint32_t window = 256;       // W >= 1
   uint64_t global_batch = 256; // G >= 1
-  uint32_t version = 1;        // 1 or 2 (the algorithm)
-  // v2 only: at most K = slice_partitions partitions per aligned slice of
+  uint32_t version = 1;        // 1, 2 or 3 (the algorithm)
+  // v2 and v3: at most K = slice_partitions partitions per aligned slice of
   // L = slice_samples positions (K | L, L | G). L = 0 is refused by Create;
   // the clients and the CLI put G / T there (ResolveSlice).
   uint64_t slice_partitions = 4;
   uint64_t slice_samples = 0;
 };
 
-// The algorithm name of params.version ("nearprep-fleet-plan/1" or "/2").
+// The algorithm name of params.version ("nearprep-fleet-plan/1", "/2", "/3").
 const char* PlanAlgorithm(const PlanParams& params);
-// v2 with slice_samples = 0: G / trainers (what the clients and the CLI use
+// v2 or v3 with slice_samples = 0: G / trainers (what the clients and the CLI use
 // when no slice is given); otherwise params unchanged.
 PlanParams ResolveSlice(PlanParams params, uint32_t trainers);
 
@@ -108,6 +128,12 @@ std::vector<uint32_t> RoundOrder(uint32_t c, uint32_t round,
 // v2's tail order (a permutation of [0, c)).
 std::vector<uint32_t> TailOrder(uint32_t c, const PlanParams& params);
 
+// v3: pi_round(j), the slot permutation of [0, m) (m >= 1, j < m): the
+// 4-round Feistel network on 2h bits (4^h >= m; round i's F is word 0 of
+// Philox({right half, round, i, w3(tag 10)}) masked to h bits), cycle-walked.
+uint32_t RunSlotPermutation(uint64_t seed, uint64_t epoch, uint32_t round, uint32_t m,
+                            uint32_t j);
+
 // INVALID_ARGUMENT unless T >= 1 divides G (the message says so).
 absl::Status CheckTrainers(uint64_t global_batch, uint32_t trainers);
 
@@ -117,13 +143,10 @@ class GlobalPlan {
     uint64_t sample_id = 0;
     uint32_t partition = 0;
   };
-  // The most round orders / partition streams kept; the caches are emptied
-  // when full.
+  // The most round orders (v1, v2) / partition streams kept; the caches
+  // are emptied when full.
   static constexpr uint64_t kMaxCachedRounds = 1024;
   static constexpr uint64_t kMaxCachedStreams = 4096;
-  // At() walks a round order of at most this many partitions (C) with the
-  // caches locked; a longer one it co-owns and walks unlocked.
-  static constexpr uint64_t kMaxLockedWalk = 128;
   // partition_start: C + 1 ascending sample ids (Manifest::partition_start).
   // INVALID_ARGUMENT for bad params (naming them).
   static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
@@ -134,7 +157,7 @@ class GlobalPlan {
     return (n_ + params_.global_batch - 1) / params_.global_batch;
   }
   const PlanParams& params() const { return params_; }
-  // v2: positions [0, main_size()) are runs of c = run() positions; the
+  // v2, v3: positions [0, main_size()) are runs of c = run() positions; the
   // rest are the tails. v1: run() = 1, main_size() = size().
   uint64_t run() const { return run_; }
   uint64_t main_size() const { return n_main_; }
@@ -150,12 +173,10 @@ class GlobalPlan {
   // another thread may empty those (when full) as soon as mu_ is released:
   // none may be used after (issue 23).
   const std::vector<uint64_t>& StreamLocked(uint32_t p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const std::shared_ptr<const std::vector<uint32_t>>& RoundLocked(uint32_t r) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The partition at `offset` among round r's active partitions in `order`
-  // (kNone past the last: a position >= size()).
-  static constexpr uint32_t kNone = 0xFFFFFFFFu;
-  uint32_t Pick(const std::vector<uint32_t>& order, uint64_t r, uint64_t offset) const;
+  // v1, v2: round r's active partitions (q_p > r) in round order (the
+  // round order itself when every partition is active), so that the
+  // offset-th is one lookup.
+  const std::vector<uint32_t>& ActiveLocked(uint32_t r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Entry TailAt(uint64_t position) const;
 
@@ -164,15 +185,18 @@ class GlobalPlan {
   uint64_t run_ = 1;                     // c
   std::vector<uint64_t> runs_;           // q_p
   uint64_t n_main_ = 0;                  // c * sum q_p
-  std::vector<uint32_t> tail_parts_;     // partitions with t_p > 0, tail order
-  std::vector<uint64_t> tail_first_;     // their first positions - n_main_ (+ end)
   std::vector<uint64_t> sizes_sorted_;   // q_p sorted
   std::vector<uint64_t> sorted_prefix_;  // prefix sums of sizes_sorted_
+  std::vector<uint32_t> by_runs_;        // v3: D (q_p >= 1, q_p desc, p asc)
   uint64_t n_ = 0;
+  uint64_t id_ = 0;  // distinct per plan made in this process (v3's last-slot memo)
   mutable Mutex mu_;
   mutable std::map<uint32_t, std::vector<uint64_t>> streams_ ABSL_GUARDED_BY(mu_);
-  mutable std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> rounds_
-      ABSL_GUARDED_BY(mu_);
+  // Filled by the first TailAt(): partitions with t_p > 0 in tail order,
+  // and their first positions - n_main_ (+ the end).
+  mutable std::vector<uint32_t> tail_parts_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<uint64_t> tail_first_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<uint32_t, std::vector<uint32_t>> rounds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace nearprep::fleet

@@ -47,10 +47,12 @@ inline constexpr uint32_t kTagPartitionWindow = 6;   // fleet: windows
 inline constexpr uint32_t kTagRoundOrder = 7;        // fleet: round order
 inline constexpr uint32_t kTagBatchMix = 8;          // MixUp / CutMix
 inline constexpr uint32_t kTagTailOrder = 9;         // fleet plan v2: tails
+inline constexpr uint32_t kTagRunSlots = 10;         // fleet plan v3: Feistel
 inline constexpr uint32_t kPlanTags[] = {
     kTagPermutation,     kTagSampleParams,    kTagBlockPermutation,
     kTagWindowShuffle,   kTagPartitionBlocks, kTagPartitionWindow,
-    kTagRoundOrder,      kTagBatchMix,        kTagTailOrder};
+    kTagRoundOrder,      kTagBatchMix,        kTagTailOrder,
+    kTagRunSlots};
 constexpr bool PlanTagsDistinct() {
   for (uint32_t a : kPlanTags) {
     if (a == 0 || a > 0xFF) return false;

@@ -117,7 +117,7 @@ def test_bad_slices_are_refused():
     for kw, msg in ((dict(slice_samples=5, slice_partitions=1), "slice_samples: L = 5"),
                     (dict(slice_samples=8, slice_partitions=3), "slice_partitions: K = 3"),
                     (dict(slice_samples=0), "slice_samples: L = 0"),
-                    (dict(version=3), "plan_version: must be 1 or 2, got 3")):
+                    (dict(version=4), "plan_version: must be 1, 2 or 3, got 4")):
         kw = dict(dict(version=2), **kw)
         with pytest.raises(ValueError, match=msg):
             fp.GlobalPlan([0, 40, 80], fp.PlanParams(global_batch=24, **kw))
@@ -196,7 +196,7 @@ def test_python_client_selects_v2_and_keeps_it_in_checkpoints():
     with pytest.raises(ValueError, match="slice_partitions: K = 3"):
         FleetClient(["127.0.0.1:1"], "ds", manifest=m, global_batch=8, trainers=2,
                     plan_version=2, slice_partitions=3)
-    with pytest.raises(ValueError, match="plan_version: must be 1 or 2"):
+    with pytest.raises(ValueError, match="plan_version: must be 1, 2 or 3"):
         FleetClient(["127.0.0.1:1"], "ds", manifest=m, global_batch=8, plan_version=7)
 
 

@@ -112,9 +112,9 @@ struct FleetClientOptions {
   std::shared_ptr<Membership> membership;
   std::string dataset;
   fleet::Manifest manifest;
-  // epoch is set per call; plan.version selects the algorithm (2: at most
-  // plan.slice_partitions partitions per trainer slice; slice_samples 0:
-  // G / trainers).
+  // epoch is set per call; plan.version selects the algorithm (2 or 3: at
+  // most plan.slice_partitions partitions per trainer slice; slice_samples
+  // 0: G / trainers; 3 for hundreds of partitions and more).
   fleet::PlanParams plan;
   uint32_t trainers = 1;
   uint32_t rank = 0;

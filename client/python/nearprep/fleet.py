@@ -356,16 +356,16 @@ def checkpoint_at(manifest: fp.Manifest, seed, block_samples, window, global_bat
                   slice_samples=0) -> fp.Checkpoint:
     """The checkpoint before global batch `next_batch` of `epoch` (past the
     epoch's last batch: batch 0 of the next epoch). Needs no node. version,
-    slice_partitions, slice_samples: the plan's (v2: K and L)."""
+    slice_partitions, slice_samples: the plan's (v2, v3: K and L)."""
     v2 = dict(version=version, slice_partitions=slice_partitions,
-              slice_samples=slice_samples) if version == 2 else {}
+              slice_samples=slice_samples) if version in (2, 3) else {}
     params = fp.PlanParams(seed=seed, epoch=epoch, block_samples=block_samples,
                            window=window, global_batch=global_batch, **v2)
     if next_batch >= fp.GlobalPlan.for_manifest(manifest, params).num_batches:
         epoch, next_batch = epoch + 1, 0
     return fp.Checkpoint(manifest.hash, seed, block_samples, window, global_batch,
                          manifest.num_partitions, epoch, next_batch, params.algorithm,
-                         *((slice_partitions, slice_samples) if version == 2 else ()))
+                         *((slice_partitions, slice_samples) if version in (2, 3) else ()))
 
 
 @dataclass
@@ -513,13 +513,13 @@ class FleetClient:
                  membership_interval=None, replica_routing="first", **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
         fp.check_trainers(global_batch, trainers)
-        # The plan's algorithm (docs/protocol.md): 1, or 2 with at most K =
-        # slice_partitions partitions per slice of L = slice_samples
+        # The plan's algorithm (docs/protocol.md): 1, or 2 or 3 with at most
+        # K = slice_partitions partitions per slice of L = slice_samples
         # positions (None: G / T, this client's slice).
-        self.plan_kw = (dict(version=2, slice_partitions=slice_partitions,
+        self.plan_kw = (dict(version=plan_version, slice_partitions=slice_partitions,
                              slice_samples=(global_batch // trainers if slice_samples is None
                                             else slice_samples))
-                        if plan_version == 2 else dict(version=plan_version))
+                        if plan_version in (2, 3) else dict(version=plan_version))
         fp.check_v2(fp.PlanParams(global_batch=global_batch, **self.plan_kw))
         if not 0 <= rank < trainers:
             raise ValueError(f"rank: must be in [0, {trainers}), got {rank}")

@@ -25,7 +25,7 @@ class Checkpoint:
     epoch: int
     next_batch: int
     algorithm: str = ALGORITHM
-    # nearprep-fleet-plan/2 only (K, L); absent from a v1 checkpoint's dict.
+    # nearprep-fleet-plan/2 and /3 only (K, L); absent from a v1 checkpoint's dict.
     slice_partitions: int = 0
     slice_samples: int = 0
 
@@ -35,14 +35,14 @@ class Checkpoint:
 
     def plan_kw(self) -> dict:
         """The plan-version keywords of PlanParams / FleetClient it names."""
-        if self.plan_version == 2:
-            return dict(version=2, slice_partitions=self.slice_partitions,
+        if self.plan_version in (2, 3):
+            return dict(version=self.plan_version, slice_partitions=self.slice_partitions,
                         slice_samples=self.slice_samples)
         return dict(version=1)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if self.plan_version != 2:
+        if self.plan_version not in (2, 3):
             del d["slice_partitions"], d["slice_samples"]
         return d
 

@@ -1,6 +1,7 @@
 """The fleet's global epoch plan (docs/protocol.md, "The global plan
-(algorithm `nearprep-fleet-plan/1`)" and "Plan v2 (algorithm
-`nearprep-fleet-plan/2`)", are normative; server/fleet/global_plan.h is the
+(algorithm `nearprep-fleet-plan/1`)", "Plan v2 (algorithm
+`nearprep-fleet-plan/2`)" and "Plan v3 (algorithm `nearprep-fleet-plan/3`)",
+are normative; server/fleet/global_plan.h is the
 C++ twin, and tests/python/test_fleet_plan.py compares the two through
 `nearprep fleet-plan`).
 
@@ -10,7 +11,9 @@ batch G, and for v2 the slice L and partitions per slice K); trainer k of T
 takes a contiguous slice of every global batch. v2 interleaves runs of
 c = L / K consecutive stream positions of a partition instead of single
 positions (v1 is v2's interleave with c = 1), so an aligned slice of L
-positions holds at most K partitions.
+positions holds at most K partitions. v3 is v2 with round r's run slots
+permuted by a keyed Feistel permutation of its m_r active partitions
+(computable at one slot: no O(C) round order per round).
 
 Thread-safety: the module's functions are pure; a GlobalPlan caches what it
 computed and is for one thread (each FleetClient makes its own).
@@ -24,20 +27,24 @@ import numpy as np
 
 from .fleet_manifest import Manifest
 from .philox import (K_TAG_PARTITION_BLOCKS, K_TAG_PARTITION_WINDOW, K_TAG_ROUND_ORDER,
-                     K_TAG_TAIL_ORDER, draw64, draw64_lanes, key_of, plan_shuffle, word3)
+                     K_TAG_RUN_SLOTS, K_TAG_TAIL_ORDER, draw64, draw64_lanes, key_of,
+                     philox4x32, philox4x32_lanes, plan_shuffle, word3)
 
-__all__ = ["ALGORITHM", "ALGORITHM_V2", "ALGORITHMS", "MAX_EPOCH", "K_TAG_TAIL_ORDER",
-           "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
-           "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw", "partition_window_draw",
-           "round_order_draw", "partition_stream", "round_order", "round_orders",
-           "check_trainers", "check_v2", "GlobalPlan"]
+__all__ = ["ALGORITHM", "ALGORITHM_V2", "ALGORITHM_V3", "ALGORITHMS", "MAX_EPOCH",
+           "K_TAG_TAIL_ORDER", "K_TAG_RUN_SLOTS", "run_slot_permutation",
+           "run_slot_permutations", "tail_order_draw", "tail_order", "K_TAG_PARTITION_BLOCKS",
+           "K_TAG_PARTITION_WINDOW", "K_TAG_ROUND_ORDER", "PlanParams", "partition_block_draw",
+           "partition_window_draw", "round_order_draw", "partition_stream", "round_order",
+           "round_orders", "check_trainers", "check_v2", "GlobalPlan"]
 
 ALGORITHM = "nearprep-fleet-plan/1"
 ALGORITHM_V2 = "nearprep-fleet-plan/2"
-ALGORITHMS = {1: ALGORITHM, 2: ALGORITHM_V2}  # plan version -> algorithm name
+ALGORITHM_V3 = "nearprep-fleet-plan/3"
+# plan version -> algorithm name
+ALGORITHMS = {1: ALGORITHM, 2: ALGORITHM_V2, 3: ALGORITHM_V3}
 MAX_EPOCH = (1 << 24) - 1  # counter word 3 holds 24 bits of the epoch
 # The counter tags (K_TAG_PARTITION_BLOCKS, _WINDOW, K_TAG_ROUND_ORDER,
-# K_TAG_TAIL_ORDER) are nearprep.philox's, re-exported here.
+# K_TAG_TAIL_ORDER, K_TAG_RUN_SLOTS) are nearprep.philox's, re-exported here.
 
 
 @dataclass(frozen=True)
@@ -47,9 +54,9 @@ class PlanParams:
     block_samples: int = 64
     window: int = 256
     global_batch: int = 256
-    # Plan version (1: nearprep-fleet-plan/1, 2: nearprep-fleet-plan/2).
+    # Plan version (1: nearprep-fleet-plan/1, 2: /2, 3: /3).
     version: int = 1
-    # v2 only: K partitions at most per aligned slice of L positions
+    # v2 and v3: K partitions at most per aligned slice of L positions
     # (slice_samples; 0 = not chosen: GlobalPlan refuses it, the clients
     # and the CLI put G / T there). Run length c = L / K.
     slice_partitions: int = 4
@@ -62,7 +69,7 @@ class PlanParams:
     @property
     def run(self) -> int:
         """c: consecutive stream positions of one partition per run (v1: 1)."""
-        if self.version == 2 and self.slice_partitions >= 1:
+        if self.version in (2, 3) and self.slice_partitions >= 1:
             return max(self.slice_samples // self.slice_partitions, 1)
         return 1
 
@@ -102,6 +109,57 @@ def tail_order(c: int, p: PlanParams) -> List[int]:
     counter {i, 0, 0})."""
     return plan_shuffle(list(range(c)), _draws(np.arange(c), 0, 0, p.seed, p.epoch,
                                            K_TAG_TAIL_ORDER))
+
+
+def _feistel_h(m: int) -> int:
+    """h: the smallest integer >= 1 with 4^h >= m."""
+    h = 1
+    while 4 ** h < m:
+        h += 1
+    return h
+
+
+def run_slot_permutation(seed: int, epoch: int, rnd: int, m: int, j: int) -> int:
+    """v3's pi_rnd(j), a keyed permutation of [0, m) at one point: the
+    4-round Feistel network E on 2h bits (F = word 0 of Philox({right half,
+    rnd, i, w3(tag 10)}) masked to h bits), applied to j and again until the
+    value is < m (cycle walking)."""
+    if m == 1:
+        return 0
+    h = _feistel_h(m)
+    mask = (1 << h) - 1
+    key, w3 = key_of(seed), word3(K_TAG_RUN_SLOTS, epoch)
+    x = j
+    while True:
+        lh, rh = x >> h, x & mask
+        for i in range(4):
+            lh, rh = rh, lh ^ (philox4x32((rh, rnd, i, w3), key)[0] & mask)
+        x = (lh << h) | rh
+        if x < m:
+            return x
+
+
+def run_slot_permutations(seed: int, epoch: int, rnd: int, m: int, js) -> np.ndarray:
+    """run_slot_permutation for every j in `js` at once (int64 array), each
+    Feistel step one vectorised Philox call over the lanes still walking."""
+    js = np.asarray(js, dtype=np.uint64)
+    if m == 1:
+        return np.zeros(js.shape, dtype=np.int64)
+    h = _feistel_h(m)
+    mask, sh = np.uint64((1 << h) - 1), np.uint64(h)
+    k0, k1 = key_of(seed)
+    w3 = word3(K_TAG_RUN_SLOTS, epoch)
+    out = js.copy()
+    todo = np.arange(js.size)
+    while todo.size:
+        x = out[todo]
+        lh, rh = x >> sh, x & mask
+        for i in range(4):
+            f = philox4x32_lanes(rh, rnd, i, w3, k0, k1)[0] & mask
+            lh, rh = rh, lh ^ f
+        out[todo] = (lh << sh) | rh
+        todo = todo[out[todo] >= np.uint64(m)]
+    return out.astype(np.int64)
 
 
 def partition_stream(n: int, partition: int, p: PlanParams) -> List[int]:
@@ -163,19 +221,20 @@ def _block_offsets(n: int, partition: int, p: PlanParams) -> np.ndarray:
 
 
 def check_v2(params: PlanParams) -> None:
-    """ValueError unless params is a valid plan version (and, for v2, L
-    divides G and K divides L), naming the field."""
+    """ValueError unless params is a valid plan version (and, for v2 and v3,
+    L divides G and K divides L), naming the field."""
     if params.version not in ALGORITHMS:
-        raise ValueError(f"plan_version: must be 1 or 2, got {params.version!r}")
-    if params.version != 2:
+        raise ValueError(f"plan_version: must be 1, 2 or 3, got {params.version!r}")
+    if params.version == 1:
         return
+    v = params.version
     g, ll, k = params.global_batch, params.slice_samples, params.slice_partitions
     if ll < 1 or g % ll:
         raise ValueError(f"slice_samples: L = {ll} must be >= 1 and divide the global batch "
-                         f"G = {g} (plan v2: at most K partitions per aligned slice of L)")
+                         f"G = {g} (plan v{v}: at most K partitions per aligned slice of L)")
     if k < 1 or ll % k:
         raise ValueError(f"slice_partitions: K = {k} must be >= 1 and divide the slice L = {ll} "
-                         "(plan v2: runs of L / K samples)")
+                         f"(plan v{v}: runs of L / K samples)")
 
 
 def check_trainers(global_batch: int, trainers: int) -> None:
@@ -187,8 +246,9 @@ def check_trainers(global_batch: int, trainers: int) -> None:
 
 class GlobalPlan:
     """The global epoch plan over a manifest's partitions (any position
-    computable alone: it needs one partition stream and one round order, or
-    for a v2 tail position the tail order)."""
+    computable alone: it needs one partition stream and one round order (v3:
+    one slot permutation value), or for a v2/v3 tail position the tail
+    order)."""
 
     def __init__(self, partition_start: Sequence[int], params: PlanParams):
         if len(partition_start) < 2:
@@ -220,6 +280,15 @@ class GlobalPlan:
             self.prefix.append(self.prefix[-1] + s)
         self.n = self.start[-1] - self.start[0]
         self.n_main = c * self.prefix[-1]
+        # v3: D, the partitions with q_p >= 1 by (q_p descending, p
+        # ascending); round r's active partitions are D[0, m_r).
+        self.v3 = params.version == 3
+        self.d: List[int] = []
+        if self.v3:  # a stable sort of -q: q descending, p ascending
+            qa = np.array(self.q, dtype=np.int64)
+            order = np.argsort(-qa, kind="stable")
+            self.d = order[:int(np.count_nonzero(qa))].tolist()
+        self._last_slot = (-1, -1, -1)  # v3: (round, slot, partition) of the last at()
         self._tails = None  # (partitions with t_p > 0 in tail order, their first positions)
         self._blocks: Dict[int, np.ndarray] = {}
         self._windows: Dict[Tuple[int, int], List[int]] = {}
@@ -297,6 +366,19 @@ class GlobalPlan:
                 hi = mid
         return lo
 
+    def _m(self, r: int) -> int:
+        """m_r = #{p : q_p > r}: round r's run slots."""
+        return len(self.sorted) - bisect.bisect_right(self.sorted, r)
+
+    def _slot_parts(self, r: int, m: int, a: int, b: int) -> List[int]:
+        """v3: the partitions of round r's slots [a, b): D[pi_r(j)]. A few
+        slots are drawn one at a time, more with vectorised draws."""
+        p = self.params
+        if b - a <= 4:
+            return [self.d[run_slot_permutation(p.seed, p.epoch, r, m, j)] for j in range(a, b)]
+        return [self.d[i] for i in
+                run_slot_permutations(p.seed, p.epoch, r, m, np.arange(a, b)).tolist()]
+
     def _tail_at(self, position: int) -> Tuple[int, int]:
         """(sample id, partition) at a position >= n_main (v2's tails)."""
         if self._tails is None:
@@ -319,7 +401,15 @@ class GlobalPlan:
             return self._tail_at(position)
         z, o = divmod(position, self.c)
         r = self._round_of(z)
-        p = self._active(r)[z - self._before(r)]
+        if self.v3:  # the last slot's partition is kept: at() of a run's c positions
+            j = z - self._before(r)
+            if self._last_slot[:2] == (r, j):
+                p = self._last_slot[2]
+            else:
+                p = self._slot_parts(r, self._m(r), j, j + 1)[0]
+                self._last_slot = (r, j, p)
+        else:
+            p = self._active(r)[z - self._before(r)]
         return self.start[p] + self._stream_at(p, r * self.c + o), p
 
     def range(self, lo: int, hi: int) -> List[Tuple[int, int]]:
@@ -329,7 +419,18 @@ class GlobalPlan:
         out: List[Tuple[int, int]] = []
         sequential, self._last_hi = lo == self._last_hi, hi
         c, main_hi = self.c, min(hi, self.n_main)
-        if lo < main_hi:
+        if self.v3 and lo < main_hi:  # slot by slot, each round's slots drawn together
+            z, z_hi = lo // c, (main_hi - 1) // c + 1
+            while z < z_hi:
+                r = self._round_of(z)
+                first, m = self._before(r), self._m(r)
+                z_end = min(z_hi, first + m)
+                for zz, p in enumerate(self._slot_parts(r, m, z - first, z_end - first), z):
+                    base = r * c - zz * c
+                    out += [(self.start[p] + self._stream_at(p, base + x), p)
+                            for x in range(max(lo, zz * c), min(main_hi, (zz + 1) * c))]
+                z = z_end
+        elif lo < main_hi:
             r = self._round_of(lo // c)
             off = lo // c - self._before(r)
             last = self._round_of((main_hi - 1) // c)

@@ -24,9 +24,10 @@ from .fleet_manifest import (  # noqa: F401
     ManifestError, ManifestShard, Manifest, parse_manifest, load_manifest, serialize_manifest,
     name_bytes)
 from .fleet_global_plan import (  # noqa: F401
-    ALGORITHM, ALGORITHM_V2, ALGORITHMS, MAX_EPOCH, K_TAG_PARTITION_BLOCKS,
-    K_TAG_PARTITION_WINDOW, K_TAG_ROUND_ORDER, K_TAG_TAIL_ORDER,
-    PlanParams, partition_block_draw, partition_window_draw, round_order_draw,
+    ALGORITHM, ALGORITHM_V2, ALGORITHM_V3, ALGORITHMS, MAX_EPOCH, K_TAG_PARTITION_BLOCKS,
+    K_TAG_PARTITION_WINDOW, K_TAG_ROUND_ORDER, K_TAG_TAIL_ORDER, K_TAG_RUN_SLOTS,
+    run_slot_permutation, run_slot_permutations, PlanParams, partition_block_draw,
+    partition_window_draw, round_order_draw,
     tail_order_draw, tail_order,
     partition_stream, round_order, round_orders, check_trainers, check_v2, GlobalPlan,
     _draw, _draws, _block_offsets)
@@ -35,8 +36,10 @@ from .philox import philox4x32  # noqa: F401
 
 __all__ = ["ManifestError", "ManifestShard", "Manifest", "parse_manifest", "load_manifest",
            "serialize_manifest", "name_bytes",
-           "ALGORITHM", "ALGORITHM_V2", "ALGORITHMS", "MAX_EPOCH", "K_TAG_PARTITION_BLOCKS",
-           "K_TAG_PARTITION_WINDOW", "K_TAG_ROUND_ORDER", "K_TAG_TAIL_ORDER", "PlanParams",
+           "ALGORITHM", "ALGORITHM_V2", "ALGORITHM_V3", "ALGORITHMS", "MAX_EPOCH",
+           "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW", "K_TAG_ROUND_ORDER",
+           "K_TAG_TAIL_ORDER", "K_TAG_RUN_SLOTS", "run_slot_permutation",
+           "run_slot_permutations", "PlanParams",
            "partition_block_draw", "partition_window_draw", "round_order_draw",
            "tail_order_draw", "tail_order", "partition_stream", "round_order", "round_orders",
            "check_trainers", "check_v2", "GlobalPlan", "Checkpoint"]

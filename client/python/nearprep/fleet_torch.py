@@ -96,9 +96,9 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
         self._plan_kw = {k: kw.get(k, v) for k, v in _DEFAULTS.items()}
         fp.check_trainers(self._plan_kw["global_batch"], self.world_size)
         # The plan version (FleetClient's plan_version, slice_partitions,
-        # slice_samples; v2's L defaults to G / world size, and a v2 state
-        # loaded without an explicit slice_samples keeps the saved L).
-        self._v2 = kw.get("plan_version", 1) == 2
+        # slice_samples; v2's and v3's L defaults to G / world size, and such
+        # a state loaded without an explicit slice_samples keeps the saved L).
+        self._v2 = kw.get("plan_version", 1) in (2, 3)
         if self._v2 and kw.get("slice_samples") is None:
             kw = dict(kw, slice_samples=self._plan_kw["global_batch"] // self.world_size)
             self._slice_given = False
@@ -132,12 +132,13 @@ class FleetIterableDataset(torch.utils.data.IterableDataset):
     def _plan_version_kw(self):
         if not self._v2:
             return dict(version=self._kw.get("plan_version", 1))
-        return dict(version=2, slice_partitions=self._kw.get("slice_partitions", 4),
+        return dict(version=self._kw["plan_version"],
+                    slice_partitions=self._kw.get("slice_partitions", 4),
                     slice_samples=self._kw["slice_samples"])
 
     def load_state_dict(self, state):
         c = fp.Checkpoint.from_dict(state)
-        if self._v2 and not self._slice_given and c.plan_version == 2:
+        if self._v2 and not self._slice_given and c.plan_version == self._kw["plan_version"]:
             self._kw["slice_samples"] = c.slice_samples  # the saved L (any T dividing G)
         v = self._plan_version_kw()
         mine = (self._manifest.hash, self._plan_kw["seed"], self._plan_kw["block_samples"],

@@ -29,7 +29,8 @@ __all__ = ["M32", "PHILOX_M0", "PHILOX_M1", "PHILOX_W0", "PHILOX_W1", "philox4x3
            "philox4x32_lanes", "draw64", "draw64_lanes", "key_of",
            "K_TAG_PERMUTATION", "K_TAG_SAMPLE_PARAMS", "K_TAG_BLOCK_PERMUTATION",
            "K_TAG_WINDOW_SHUFFLE", "K_TAG_PARTITION_BLOCKS", "K_TAG_PARTITION_WINDOW",
-           "K_TAG_ROUND_ORDER", "K_TAG_BATCH_MIX", "K_TAG_TAIL_ORDER", "PLAN_TAGS",
+           "K_TAG_ROUND_ORDER", "K_TAG_BATCH_MIX", "K_TAG_TAIL_ORDER", "K_TAG_RUN_SLOTS",
+           "PLAN_TAGS",
            "word3", "plan_shuffle"]
 
 M32 = 0xFFFFFFFF
@@ -51,9 +52,10 @@ K_TAG_PARTITION_WINDOW = 6   # fleet plan: windows
 K_TAG_ROUND_ORDER = 7        # fleet plan: round order
 K_TAG_BATCH_MIX = 8          # MixUp / CutMix (nearprep.batch_mix)
 K_TAG_TAIL_ORDER = 9         # fleet plan v2: tails
+K_TAG_RUN_SLOTS = 10         # fleet plan v3: the run slots' Feistel permutation
 PLAN_TAGS = (K_TAG_PERMUTATION, K_TAG_SAMPLE_PARAMS, K_TAG_BLOCK_PERMUTATION,
              K_TAG_WINDOW_SHUFFLE, K_TAG_PARTITION_BLOCKS, K_TAG_PARTITION_WINDOW,
-             K_TAG_ROUND_ORDER, K_TAG_BATCH_MIX, K_TAG_TAIL_ORDER)
+             K_TAG_ROUND_ORDER, K_TAG_BATCH_MIX, K_TAG_TAIL_ORDER, K_TAG_RUN_SLOTS)
 assert len(set(PLAN_TAGS)) == len(PLAN_TAGS) and all(0 < t < 256 for t in PLAN_TAGS)
 
 

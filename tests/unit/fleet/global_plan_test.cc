@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "server/plan/philox.h"
+
 #include "gtest/gtest.h"
 
 namespace nearprep::fleet {
@@ -287,11 +289,260 @@ TEST(GlobalPlanV2, RefusesBadSlices) {
   bad(V2(24, 5, 1), "slice_samples: L = 5 must be >= 1 and divide the global batch G = 24");
   bad(V2(24, 8, 3), "slice_partitions: K = 3 must be >= 1 and divide the slice L = 8");
   bad(V2(24, 8, 0), "slice_partitions: K = 0");
-  PlanParams v3 = V2(24, 8, 4);
-  v3.version = 3;
-  bad(v3, "plan_version: must be 1 or 2, got 3");
+  PlanParams v4 = V2(24, 8, 4);
+  v4.version = 4;
+  bad(v4, "plan_version: must be 1, 2 or 3, got 4");
+  v4.version = 0;
+  bad(v4, "plan_version: must be 1, 2 or 3, got 0");
   EXPECT_EQ(ResolveSlice(V2(24, 0, 4), 3).slice_samples, 8u);
   EXPECT_STREQ(PlanAlgorithm(V2(24, 8, 4)), "nearprep-fleet-plan/2");
+}
+
+// v1 and v2's At() (the cached active order) against a walk of the whole
+// round order as the text says, with C above 128 and partitions ending at
+// different rounds.
+std::vector<GlobalPlan::Entry> RefV1V2(const std::vector<uint64_t>& sizes, const PlanParams& p) {
+  const std::vector<uint64_t> st = Starts(sizes);
+  const uint64_t c = p.version == 1 ? 1 : p.slice_samples / p.slice_partitions;
+  const uint32_t parts = static_cast<uint32_t>(sizes.size());
+  std::vector<std::vector<uint64_t>> streams;
+  uint64_t max_q = 0;
+  for (uint32_t q = 0; q < parts; ++q) {
+    streams.push_back(PartitionStream(sizes[q], q, p));
+    max_q = std::max(max_q, sizes[q] / c);
+  }
+  std::vector<GlobalPlan::Entry> out;
+  for (uint64_t r = 0; r < max_q; ++r) {
+    for (uint32_t q : RoundOrder(parts, static_cast<uint32_t>(r), p)) {
+      if (sizes[q] / c <= r) continue;
+      for (uint64_t o = 0; o < c; ++o) out.push_back({st[q] + streams[q][r * c + o], q});
+    }
+  }
+  for (uint32_t q : TailOrder(parts, p)) {
+    if (p.version == 1) break;
+    for (uint64_t u = c * (sizes[q] / c); u < sizes[q]; ++u) out.push_back({st[q] + streams[q][u], q});
+  }
+  return out;
+}
+
+TEST(GlobalPlanV2, CachedActiveOrderIsTheRoundOrderWalk) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t q = 0; q < 300; ++q) sizes.push_back(1 + (q * 37) % 23);
+  for (uint32_t version : {1u, 2u}) {
+    PlanParams p = V2(24, 8, 2);
+    p.version = version;
+    const std::vector<GlobalPlan::Entry> want = RefV1V2(sizes, p);
+    auto plan = GlobalPlan::Create(Starts(sizes), p);
+    ASSERT_TRUE(plan.ok());
+    ASSERT_EQ((*plan)->size(), want.size());
+    for (uint64_t x = 0; x < want.size(); ++x) {
+      const GlobalPlan::Entry e = (*plan)->At(x);
+      ASSERT_EQ(e.sample_id, want[x].sample_id) << "v" << version << " x=" << x;
+      ASSERT_EQ(e.partition, want[x].partition) << "v" << version << " x=" << x;
+    }
+  }
+}
+
+// Plan v3 (nearprep-fleet-plan/3): v2 with the run slots of round r
+// permuted by a keyed Feistel permutation pi_r of [0, m_r).
+PlanParams V3(uint64_t g, uint64_t l, uint64_t k) {
+  PlanParams p = V2(g, l, k);
+  p.version = 3;
+  return p;
+}
+
+// pi_r(j) as docs/protocol.md writes it, with Philox directly.
+uint32_t RefPi(const PlanParams& p, uint32_t r, uint32_t m, uint32_t j) {
+  if (m == 1) return 0;
+  uint32_t h = 1;
+  while ((uint64_t{1} << (2 * h)) < m) ++h;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  const uint32_t w3 = (static_cast<uint32_t>(p.epoch & 0xFFFFFF) << 8) | 10;
+  uint64_t x = j;
+  for (;;) {
+    uint64_t lh = x >> h, rh = x & mask;
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint64_t f = Philox4x32({static_cast<uint32_t>(rh), r, i, w3}, PlanKey(p.seed))[0];
+      const uint64_t nl = rh, nr = lh ^ (f & mask);
+      lh = nl;
+      rh = nr;
+    }
+    x = (lh << h) | rh;
+    if (x < m) return static_cast<uint32_t>(x);
+  }
+}
+
+// The whole v3 epoch, straightforwardly: D sorted, every round's m_r slots.
+std::vector<GlobalPlan::Entry> RefV3(const std::vector<uint64_t>& sizes, const PlanParams& p) {
+  const std::vector<uint64_t> st = Starts(sizes);
+  const uint64_t c = p.slice_samples / p.slice_partitions;
+  const uint32_t parts = static_cast<uint32_t>(sizes.size());
+  std::vector<uint32_t> d;
+  std::vector<std::vector<uint64_t>> streams;
+  for (uint32_t q = 0; q < parts; ++q) {
+    streams.push_back(PartitionStream(sizes[q], q, p));
+    if (sizes[q] / c > 0) d.push_back(q);
+  }
+  std::sort(d.begin(), d.end(), [&](uint32_t a, uint32_t b) {
+    return sizes[a] / c != sizes[b] / c ? sizes[a] / c > sizes[b] / c : a < b;
+  });
+  std::vector<GlobalPlan::Entry> out;
+  for (uint32_t r = 0;; ++r) {
+    uint32_t m = 0;
+    for (uint32_t q : d) m += sizes[q] / c > r;
+    if (m == 0) break;
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint32_t q = d[RefPi(p, r, m, j)];
+      for (uint64_t o = 0; o < c; ++o) out.push_back({st[q] + streams[q][r * c + o], q});
+    }
+  }
+  for (uint32_t q : TailOrder(parts, p)) {
+    for (uint64_t u = c * (sizes[q] / c); u < sizes[q]; ++u) out.push_back({st[q] + streams[q][u], q});
+  }
+  return out;
+}
+
+TEST(GlobalPlanV3, SlotPermutationIsAPermutation) {
+  PlanParams p = V3(24, 8, 4);
+  for (uint32_t m = 1; m <= 300; ++m) {
+    for (uint32_t r : {0u, 7u}) {
+      std::vector<char> hit(m, 0);
+      for (uint32_t j = 0; j < m; ++j) {
+        const uint32_t v = RunSlotPermutation(p.seed, p.epoch, r, m, j);
+        ASSERT_LT(v, m) << "m=" << m << " j=" << j;
+        ASSERT_FALSE(hit[v]) << "m=" << m << " j=" << j;
+        hit[v] = 1;
+        ASSERT_EQ(v, RefPi(p, r, m, j)) << "m=" << m << " j=" << j;
+      }
+    }
+  }
+  // Large m: 4^h exactly (no walk), just above (the most walking) and C =
+  // 2^24's h = 12.
+  for (uint32_t m : {16384u, 16385u, 100000u, 262145u}) {
+    std::vector<char> hit(m, 0);
+    uint64_t fixed = 0;
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint32_t v = RunSlotPermutation(p.seed, p.epoch, 3, m, j);
+      ASSERT_LT(v, m);
+      ASSERT_FALSE(hit[v]) << "m=" << m << " j=" << j;
+      hit[v] = 1;
+      fixed += v == j;
+    }
+    EXPECT_LT(fixed, 20u) << m;  // a keyed shuffle, not the identity
+  }
+  // The key, the epoch and the round each change the permutation.
+  PlanParams q = p;
+  q.seed += 1;
+  PlanParams e = p;
+  e.epoch += 1;
+  int same_seed = 0, same_epoch = 0, same_round = 0;
+  for (uint32_t j = 0; j < 1000; ++j) {
+    const uint32_t v = RunSlotPermutation(p.seed, p.epoch, 2, 1000, j);
+    same_seed += v == RunSlotPermutation(q.seed, q.epoch, 2, 1000, j);
+    same_epoch += v == RunSlotPermutation(e.seed, e.epoch, 2, 1000, j);
+    same_round += v == RunSlotPermutation(p.seed, p.epoch, 3, 1000, j);
+  }
+  EXPECT_LT(same_seed, 20);
+  EXPECT_LT(same_epoch, 20);
+  EXPECT_LT(same_round, 20);
+}
+
+TEST(GlobalPlanV3, IsTheReferenceExactlyOnceAndAtMostKPerSlice) {
+  const std::vector<std::vector<uint64_t>> layouts = {
+      {100, 99, 98, 97, 96, 95},
+      {30, 1, 17, 4, 0, 9, 22, 3, 3, 8, 11, 12, 64, 65, 63},
+      std::vector<uint64_t>(20, 48),  // equal sizes, no tails with c | 48
+      {7},                            // C = 1
+      {200, 9, 9}};                   // m_r = 1 from round 9/c on
+  struct Cfg { uint64_t g, l, k; };
+  for (const auto& sizes : layouts) {
+    const std::vector<uint64_t> st = Starts(sizes);
+    for (const Cfg cfg : {Cfg{24, 8, 2}, Cfg{24, 12, 3}, Cfg{32, 16, 4}, Cfg{16, 16, 1},
+                          Cfg{16, 4, 4}}) {
+      SCOPED_TRACE(testing::Message() << "C=" << sizes.size() << " G=" << cfg.g
+                                      << " L=" << cfg.l << " K=" << cfg.k);
+      const PlanParams p = V3(cfg.g, cfg.l, cfg.k);
+      auto plan = GlobalPlan::Create(st, p);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const GlobalPlan& pl = **plan;
+      const uint64_t n = pl.size(), c = cfg.l / cfg.k;
+      EXPECT_EQ(pl.run(), c);
+      const std::vector<GlobalPlan::Entry> want = RefV3(sizes, p);
+      ASSERT_EQ(want.size(), n);
+      std::vector<GlobalPlan::Entry> all(n);
+      std::set<uint64_t> seen;
+      for (uint64_t x = n; x-- > 0;) {  // backwards: no replay
+        all[x] = pl.At(x);
+        ASSERT_EQ(all[x].sample_id, want[x].sample_id) << x;
+        ASSERT_EQ(all[x].partition, want[x].partition) << x;
+        EXPECT_TRUE(seen.insert(all[x].sample_id).second) << x;
+        EXPECT_GE(all[x].sample_id, st[all[x].partition]);
+        EXPECT_LT(all[x].sample_id, st[all[x].partition + 1]);
+      }
+      EXPECT_EQ(seen.size(), n);
+      for (uint64_t x : {n - 1, n / 2, uint64_t{0}, n / 3}) {  // alone, fresh caches
+        auto fresh = GlobalPlan::Create(st, p);
+        EXPECT_EQ((*fresh)->At(x).sample_id, all[x].sample_id) << x;
+      }
+      for (uint64_t a = 0; a + cfg.l <= pl.main_size(); a += cfg.l) {
+        std::set<uint32_t> parts;
+        for (uint64_t x = a; x < a + cfg.l; ++x) {
+          parts.insert(all[x].partition);
+          EXPECT_EQ(all[x].partition, all[x - x % c].partition) << x;  // runs of c
+        }
+        EXPECT_LE(parts.size(), cfg.k) << "slice at " << a;
+      }
+      // Elastic: any T dividing G reads each position once.
+      for (uint32_t t : {1u, 2u, static_cast<uint32_t>(cfg.g)}) {
+        std::vector<int> count(n, 0);
+        for (uint64_t g = 0; g < pl.num_batches(); ++g) {
+          for (uint32_t k = 0; k < t; ++k) {
+            const auto [lo, hi] = pl.Slice(g, k, t);
+            for (uint64_t x = lo; x < hi; ++x) ++count[pl.At(x).sample_id - st[0]];
+          }
+        }
+        for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(count[i], 1) << "T=" << t << " id " << i;
+      }
+    }
+  }
+}
+
+TEST(GlobalPlanV3, DiffersFromV2ButKeepsItsTails) {
+  const std::vector<uint64_t> sizes = {30, 1, 17, 4, 0, 9, 22, 3, 3, 8, 11, 12, 64, 65, 63};
+  auto v2 = GlobalPlan::Create(Starts(sizes), V2(24, 8, 2));
+  auto v3 = GlobalPlan::Create(Starts(sizes), V3(24, 8, 2));
+  ASSERT_TRUE(v2.ok() && v3.ok());
+  ASSERT_EQ((*v2)->main_size(), (*v3)->main_size());
+  int differs = 0;
+  for (uint64_t x = 0; x < (*v2)->main_size(); ++x) {
+    differs += (*v2)->At(x).sample_id != (*v3)->At(x).sample_id;
+  }
+  EXPECT_GT(differs, 0);
+  for (uint64_t x = (*v2)->main_size(); x < (*v2)->size(); ++x) {
+    EXPECT_EQ((*v2)->At(x).sample_id, (*v3)->At(x).sample_id) << x;
+  }
+  EXPECT_STREQ(PlanAlgorithm(V3(24, 8, 2)), "nearprep-fleet-plan/3");
+  EXPECT_EQ(ResolveSlice(V3(24, 0, 4), 3).slice_samples, 8u);
+  auto bad = GlobalPlan::Create(Starts({40}), V3(24, 8, 3));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("slice_partitions: K = 3"),
+            std::string::npos);
+}
+
+TEST(GlobalPlanV3, ManyPartitionsWithoutRoundOrders) {
+  // C = 5000 partitions of unequal sizes: every sample once and the
+  // reference's order (the slot permutations walk for m_r between powers
+  // of 4).
+  std::vector<uint64_t> sizes;
+  for (uint64_t q = 0; q < 5000; ++q) sizes.push_back(8 + (q * 7919) % 9);
+  const PlanParams p = V3(64, 16, 4);
+  const std::vector<GlobalPlan::Entry> want = RefV3(sizes, p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ((*plan)->size(), want.size());
+  for (uint64_t x = 0; x < want.size(); ++x) {
+    ASSERT_EQ((*plan)->At(x).sample_id, want[x].sample_id) << x;
+  }
 }
 
 }  // namespace

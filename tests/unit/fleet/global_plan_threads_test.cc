@@ -6,7 +6,7 @@
 // each against a copy of global_plan.cc built the same way; under the
 // sanitizers, a reference into a cache that another thread cleared is a
 // reported heap-use-after-free / data race (the bug fixed here). Plan v1,
-// and v2 with tails.
+// and v2 and v3 with tails (the tail order is made by the first TailAt()).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -132,9 +132,11 @@ TEST(GlobalPlanThreads, ManyPartitionsSharedByEightThreads) {
   CheckThreads(**plan, ref, kPasses);
 }
 
-// Plan v2 (runs of c = 2, tails): the same, with tail positions (TailAt)
-// read by other threads while the stream cache is cleared.
-TEST(GlobalPlanThreads, V2RunsAndTailsSharedByEightThreads) {
+// Plan v2 and v3 (runs of c = 2, tails): the same, with tail positions
+// (TailAt) read by other threads while the stream cache is cleared.
+class GlobalPlanThreadsV : public testing::TestWithParam<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(V2V3, GlobalPlanThreadsV, testing::Values(2u, 3u));
+TEST_P(GlobalPlanThreadsV, RunsAndTailsSharedByEightThreads) {
   std::vector<uint64_t> sizes;
   for (uint64_t p = 0; p < GlobalPlan::kMaxCachedStreams + 300; ++p) {
     sizes.push_back(1 + p % 3);  // c = 2: tails of 1 in two of three
@@ -145,7 +147,7 @@ TEST(GlobalPlanThreads, V2RunsAndTailsSharedByEightThreads) {
   p.block_samples = 2;
   p.window = 3;
   p.global_batch = 256;
-  p.version = 2;
+  p.version = GetParam();
   p.slice_partitions = 2;
   p.slice_samples = 4;
   const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
