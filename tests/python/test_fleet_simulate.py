@@ -10,7 +10,8 @@ import os
 import sys
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import group_by_node, hedge_after, missing_by_part, slice_items
+from nearprep.fleet import (group_by_node, hedge_after, hedge_class, missing_by_part,
+                            slice_items, split_hedge)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fleet"))
 import simulate  # noqa: E402
@@ -64,3 +65,25 @@ def test_request_helpers():
     miss = missing_by_part([(1, 10), (2, 20), (3, 30)], lambda pos: pos == 1,
                            lambda sid: sid == 30, wanted)
     assert miss == {1: [(2, 20)]}
+
+
+def test_hedge_class_and_split_hedge():
+    """The pooled window's size classes and a hedge's split over all the
+    other live replicas (the same case as the C++ FleetSplitHedge test in
+    tests/unit/fleet/fleet_hedge_verify_test.cc, answer computed by hand)."""
+    assert [hedge_class(n) for n in (0, 1, 2, 3, 4, 63, 64, 127, 128)] == \
+        [0, 0, 1, 1, 2, 5, 6, 6, 7]
+    holders = {0: ["c", "a", "b"], 1: ["b", "c", "a"], 2: ["a", "c"], 3: ["a"]}
+    items = {0: [(6, 60), (1, 10), (4, 40)], 1: [(9, 90), (2, 20)],
+             2: [(3, 30), (5, 50), (7, 70)], 3: [(8, 80)]}
+    by_node, orphans = split_hedge(items, holders.__getitem__, "a")
+    assert by_node == {"b": [(1, 10), (2, 20), (4, 40)],
+                       "c": [(3, 30), (5, 50), (6, 60), (7, 70), (9, 90)]}
+    assert orphans == [3]
+    assert split_hedge({0: [(7, 70)]}, holders.__getitem__, "c") == ({"a": [(7, 70)]}, [])
+    assert split_hedge({3: [(1, 10)]}, holders.__getitem__, "a") == ({}, [3])
+    # Near-equal: 7 positions over 3 replicas -> 3, 2, 2, contiguous.
+    by_node, _ = split_hedge({0: [(p, p) for p in range(7)]}, lambda p: ["x", "y", "z", "w"],
+                             "w")
+    assert by_node == {"x": [(0, 0), (1, 1), (2, 2)], "y": [(3, 3), (4, 4)],
+                       "z": [(5, 5), (6, 6)]}
