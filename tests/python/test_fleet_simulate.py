@@ -23,7 +23,7 @@ TINY = ["--nodes", "32", "--trainers", "32", "--trainers-after", "16", "--local-
 
 
 def test_scenarios_exactly_once_and_v2_bound(capsys):
-    rows = simulate.main(TINY + ["--scenario", "base,kill10,slow1,rack,tchange", "--pooled"])
+    rows = simulate.main(TINY + ["--scenario", "base,kill10,slow1,rack,tchange", "--per-node"])
     assert len(rows) == 5 * 2 * 3
     for r in rows:
         assert r["exactly once"] == "yes" and r["missed"] == 0, r
