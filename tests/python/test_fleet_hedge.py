@@ -56,7 +56,7 @@ def fleet(tmp_path_factory):
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(2)]
     try:
-        clean = read([d.target for d in daemons], manifest)
+        clean = read([d.target for d in daemons], manifest, hedge=0)
         assert sorted(clean["got"]) == list(range(m.num_samples)), clean
         assert clean["stats"]["hedges"] == 0, clean["stats"]
         yield m, manifest, daemons, clean["got"]
@@ -101,14 +101,13 @@ def read_cpp(targets, manifest, *flags, seed=SEED, block=BLOCK, window=WINDOW,
     return dict(parse_fleet_read(returncode, stdout, stderr), seconds=time.monotonic() - t0)
 
 
-def read_with(client, targets, manifest, *, hedge=None, hedge_min=0.05, hedge_samples=10,
+def read_with(client, targets, manifest, *, hedge=0.95, hedge_min=0.05, hedge_samples=10,
               rpc_timeout=10.0, plan=(BLOCK, WINDOW, G)):
     """read() (client "python-grpcio" / "python-native") or read_cpp()
-    ("cpp") with the same hedging options and plan."""
+    ("cpp") with the same hedging options (hedge=0: off) and plan."""
     if client == "cpp":
         flags = ["--rpc-timeout-ms", int(rpc_timeout * 1000)]
-        if hedge is not None:
-            flags += ["--hedge", hedge, "--hedge-min", hedge_min, "--hedge-samples", hedge_samples]
+        flags += ["--hedge", hedge, "--hedge-min", hedge_min, "--hedge-samples", hedge_samples]
         r = read_cpp(targets, manifest, *flags, block=plan[0], window=plan[1],
                      global_batch=plan[2])
         assert r["ok"], r
@@ -211,7 +210,7 @@ def fleet3(tmp_path_factory):
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(3)]
     try:
-        clean = read([d.target for d in daemons], manifest, plan=EVERY_PLAN)
+        clean = read([d.target for d in daemons], manifest, plan=EVERY_PLAN, hedge=0)
         assert sorted(clean["got"]) == list(range(m.num_samples)), clean
         yield m, manifest, daemons, clean["got"]
     finally:
@@ -298,14 +297,14 @@ def test_a_node_slow_on_every_request_is_hedged_and_split(fleet3, client):
 
 @pytest.mark.parametrize("client", ["python-grpcio", "cpp"])
 def test_no_hedge_when_off(fleet, client):
-    """hedge=None (the default; fleet-read without --hedge): the same slow
-    victim (held 1.5 s) is waited for, nothing is hedged, the epoch is still
-    the clean one."""
+    """hedge=0 (fleet-read --hedge 0; hedging is on by default): the same
+    slow victim (held 1.5 s) is waited for, nothing is hedged, the epoch is
+    still the clean one."""
     m, manifest, daemons, clean = fleet
     delay = 1.5
     sv = SlowVictim(daemons, delay)
     try:
-        r = read_with(client, sv.targets, manifest)
+        r = read_with(client, sv.targets, manifest, hedge=0)
     finally:
         sv.stop()
     assert sv.held, "the victim held nothing back: the scenario did not happen"
@@ -317,7 +316,7 @@ def test_no_hedge_when_off(fleet, client):
 
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(hedge=0.0), "hedge"),
+    (dict(hedge=float("nan")), "hedge"),
     (dict(hedge=1.0), "hedge"),
     (dict(hedge=-0.5), "hedge"),
     (dict(hedge="0.9"), "hedge"),
@@ -351,3 +350,11 @@ def test_cpp_hedge_flags_are_checked(fleet, flags, field):
     r = read_cpp([d.target for d in daemons], manifest, *flags, timeout=30)
     assert not r["ok"] and not r["got"], r
     assert field in r["stderr"], r["stderr"]
+
+
+def test_hedging_is_on_by_default():
+    """The Python default (the C++ one: fleet_hedge_verify_test)."""
+    import inspect
+    from nearprep import fleet
+    assert fleet.HEDGE_DEFAULT == 0.95
+    assert inspect.signature(FleetClient).parameters["hedge"].default == fleet.HEDGE_DEFAULT

@@ -21,7 +21,8 @@
 // live nodes (a rollout), agree again, or change between a node's probes;
 // informational only: the assignment uses partitions_held.
 //
-// Hedged requests (opt-in: hedge > 0; docs/protocol.md "Hedged requests",
+// Hedged requests (on by default: hedge = 0.95; 0: off;
+// docs/protocol.md "Hedged requests",
 // the Python client's hedge=): a node request not answered within the
 // `hedge` percentile of the last kFleetHedgeWindow latencies of its size
 // class (FleetHedgeClass of its sample count), pooled over all nodes (at
@@ -130,7 +131,7 @@ struct FleetClientOptions {
   // kFleetHedgeWindow], the latencies a request's size class needs before
   // its requests are hedged.
   // Create() refuses other values, naming the field.
-  double hedge = 0;
+  double hedge = 0.95;  // the default: docs/protocol.md "Hedged requests"
   std::chrono::milliseconds hedge_min{50};
   int hedge_samples = 10;
   // In [0, 1]: the share of positions verified against a second replica

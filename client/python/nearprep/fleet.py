@@ -39,14 +39,17 @@ How (docs/protocol.md, "Fleet datasets"):
   stay where they are, so every position is still served once.
   With no live replica for a partition the client waits and reports through
   on_wait(message); it never skips or substitutes data.
-- Hedged requests (hedge=, opt-in; docs/protocol.md): a node request not
-  answered within that node's `hedge` latency percentile (its last
-  HEDGE_WINDOW requests; at least hedge_min s; once it has hedge_samples)
-  is also sent, for the positions it has not delivered, to the next live
-  replica; the first answer per position wins, the other request is
-  cancelled and its late results dropped by position. stats["hedges"]
-  (requests sent) and stats["hedge_wins"] (positions they filled); each
-  hedge is reported through on_event ("hedge: node HOST:PORT ...").
+- Hedged requests (hedge=, default 0.95; None or 0: off; docs/protocol.md):
+  a node request not answered within the `hedge` latency percentile of its
+  size class (hedge_class: floor(log2(samples))), over the last
+  HEDGE_WINDOW requests of that class to any node (at least hedge_min s;
+  once the class has hedge_samples), is also sent, for the positions it
+  has not delivered, to all the other live replicas of their partitions,
+  split among them (split_hedge); the first answer per position wins, a
+  request of the race whose positions are all filled is cancelled and its
+  late results dropped by position. stats["hedges"] (requests sent) and
+  stats["hedge_wins"] (positions they filled); each hedge is reported
+  through on_event ("hedge: node HOST:PORT ...").
 - Verification (verify_fraction=, opt-in; docs/protocol.md "Per-sample
   digests", docs/python.md "Fleets"): positions whose verify_score(seed, epoch, position) is below
   verify_fraction are also fetched from a second live replica holding the
@@ -166,7 +169,10 @@ STATUS_ACTIONS = {
 }
 SAME_NODE_RETRIES = 2
 
-# Hedged requests (FleetClient(hedge=...)): the latencies kept per request
+# Hedged requests (FleetClient(hedge=...)): on by default at this latency
+# percentile (docs/protocol.md "Hedged requests"; None or 0: off).
+HEDGE_DEFAULT = 0.95
+# The latencies kept per request
 # size class (hedge_class), pooled over all nodes: the last HEDGE_WINDOW
 # node requests of the class, for its latency percentile.
 HEDGE_WINDOW = 64
@@ -502,10 +508,11 @@ class FleetClient:
 
     native: the receive path (module docstring); `transport` says which.
 
-    hedge: None (default: never hedge) or a latency percentile in (0, 1):
-    a node request slower than that percentile of the node's recent
-    latencies (at least hedge_min s, once it has hedge_samples of them) is
-    also sent to the next replica (module docstring).
+    hedge: a latency percentile in (0, 1) (default HEDGE_DEFAULT, 0.95), or
+    None or 0 (never hedge): a node request slower than that percentile of
+    the recent latencies of its size class over all nodes (at least
+    hedge_min s, once the class has hedge_samples of them) is also sent,
+    split, to the other live replicas (module docstring).
 
     targets_dns / targets_file / membership_interval: the node set from a
     membership instead of `targets` (pass targets=None, or pass a
@@ -524,7 +531,7 @@ class FleetClient:
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
-                 slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
+                 slice_samples=None, hedge=HEDGE_DEFAULT, hedge_min=0.05, hedge_samples=10,
                  verify_fraction=0.0, targets_dns=None, targets_file=None,
                  membership_interval=None, **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
@@ -553,14 +560,15 @@ class FleetClient:
             raise ValueError(f"response_batch: must be >= 1 or None, got {response_batch}")
         self.max_request_ids = max_request_ids
         self.response_batch = response_batch
-        # Hedged requests (docs/protocol.md, "Hedged requests"): off (None)
-        # or the latency percentile in (0, 1) after which a node request is
-        # also sent to the next replica; never sooner than hedge_min s, and
-        # only once the node has hedge_samples latencies.
+        # Hedged requests (docs/protocol.md, "Hedged requests"): off (None
+        # or 0) or the latency percentile in (0, 1) after which a node
+        # request is also sent, split, to the other replicas; never sooner
+        # than hedge_min s, and only once its size class has hedge_samples
+        # latencies.
         if hedge is not None and (isinstance(hedge, bool) or not isinstance(hedge, (int, float))
-                                  or not 0.0 < hedge < 1.0):
-            raise ValueError(f"hedge: must be None or a latency percentile in (0, 1), "
-                             f"got {hedge!r}")
+                                  or not (hedge == 0 or 0.0 < hedge < 1.0)):
+            raise ValueError(f"hedge: must be None or 0 (off) or a latency percentile in "
+                             f"(0, 1), got {hedge!r}")
         if isinstance(hedge_min, bool) or not isinstance(hedge_min, (int, float)) \
                 or not hedge_min >= 0.0:
             raise ValueError(f"hedge_min: must be a number of seconds >= 0, got {hedge_min!r}")
@@ -575,7 +583,7 @@ class FleetClient:
             raise ValueError(f"verify_fraction: must be a number in [0, 1], "
                              f"got {verify_fraction!r}")
         self.verify_fraction = float(verify_fraction)
-        self.hedge = None if hedge is None else float(hedge)
+        self.hedge = None if not hedge else float(hedge)
         self.hedge_min = float(hedge_min)
         self.hedge_samples = hedge_samples
         # Membership (nearprep.fleet_membership): the node set from a DNS

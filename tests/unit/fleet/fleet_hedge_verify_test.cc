@@ -108,6 +108,11 @@ TEST(FleetSplitHedge, ContiguousNearEqualChunksOverTheOtherReplicas) {
   EXPECT_TRUE(FleetSplitHedge({{3, 1}}, [&](uint32_t p) { return holders.at(p); }, "a").empty());
 }
 
+TEST(FleetClientOptions, HedgingIsOnByDefault) {
+  // The Python FleetClient's default too (nearprep.fleet.HEDGE_DEFAULT).
+  EXPECT_EQ(FleetClientOptions().hedge, 0.95);
+}
+
 absl::Status CreateWith(void (*set)(FleetClientOptions*)) {
   FleetClientOptions o;
   o.targets = {"127.0.0.1:1"};
