@@ -51,7 +51,9 @@ samples/request (mean), requests/s per node (mean), node load max/mean (CPU
 work served per node, nominal speed, over the simulated batches), batch
 latency p50/p99 and their ratio (sampled trainers, ms, hedging off or on at
 each --hedge percentile), hedge req % (the sampled trainers' hedge requests
-over their other requests), bg hedged % (above), slow util (the slowest
+over their other requests: a hedge split over 2 replicas is 2), hedge smp %
+(the samples those hedges asked for over the samples of the other
+requests: the extra work), bg hedged % (above), slow util (the slowest
 node's CPU time over its cores' time in the simulated batches),
 delivered exactly once (every position of every sampled trainer batch
 filled once; misses; duplicates dropped), plan CPU per position (Python
@@ -321,6 +323,9 @@ class Sim:
             self.stats["requests"] += 1
             if hedge_of is not None:
                 self.stats["hedges"] += 1
+                self.stats["hedge_samples"] += len(items)
+            else:
+                self.stats["request_samples"] += len(items)
             self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r))
             if self.hedge is not None and hedge_of is None:
                 after = hedge_after(self.window(tr, r), self.hedge, self.a.hedge_min,
@@ -567,6 +572,7 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
         # Extra requests hedging costs the sampled trainers (hedge requests
         # over the others), and the share of background work hedged away.
         "hedge req %": f"{100 * s['hedges'] / max(1, s['requests'] - s['hedges']):.1f}",
+        "hedge smp %": f"{100 * s['hedge_samples'] / max(1, s['request_samples']):.1f}",
         "bg hedged %": f"{100 * s['bg_hedged_work'] / max(bg_work, 1e-12):.1f}",
         "slow util": f"{max(slow_util):.2f}" if slow_util else "-",
         "failovers": s["failovers"],
@@ -577,7 +583,8 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
 
 COLUMNS = ["scenario", "v", "hedge", "nodes/batch", "samples/req", "req/s/node",
            "load max/mean", "p50 ms", "p99 ms", "p99/p50", "exactly once", "missed",
-           "dups dropped", "hedges", "hedge req %", "bg hedged %", "slow util", "failovers",
+           "dups dropped", "hedges", "hedge req %", "hedge smp %", "bg hedged %", "slow util",
+           "failovers",
            "plan us/pos"]
 
 

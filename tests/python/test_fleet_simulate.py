@@ -37,6 +37,15 @@ def test_scenarios_exactly_once_and_v2_bound(capsys):
             assert mean > 8, r  # 32 positions over 64 partitions: v1 spreads
     slow_on = [r for r in rows if r["scenario"] == "slow1" and r["hedge"] != "off"]
     assert sum(r["hedges"] for r in slow_on) > 0, slow_on
+    # The clients' rule (pooled by size class, split hedges) cuts the slow
+    # nodes' tail, and the background trainers' hedges take work off them.
+    by = {(r["scenario"], r["v"], r["hedge"]): r for r in rows}
+    for v in (1, 2):
+        off, on = by["slow1", v, "off"], by["slow1", v, "p95 class"]
+        assert float(on["p99 ms"]) < float(off["p99 ms"]), (off, on)
+        assert float(on["bg hedged %"]) > 0 and float(off["bg hedged %"]) == 0, (off, on)
+        assert float(on["slow util"]) < float(off["slow util"]), (off, on)
+        assert float(on["hedge smp %"]) > 0, on
     out = capsys.readouterr().out
     assert "## tchange" in out and "| scenario |" in out
 
