@@ -1059,7 +1059,7 @@ class FleetClient:
             return []
         by_node, _ = split_hedge(missing, self._live_holders, r.target)  # no other: none
         hedges = []
-        for t, items in by_node.items():
+        for t, items in sorted(by_node.items()):  # name order, as the C++ client
             h = _Req(t, items, r)
             h.fut = self._pool.submit(self._fetch, h, epoch)
             hedges.append(h)
