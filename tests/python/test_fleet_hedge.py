@@ -287,7 +287,7 @@ def test_a_node_slow_on_every_request_is_hedged_and_split(fleet3, client):
     # hedge_samples latencies; a loaded machine slows the fast ones too).
     expect = len(state["minority"])
     assert expect >= 4, state
-    fast = [a for a in after_ms if a < delay * 1000 / 2]
+    fast = [a for a in after_ms if a < delay * 1000 * 0.75]
     assert len(fast) >= expect // 2, (after_ms, state, r["stats"])
     assert r["stats"]["hedge_wins"] >= len(fast), r["stats"]
     # Split: a hedge asked both other replicas (one request each).
