@@ -14,8 +14,11 @@ What is real and what is modelled:
 - A sampled trainer (--sampled of the T, evenly spaced ranks) builds its
   node requests with the FleetClient's own pure functions
   (nearprep.fleet.slice_items, group_by_node with choose() over the live
-  holders it knows, missing_by_part for fail-over and hedges, hedge_after
-  for the hedge deadline over its last HEDGE_WINDOW latencies per node),
+  holders it knows, missing_by_part for fail-over and hedges, split_hedge
+  to split a hedge over all the other live replicas, hedge_after for the
+  hedge deadline over the last HEDGE_WINDOW latencies of the request's size
+  class (hedge_class) pooled over all its nodes; --per-node adds rows with
+  the old rule, one window per node),
   and fills each position with the first answer (later ones are dropped and
   counted), as FleetClient._finish_batch does.
 - Nodes: `--cores` servers each, FIFO; a request of n samples costs
@@ -29,7 +32,13 @@ What is real and what is modelled:
   batch, the samples it carries), scaled to T - sampled, become node work, cut into --bg-chunks jobs per
   node and global batch arriving with the same network latency; when a
   node dies their unfinished work moves to the partition's next live
-  replica. They do not hedge (their hedges' extra load is not modelled).
+  replica. With hedging on they hedge roughly (Sim.hedge_background): at
+  the hedge deadline after its arrival (hedge_after over the sampled
+  trainers' latencies of a mean background request's size class, pooled)
+  a background job still queued is sent again whole, one running on a slow
+  node what it has not done yet, split equally over the other live
+  replicas of its partitions, and the original cancelled. Column "bg
+  hedged %": the share of background work sent again (hedge load).
   Under plan v2 a slice touches at most K partitions, so the node load
   columns measure the fleet only with --bg-sample = --trainers (every
   trainer's slices computed; the default 256 makes them the sample's
@@ -55,7 +64,12 @@ samples/request (mean), requests/s per node (mean), node load max/mean (CPU
 work served per node, nominal speed, over the simulated batches), batch
 load max/mean (the same per global batch, by the batch the work belongs
 to, averaged over the batches), batch
-latency p50/p99 (sampled trainers, ms, without and with hedging),
+latency p50/p99 and their ratio (sampled trainers, ms, hedging off or on at
+each --hedge percentile), hedge req % (the sampled trainers' hedge requests
+over their other requests: a hedge split over 2 replicas is 2), hedge smp %
+(the samples those hedges asked for over the samples of the other
+requests: the extra work), bg hedged % (above), slow util (the slowest
+node's CPU time over its cores' time in the simulated batches),
 delivered exactly once (every position of every sampled trainer batch
 filled once; misses; duplicates dropped), plan CPU per position (Python
 plan.range over the --bg-sample trainers' slices).
@@ -73,8 +87,8 @@ import time
 import numpy as np
 
 from nearprep import fleet_global_plan as fgp
-from nearprep.fleet import (HEDGE_WINDOW, choose, group_by_node, hedge_after,
-                            missing_by_part, rendezvous_score, slice_items)
+from nearprep.fleet import (HEDGE_WINDOW, choose, group_by_node, hedge_after, hedge_class,
+                            missing_by_part, rendezvous_score, slice_items, split_hedge)
 
 # Measured on this machine with the real daemon (bench/fleet/measure_service.py,
 # docs/benchmarks.md "Fleet simulator"): server CPU of one explicit-id request.
@@ -87,11 +101,14 @@ def node_name(i):
 
 
 class Job:
-    __slots__ = ("node", "work", "req", "part", "killed", "batch")
+    __slots__ = ("node", "work", "req", "part", "killed", "batch", "moved", "hedge", "t_start")
 
-    def __init__(self, node, work, req=None, part=None, batch=0):
+    def __init__(self, node, work, req=None, part=None, batch=0, hedge=False):
         self.node, self.work, self.req, self.part, self.batch = node, work, req, part, batch
         self.killed = False
+        self.moved = False  # background work hedged away while queued
+        self.hedge = hedge  # background hedge work (not hedged again)
+        self.t_start = None  # when a core started it
 
 
 class Req:
@@ -108,7 +125,7 @@ class Req:
 
 class Node:
     __slots__ = ("name", "cores", "free", "queue", "slow", "dead", "running", "work",
-                 "work_by_batch")
+                 "work_by_batch", "busy")
 
     def __init__(self, name, cores, slow):
         self.name, self.cores, self.free, self.slow = name, cores, cores, slow
@@ -117,6 +134,7 @@ class Node:
         self.dead = False
         self.work = 0.0  # nominal CPU seconds served
         self.work_by_batch = collections.Counter()  # global batch -> its share of work
+        self.busy = 0.0  # CPU seconds it took (work * slow factor)
 
 
 class Sim:
@@ -124,10 +142,15 @@ class Sim:
         self.a, self.plan = a, plan
         self.holders = holders  # partition -> [node names], best score first
         self.trainers_at = trainers_at  # batch -> T
-        # hedge: None, or (percentile, pooled): pooled keeps one latency
-        # window per trainer over all nodes instead of FleetClient's one per
-        # node (a variant, not the client's logic).
-        self.hedge, self.pooled = (hedge if hedge is not None else (None, False))
+        # hedge: None, or (percentile, window): window "class" is
+        # FleetClient's (one latency window per request size class,
+        # hedge_class, over all the trainer's nodes); "node" the old rule,
+        # one per node (a variant row).
+        self.hedge, self.window_kind = (hedge if hedge is not None else (None, "class"))
+        # The background trainers' hedge deadline: the sampled trainers'
+        # request latencies by size class, pooled over all of them.
+        self.bg_lat = collections.defaultdict(lambda: collections.deque(maxlen=HEDGE_WINDOW))
+        self.bg_class = 0  # set by scenario(): the class of a mean background request
         self.spread = a.routing == "spread"
         self.kills = kills  # [(time, [node index])]
         self.step = step
@@ -165,13 +188,65 @@ class Sim:
                 self.move_background(job)
             return
         node.queue.append(job)
+        if job.req is None and not job.hedge and self.hedge is not None:
+            # The background trainers hedge too (roughly): their work still
+            # queued here after the hedge deadline (the sampled trainers'
+            # pooled latencies of a mean background request's class) moves
+            # to the partitions' other live replicas, split among them.
+            after = hedge_after(self.bg_lat[self.bg_class], self.hedge, self.a.hedge_min,
+                                self.a.hedge_samples)
+            if after is not None:
+                self.at(self.now + after, self.hedge_background, job)
         self.start(node)
+
+    def hedge_background(self, job):
+        """Background work (a chunk of many trainers' requests) at its hedge
+        deadline: still queued, all of it is sent again; running on a slow
+        node (its requests take slow x their time: past the deadline), what
+        it has not done yet is; running on a node of normal speed, nothing
+        (its requests end about in time). What is sent again is split over
+        the other live replicas of its partitions (equal parts, as
+        split_hedge), and the original cancelled at once (the real cancel
+        comes when the hedge wins, a little later: the slow node's time is
+        slightly under-counted)."""
+        node = self.nodes[job.node]
+        if job.killed or job.moved or job.node in self.dead_global:
+            return
+        if job in node.running:
+            if node.slow <= 1.0:
+                return
+            node.running.discard(job)
+            node.free += 1
+            spent = self.now - job.t_start
+            node.busy += spent
+            node.work += spent / node.slow
+            node.work_by_batch[job.batch] += spent / node.slow
+            job.killed = True  # its finish event is dropped
+            job.work -= spent / node.slow  # what is left to do
+            self.at(self.now, self.start, node)
+        elif job not in node.queue:
+            return
+        job.moved = True
+        self.stats["bg_hedged_work"] += job.work
+        for part, share in job.part.items():
+            others = [h for h in self.holders[part]
+                      if h != job.node and h not in self.dead_global]
+            if not others:
+                self.stats["bg_hedge_orphaned"] += 1
+                continue
+            for h in others:
+                self.stats["bg_hedge_jobs"] += 1
+                self.at(self.now + self.net(), self.arrive,
+                        Job(h, job.work * share / len(others), part={part: 1.0},
+                            batch=job.batch, hedge=True))
 
     def start(self, node):
         while node.free and node.queue:
             job = node.queue.popleft()
             if job.req is not None and job.req.cancelled:
                 continue  # a hedge race's loser, still queued: cancelled
+            if job.moved:
+                continue  # background work hedged away
             node.free -= 1
             node.running.add(job)
             if job.req is not None:
@@ -179,6 +254,7 @@ class Sim:
             else:
                 nominal, took = job.work, job.work * node.slow
             job.work = nominal
+            job.t_start = self.now
             self.at(self.now + took, self.finish, job)
 
     def finish(self, job):
@@ -189,6 +265,7 @@ class Sim:
         node.free += 1
         node.work += job.work
         node.work_by_batch[job.batch] += job.work
+        node.busy += job.work * node.slow
         if job.req is not None:
             self.at(self.now + self.net(), self.reply, job.req, True)
         self.start(node)
@@ -243,9 +320,20 @@ class Sim:
         if not want:
             self.batch_done(st)
 
+    def window(self, tr, r):
+        """The latency window r is judged by (and recorded in)."""
+        return tr["lat"][hedge_class(len(r.items)) if self.window_kind == "class" else r.target]
+
     def submit(self, tr, st, items_by_part, hedge_of=None):
-        by_node, orphans = group_by_node(items_by_part, self.assign_for(tr, st["g"]),
-                                         hedge_of.target if hedge_of else None)
+        if hedge_of is None:
+            by_node, orphans = group_by_node(items_by_part, self.assign_for(tr, st["g"]))
+        else:
+            # A hedge: split over all the other live replicas (split_hedge,
+            # as FleetClient._hedge).
+            dead = tr["dead"]
+            by_node, orphans = split_hedge(
+                items_by_part, lambda p: [h for h in self.holders[p] if h not in dead],
+                hedge_of.target)
         if orphans and hedge_of is None:
             # No live replica known: the real client waits and re-probes;
             # nothing comes back here (all replicas dead): counted as missed.
@@ -257,10 +345,12 @@ class Sim:
             self.stats["requests"] += 1
             if hedge_of is not None:
                 self.stats["hedges"] += 1
+                self.stats["hedge_samples"] += len(items)
+            else:
+                self.stats["request_samples"] += len(items)
             self.at(self.now + self.net(), self.arrive, Job(t, 0.0, req=r, batch=st["g"]))
             if self.hedge is not None and hedge_of is None:
-                after = hedge_after(tr["lat"]["*" if self.pooled else t], self.hedge,
-                                    self.a.hedge_min,
+                after = hedge_after(self.window(tr, r), self.hedge, self.a.hedge_min,
                                     self.a.hedge_samples)
                 if after is not None:
                     self.at(self.now + after, self.maybe_hedge, r)
@@ -287,7 +377,8 @@ class Sim:
             return
         filled = st["filled"]
         if ok:
-            tr["lat"]["*" if self.pooled else r.target].append(self.now - r.started)
+            self.window(tr, r).append(self.now - r.started)
+            self.bg_lat[hedge_class(len(r.items))].append(self.now - r.started)
             kept = 0
             for pos, _ in r.items:
                 if pos in filled:
@@ -304,6 +395,9 @@ class Sim:
                     o.cancelled = True
                     st["pending"].discard(o)
                     self.stats["cancelled"] += 1
+                    # Its time so far counts as its latency (a lower bound),
+                    # as FleetClient._cancel records it.
+                    self.window(tr, o).append(self.now - o.started)
         else:
             tr["dead"].add(r.target)
             self.stats["failovers"] += 1
@@ -502,6 +596,9 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     a_local.batches = nb
     sim = Sim(a_local, plan, holders, trainers_at, hedge, slow,
               [(kill_time, kill_idx)] if kill_idx else [], step, a.seed + version)
+    sim.bg_class = hedge_class(round(spr_samples / spr_req))
+    bg_work = sum(w for per_node in bg.values() for parts in per_node.values()
+                  for w in parts.values())
     t0 = time.process_time()
     sim.run(sampled, bg)
     sim_cpu = time.process_time() - t0
@@ -516,9 +613,13 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     # Node load over nodes alive to the end (the dead ones served less).
     lat = np.array(sim.latencies) * 1000
     s = sim.stats
+    # The slow nodes' utilisation: CPU time taken over the cores' time in
+    # the simulated batches (above 1: its queue grows without bound).
+    slow_util = [sim.nodes[node_name(i)].busy / (a.cores * nb * step) for i in slow]
+    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
     return {
         "scenario": name, "v": version,
-        "hedge": "off" if hedge is None else ("pooled" if hedge[1] else "per node"),
+        "hedge": "off" if hedge is None else f"p{hedge[0] * 100:g} {hedge[1]}",
         "placement": (a.placement if a.placement == "rendezvous"
                       else f"bounded {a.max_load:g}"),
         "routing": a.routing,
@@ -527,19 +628,27 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
         "req/s/node": f"{spr_req / nb / a.nodes / step:.0f}",
         "load max/mean": f"{work.max() / work.mean():.2f}",
         "batch load max/mean": f"{np.mean(per_batch):.2f}" if per_batch else "-",
-        "p50 ms": f"{np.percentile(lat, 50):.1f}", "p99 ms": f"{np.percentile(lat, 99):.1f}",
+        "p50 ms": f"{p50:.1f}", "p99 ms": f"{p99:.1f}", "p99/p50": f"{p99 / p50:.2f}",
         "exactly once": ("yes" if s["missed"] == 0 and s["foreign"] == 0
                          and len(lat) == len(sampled) * nb else "NO"),
         "missed": s["missed"], "dups dropped": s["duplicates_dropped"],
-        "hedges": s["hedges"], "failovers": s["failovers"],
+        "hedges": s["hedges"],
+        # Extra requests hedging costs the sampled trainers (hedge requests
+        # over the others), and the share of background work hedged away.
+        "hedge req %": f"{100 * s['hedges'] / max(1, s['requests'] - s['hedges']):.1f}",
+        "hedge smp %": f"{100 * s['hedge_samples'] / max(1, s['request_samples']):.1f}",
+        "bg hedged %": f"{100 * s['bg_hedged_work'] / max(bg_work, 1e-12):.1f}",
+        "slow util": f"{max(slow_util):.2f}" if slow_util else "-",
+        "failovers": s["failovers"],
         "plan us/pos": f"{1e6 * plan_cpu:.2f}",
         "_sim_cpu": sim_cpu, "_step": step,
     }
 
 
 COLUMNS = ["scenario", "v", "hedge", "placement", "routing", "nodes/batch", "samples/req",
-           "req/s/node", "load max/mean", "batch load max/mean", "p50 ms", "p99 ms", "exactly once", "missed", "dups dropped",
-           "hedges", "failovers", "plan us/pos"]
+           "req/s/node", "load max/mean", "batch load max/mean", "p50 ms", "p99 ms", "p99/p50",
+           "exactly once", "missed", "dups dropped", "hedges", "hedge req %", "hedge smp %",
+           "bg hedged %", "slow util", "failovers", "plan us/pos"]
 
 
 def print_table(rows, out=None):
@@ -583,11 +692,12 @@ def main(argv=None):
     ap.add_argument("--bg-chunks", type=int, default=8)
     ap.add_argument("--bg-sample", type=int, default=256,
                     help="trainers whose slices are computed to stand for the background")
-    ap.add_argument("--hedge", type=float, default=0.95, help="hedging percentile when on")
+    ap.add_argument("--hedge", default="0.95",
+                    help="hedging percentile(s) when on, comma-separated: a row each")
     ap.add_argument("--hedge-min", type=float, default=0.0)
-    ap.add_argument("--pooled", action="store_true",
-                    help="also a row hedging on one latency window per trainer over all its "
-                         "nodes (a variant; FleetClient keeps one per node)")
+    ap.add_argument("--per-node", action="store_true",
+                    help="also a row per percentile hedging on one latency window per node "
+                         "(the clients' old rule; they now pool over nodes by size class)")
     ap.add_argument("--hedge-samples", type=int, default=1)
     ap.add_argument("--slow-fraction", type=float, default=0.01)
     ap.add_argument("--slow-factor", type=float, default=10.0)
@@ -648,9 +758,10 @@ def main(argv=None):
             if key not in plans:
                 plans[key] = make_plan(a, v, g_total, g_total // t_before)
             plan = plans[key]
+            qs = [float(q) for q in a.hedge.split(",")]
             modes = (([None] if a.hedging != "on" else [])
-                     + ([(a.hedge, False)] if a.hedging != "off" else [])
-                     + ([(a.hedge, True)] if a.pooled else []))
+                     + ([(q, "class") for q in qs] if a.hedging != "off" else [])
+                     + ([(q, "node") for q in qs] if a.per_node else []))
             for hedge in modes:
                 r = scenario(a, name, v, plan, holders, g_total, trainers_at, slow, mid,
                              kill_idx, hedge)

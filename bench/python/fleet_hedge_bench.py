@@ -3,12 +3,12 @@
 
     PYTHONPATH=client/python:build/python:tests/python /usr/bin/python3 \\
         bench/python/fleet_hedge_bench.py --build build [--delay-ms 300] [--every 10] \\
-        [--hedge 0.9] [--hedge-min 0.02] [--hedge-samples 10] [--repeats 3]
+        [--hedge 0.9] [--hedge-min 0.02] [--hedge-samples 10] [--repeats 3] [--nodes 2]
 
 Generates a small dataset (`nearprep mkdataset`, --classes x --per-class
 images), packs it into TFRecord shards, writes a manifest with --partitions
-partitions, and starts two daemons that both hold every partition (2
-replicas). Each daemon sits behind a relay (tests/python/fake_server.Relay:
+partitions, and starts --nodes daemons (default 2) that all hold every
+partition (--nodes replicas). Each daemon sits behind a relay (tests/python/fake_server.Relay:
 passes bytes through); the relay in front of the node serving partition 0
 (the victim) holds the first response message of every --every-th call
 back by --delay-ms. One trainer (T = 1) reads one epoch, each mode once per
@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--hedge-samples", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--transport", default="grpcio", choices=("grpcio", "native"))
+    ap.add_argument("--nodes", type=int, default=2, help="daemons, each holding every partition")
     a = ap.parse_args()
     cli = os.path.join(a.build, "client", "cpp", "nearprep")
     nearprepd = os.path.join(a.build, "server", "daemon", "nearprepd")
@@ -88,7 +89,7 @@ def main():
         release = threading.Event()
         slow = {"on": False}
         try:
-            for i in range(2):
+            for i in range(a.nodes):
                 p, t = bench_daemon.start_daemon(nearprepd, tmp, shards, name="ds",
                                                  fmt="tfrecord", manifest=manifest,
                                                  workers=1, tag=f"n{i}")
@@ -124,7 +125,8 @@ def main():
             for p in procs:
                 p.kill()
                 p.wait()
-    print(f"{m.num_samples} samples, {a.partitions} partitions on 2 replicas, G={a.global_batch}, "
+    print(f"{m.num_samples} samples, {a.partitions} partitions on {a.nodes} replicas, "
+          f"G={a.global_batch}, "
           f"{a.size}x{a.size} uint8, {a.transport}; victim holds every {a.every}th call "
           f"{a.delay_ms:g} ms; hedge={a.hedge} hedge_min={a.hedge_min} "
           f"hedge_samples={a.hedge_samples}; median of {a.repeats}")

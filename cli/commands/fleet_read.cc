@@ -56,7 +56,7 @@ class FleetReadCommand final : public Command {
   uint32_t response_batch_ = 0;
   int rpc_timeout_ms_ = 10000;
   int probe_interval_ms_ = 500;
-  double hedge_ = 0, hedge_min_s_ = 0.05, verify_fraction_ = 0;
+  double hedge_ = FleetClientOptions().hedge, hedge_min_s_ = 0.05, verify_fraction_ = 0;
   int hedge_samples_ = 10;
   std::string replica_routing_ = "first";
   RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
@@ -123,8 +123,9 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
   // verify_fraction= (docs/protocol.md).
   app->add_option("--hedge", hedge_,
                   "hedged requests: 0 (off) or a latency percentile in (0, 1); a node "
-                  "request slower than that percentile of the node's last 64 is also sent "
-                  "to the next replica, the first answer wins")
+                  "request slower than that percentile of the last 64 requests of its size "
+                  "class (all nodes) is also sent, split, to the other replicas, the first "
+                  "answer wins")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app->add_option("--hedge-min", hedge_min_s_,
@@ -132,7 +133,8 @@ void FleetReadCommand::AddOptions(CLI::App* app) {
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app->add_option("--hedge-samples", hedge_samples_,
-                  "latencies a node needs before its requests are hedged (1-64)")
+                  "latencies a request size class needs before its requests are hedged "
+                  "(1-64)")
       ->check(CLI::Range(1, kFleetHedgeWindow))
       ->capture_default_str();
   app->add_option("--verify-fraction", verify_fraction_,

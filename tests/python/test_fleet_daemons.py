@@ -275,8 +275,9 @@ def test_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, split, silent, 
     _, m, manifest, daemons, oracle_d = tfrecord_fleet
     revive(daemons)
     epoch = 3
+    # hedge=0: the relays count every request (a hedge would be one more).
     kw = dict(seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G, trainers=1,
-              rank=0, prefetch=1, rpc_timeout=20.0, probe_interval=60.0, **REQ)
+              rank=0, prefetch=1, rpc_timeout=20.0, probe_interval=60.0, hedge=0, **REQ)
     with FleetClient([d.target for d in daemons.values()], "ds", manifest=manifest, **kw) as fc:
         clean = epoch_arrays(fc, epoch)
     oracle = oracle_for(oracle_d, manifest, m, epoch)
@@ -404,7 +405,7 @@ def test_cpp_partial_answer_of_a_failed_node_is_kept(tfrecord_fleet, prefetch, s
         t0 = time.monotonic()
         got, stats, events = fleet_read([r.target for r in relays.values()], manifest, epoch,
                                         "--response-batch", "2", "--prefetch", str(prefetch),
-                                        "--rpc-timeout-ms", "2000")
+                                        "--rpc-timeout-ms", "2000", "--hedge", "0")
         took = time.monotonic() - t0
     finally:
         for r in relays.values():
@@ -500,7 +501,7 @@ def test_close_cancels_requests_in_flight(tfrecord_fleet, transport):
     try:
         fc = FleetClient([r.target for r in relays.values()], "ds", manifest=manifest,
                          seed=SEED, block_samples=BLOCK, window=WINDOW, global_batch=G,
-                         prefetch=3, rpc_timeout=60.0, probe_interval=60.0, **REQ)
+                         prefetch=3, rpc_timeout=60.0, probe_interval=60.0, hedge=0, **REQ)
         check_transport(fc)
         it = fc.epoch(1)
         next(it)            # batch 0; batches 1 and 2 were requested with it

@@ -102,7 +102,7 @@ def read_cpp(targets, manifest, transport=None, prefetch=2):
     args = [CLI, "fleet-read", "--targets", ",".join(targets), "--manifest", manifest,
             "--seed", str(SEED), "--block-samples", str(BLOCK), "--window", str(WINDOW),
             "--global-batch", str(G), "--epoch", str(EPOCH), "--prefetch", str(prefetch),
-            *CPP_REQ]
+            "--hedge", "0", *CPP_REQ]  # fail-over, not hedging: exact request logs
     returncode, stdout, stderr, maxrss_kib = run_measured(args, timeout=60)
     return dict(parse_fleet_read(returncode, stdout, stderr), maxrss_kib=maxrss_kib)
 
@@ -160,7 +160,7 @@ def read_python(targets, manifest, transport, prefetch=2):
     got, stats, error = {}, {}, None
     with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
                      window=WINDOW, global_batch=G, on_event=events.append, prefetch=prefetch,
-                     native=(transport == "native"), **PY_REQ) as fc:
+                     native=(transport == "native"), hedge=0, **PY_REQ) as fc:
         try:
             for fb in fc.epoch(EPOCH):
                 for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):

@@ -12,10 +12,19 @@ and the epoch is the clean one byte for byte. Without hedge= nothing is
 hedged and the epoch waits for the slow answers. Both clients run the same
 scenarios against the same relays (the C++ one compares what fleet-read
 prints: position, sample id, sha256 of the tensor).
+
+A third daemon (fleet3: every partition on all three) serves the case of a
+node slow on EVERY request: the hedge deadline comes from a window pooled
+over all nodes per request size class, so that node is hedged after about a
+fast request's time (with one window per node, its own slow latencies set
+the deadline: the old clients fail this test), and each hedge is split over
+both other replicas.
 """
 
+import collections
 import hashlib
 import os
+import re
 import threading
 import time
 
@@ -23,7 +32,7 @@ import numpy as np
 import pytest
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import FleetClient, choose
+from nearprep.fleet import FleetClient, choose, hedge_class
 from conftest import NEARPREPD, fleet_daemon
 from test_fleet_faults import CLI, make_fleet_dataset, parse_fleet_read, run_measured
 
@@ -47,7 +56,7 @@ def fleet(tmp_path_factory):
     m = fp.load_manifest(manifest)
     daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(2)]
     try:
-        clean = read([d.target for d in daemons], manifest)
+        clean = read([d.target for d in daemons], manifest, hedge=0)
         assert sorted(clean["got"]) == list(range(m.num_samples)), clean
         assert clean["stats"]["hedges"] == 0, clean["stats"]
         yield m, manifest, daemons, clean["got"]
@@ -56,14 +65,14 @@ def fleet(tmp_path_factory):
             d.kill()
 
 
-def read(targets, manifest, native=False, **kw):
-    """One trainer's epoch: {"got": {position: (sample id, sha256)},
-    "stats", "events", "seconds"}."""
+def read(targets, manifest, native=False, plan=(BLOCK, WINDOW, G), **kw):
+    """One trainer's epoch (plan: block samples, window, global batch):
+    {"got": {position: (sample id, sha256)}, "stats", "events", "seconds"}."""
     events, got = [], {}
     t0 = time.monotonic()
-    with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
-                     window=WINDOW, global_batch=G, on_event=events.append, native=native,
-                     **REQ, **kw) as fc:
+    with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=plan[0],
+                     window=plan[1], global_batch=plan[2], on_event=events.append,
+                     native=native, **REQ, **kw) as fc:
         for fb in fc.epoch(EPOCH):
             for i, (p, sid) in enumerate(zip(fb.positions, fb.sample_ids)):
                 assert p not in got, p
@@ -92,38 +101,40 @@ def read_cpp(targets, manifest, *flags, seed=SEED, block=BLOCK, window=WINDOW,
     return dict(parse_fleet_read(returncode, stdout, stderr), seconds=time.monotonic() - t0)
 
 
-def read_with(client, targets, manifest, *, hedge=None, hedge_min=0.05, hedge_samples=10,
-              rpc_timeout=10.0):
+def read_with(client, targets, manifest, *, hedge=0.95, hedge_min=0.05, hedge_samples=10,
+              rpc_timeout=10.0, plan=(BLOCK, WINDOW, G)):
     """read() (client "python-grpcio" / "python-native") or read_cpp()
-    ("cpp") with the same hedging options."""
+    ("cpp") with the same hedging options (hedge=0: off) and plan."""
     if client == "cpp":
         flags = ["--rpc-timeout-ms", int(rpc_timeout * 1000)]
-        if hedge is not None:
-            flags += ["--hedge", hedge, "--hedge-min", hedge_min, "--hedge-samples", hedge_samples]
-        r = read_cpp(targets, manifest, *flags)
+        flags += ["--hedge", hedge, "--hedge-min", hedge_min, "--hedge-samples", hedge_samples]
+        r = read_cpp(targets, manifest, *flags, block=plan[0], window=plan[1],
+                     global_batch=plan[2])
         assert r["ok"], r
         return r
     native = transport_or_skip(client == "python-native")
     return read(targets, manifest, native=native, hedge=hedge, hedge_min=hedge_min,
-                hedge_samples=hedge_samples, rpc_timeout=rpc_timeout)
+                hedge_samples=hedge_samples, rpc_timeout=rpc_timeout, plan=plan)
 
 
 class SlowVictim:
-    """Relays in front of both daemons; the one serving partition 0 holds
+    """Relays in front of the daemons; the one serving partition 0 holds
     back the first message of its calls SLOW_FROM, SLOW_FROM + SLOW_EVERY,
-    ... by `delay` s (released at once by stop())."""
+    ... (every=True: of every call) by `delay` s (released at once by
+    stop())."""
 
-    def __init__(self, daemons, delay):
+    def __init__(self, daemons, delay, every=False, pick=None):
         from fake_server import Relay
         self.log, self.lock = [], threading.Lock()
         self.relays = [Relay(d.target, self.log, self.lock) for d in daemons]
-        victim_t = choose(0, [r.target for r in self.relays])
+        victim_t = (pick or (lambda ts: choose(0, ts)))([r.target for r in self.relays])
         self.victim = next(r for r in self.relays if r.target == victim_t)
         self.release = threading.Event()
         self.held = []
 
         def rewrite(b, req, call, index):
-            if index == 0 and call >= SLOW_FROM and (call - SLOW_FROM) % SLOW_EVERY == 0:
+            if index == 0 and (every or (call >= SLOW_FROM
+                                         and (call - SLOW_FROM) % SLOW_EVERY == 0)):
                 with self.lock:
                     self.held.append(call)
                 self.release.wait(delay)
@@ -185,16 +196,115 @@ def test_hedge_beats_a_slow_replica_exactly_once(fleet, client):
     assert not any("marked dead" in e for e in r["events"]), r["events"]
 
 
+# Three replicas of every partition (R = 3), more partitions than nodes and
+# one sample per block, so each node's requests come in several size
+# classes shared with the other nodes' (hedge_class).
+EVERY_PLAN = (1, 8, 8)  # block samples, window, global batch
+EVERY_C = 32
+
+
+@pytest.fixture(scope="module")
+def fleet3(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hedge3")
+    shards, manifest = make_fleet_dataset(tmp, 64, EVERY_C)
+    m = fp.load_manifest(manifest)
+    daemons = [fleet_daemon(tmp, f"n{i}", shards, manifest=manifest).start() for i in range(3)]
+    try:
+        clean = read([d.target for d in daemons], manifest, plan=EVERY_PLAN, hedge=0)
+        assert sorted(clean["got"]) == list(range(m.num_samples)), clean
+        yield m, manifest, daemons, clean["got"]
+    finally:
+        for d in daemons:
+            d.kill()
+
+
+def class_requests(m, targets):
+    """The node requests of the EVERY_PLAN epoch on `targets` (every
+    partition on each): [(node, hedge_class of its size, size)]."""
+    plan = fp.GlobalPlan.for_manifest(m, fp.PlanParams(
+        seed=SEED, epoch=EPOCH, block_samples=EVERY_PLAN[0], window=EVERY_PLAN[1],
+        global_batch=EVERY_PLAN[2]))
+    out = []
+    for g in range(plan.num_batches):
+        lo, hi = plan.slice(g, 0, 1)
+        sizes = collections.Counter(choose(part, targets) for _, part in plan.range(lo, hi))
+        out += [(t, hedge_class(n), n) for t, n in sizes.items()]
+    return out
+
+
+def minority_requests(reqs, victim):
+    """The victim's requests in size classes where it sends under half the
+    requests: those a pooled class window (median: hedge=0.5) hedges after
+    a fast request's time."""
+    share = collections.defaultdict(lambda: [0, 0])
+    for t, k, _ in reqs:
+        share[k][t == victim] += 1
+    return [(k, n) for t, k, n in reqs if t == victim and 2 * share[k][1] < sum(share[k])]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_node_slow_on_every_request_is_hedged_and_split(fleet3, client):
+    """The victim holds back EVERY answer 1 s. The hedge deadline is the
+    median of the latencies of the request's size class pooled over all
+    nodes (mostly the two fast ones), so the victim's requests are hedged
+    after about a fast request's time and the hedges win. A per-node window
+    (the old rule) holds only the victim's slow latencies and hedges none
+    of its requests before its own slow median (>= 1 s). Each hedge is
+    split over both other replicas; the epoch is the clean one byte for
+    byte."""
+    m, manifest, daemons, clean = fleet3
+    if client == "python-native":
+        transport_or_skip(True)
+    delay = 1.0
+    state = {}
+
+    def pick(targets):
+        # The node whose requests share their size classes with the others
+        # most (ports, hence rendezvous choices, differ from run to run).
+        reqs = class_requests(m, targets)
+        victim = max(sorted(targets), key=lambda t: len(minority_requests(reqs, t)))
+        state["minority"] = minority_requests(reqs, victim)
+        return victim
+
+    sv = SlowVictim(daemons, delay, every=True, pick=pick)
+    others = sorted(t for t in sv.targets if t != sv.victim.target)
+    try:
+        # hedge_min 0.2 s: the fast nodes' requests are hardly ever hedged
+        # (to the victim), so hedges cancelled early do not fill the
+        # victim's latencies with short ones.
+        r = read_with(client, sv.targets, manifest, hedge=0.5, hedge_min=0.2,
+                      hedge_samples=2, rpc_timeout=30.0, plan=EVERY_PLAN)
+    finally:
+        sv.stop()
+    assert len(sv.held) >= 2, "the victim held nothing back: the scenario did not happen"
+    assert r["got"] == clean
+    assert r["stats"]["failovers"] == 0, r["stats"]
+    hedged = [e for e in r["events"] if e.startswith("hedge: node " + sv.victim.target)]
+    after_ms = [int(re.search(r" after (\d+) ms", e).group(1)) for e in hedged]
+    # Hedged well before the victim's own latency (its old per-node rule:
+    # >= 1 s, checked against the old clients): about half of its
+    # minority-class requests at least (the first of each class wait for
+    # hedge_samples latencies; a loaded machine slows the fast ones too).
+    expect = len(state["minority"])
+    assert expect >= 4, state
+    fast = [a for a in after_ms if a < delay * 1000 * 0.75]
+    assert len(fast) >= expect // 2, (after_ms, state, r["stats"])
+    assert r["stats"]["hedge_wins"] >= len(fast), r["stats"]
+    # Split: a hedge asked both other replicas (one request each).
+    assert any(f"asked {others[0]}, {others[1]} too" in e for e in hedged), hedged
+    assert r["stats"]["hedges"] > len(hedged), (r["stats"], len(hedged))
+
+
 @pytest.mark.parametrize("client", ["python-grpcio", "cpp"])
 def test_no_hedge_when_off(fleet, client):
-    """hedge=None (the default; fleet-read without --hedge): the same slow
-    victim (held 1.5 s) is waited for, nothing is hedged, the epoch is still
-    the clean one."""
+    """hedge=0 (fleet-read --hedge 0; hedging is on by default): the same
+    slow victim (held 1.5 s) is waited for, nothing is hedged, the epoch is
+    still the clean one."""
     m, manifest, daemons, clean = fleet
     delay = 1.5
     sv = SlowVictim(daemons, delay)
     try:
-        r = read_with(client, sv.targets, manifest)
+        r = read_with(client, sv.targets, manifest, hedge=0)
     finally:
         sv.stop()
     assert sv.held, "the victim held nothing back: the scenario did not happen"
@@ -206,7 +316,7 @@ def test_no_hedge_when_off(fleet, client):
 
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(hedge=0.0), "hedge"),
+    (dict(hedge=float("nan")), "hedge"),
     (dict(hedge=1.0), "hedge"),
     (dict(hedge=-0.5), "hedge"),
     (dict(hedge="0.9"), "hedge"),
@@ -240,3 +350,11 @@ def test_cpp_hedge_flags_are_checked(fleet, flags, field):
     r = read_cpp([d.target for d in daemons], manifest, *flags, timeout=30)
     assert not r["ok"] and not r["got"], r
     assert field in r["stderr"], r["stderr"]
+
+
+def test_hedging_is_on_by_default():
+    """The Python default (the C++ one: fleet_hedge_verify_test)."""
+    import inspect
+    from nearprep import fleet
+    assert fleet.HEDGE_DEFAULT == 0.95
+    assert inspect.signature(FleetClient).parameters["hedge"].default == fleet.HEDGE_DEFAULT

@@ -15,7 +15,8 @@ import sys
 import numpy as np
 
 from nearprep import fleet_plan as fp
-from nearprep.fleet import group_by_node, hedge_after, missing_by_part, slice_items
+from nearprep.fleet import (group_by_node, hedge_after, hedge_class, missing_by_part,
+                            slice_items, split_hedge)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fleet"))
 import simulate  # noqa: E402
@@ -28,7 +29,7 @@ TINY = ["--nodes", "32", "--trainers", "32", "--trainers-after", "16", "--local-
 
 
 def test_scenarios_exactly_once_and_v2_bound(capsys):
-    rows = simulate.main(TINY + ["--scenario", "base,kill10,slow1,rack,tchange", "--pooled"])
+    rows = simulate.main(TINY + ["--scenario", "base,kill10,slow1,rack,tchange", "--per-node"])
     assert len(rows) == 5 * 2 * 3
     for r in rows:
         assert r["exactly once"] == "yes" and r["missed"] == 0, r
@@ -42,6 +43,15 @@ def test_scenarios_exactly_once_and_v2_bound(capsys):
             assert mean > 8, r  # 32 positions over 64 partitions: v1 spreads
     slow_on = [r for r in rows if r["scenario"] == "slow1" and r["hedge"] != "off"]
     assert sum(r["hedges"] for r in slow_on) > 0, slow_on
+    # The clients' rule (pooled by size class, split hedges) cuts the slow
+    # nodes' tail, and the background trainers' hedges take work off them.
+    by = {(r["scenario"], r["v"], r["hedge"]): r for r in rows}
+    for v in (1, 2):
+        off, on = by["slow1", v, "off"], by["slow1", v, "p95 class"]
+        assert float(on["p99 ms"]) < float(off["p99 ms"]), (off, on)
+        assert float(on["bg hedged %"]) > 0 and float(off["bg hedged %"]) == 0, (off, on)
+        assert float(on["slow util"]) < float(off["slow util"]), (off, on)
+        assert float(on["hedge smp %"]) > 0, on
     out = capsys.readouterr().out
     assert "## tchange" in out and "| scenario |" in out
 
@@ -144,3 +154,25 @@ def test_choose_first_and_spread():
         seen = [choose(p, ALL5[:3], g) for g in range(6)]
         assert set(seen) == set(ALL5[:3]) and seen[:3] == seen[3:]
         assert choose(p, ALL5[:3], (3 - p % 3) % 3) == choose(p, ALL5[:3])
+
+
+def test_hedge_class_and_split_hedge():
+    """The pooled window's size classes and a hedge's split over all the
+    other live replicas (the same case as the C++ FleetSplitHedge test in
+    tests/unit/fleet/fleet_hedge_verify_test.cc, answer computed by hand)."""
+    assert [hedge_class(n) for n in (0, 1, 2, 3, 4, 63, 64, 127, 128)] == \
+        [0, 0, 1, 1, 2, 5, 6, 6, 7]
+    holders = {0: ["c", "a", "b"], 1: ["b", "c", "a"], 2: ["a", "c"], 3: ["a"]}
+    items = {0: [(6, 60), (1, 10), (4, 40)], 1: [(9, 90), (2, 20)],
+             2: [(3, 30), (5, 50), (7, 70)], 3: [(8, 80)]}
+    by_node, orphans = split_hedge(items, holders.__getitem__, "a")
+    assert by_node == {"b": [(1, 10), (2, 20), (4, 40)],
+                       "c": [(3, 30), (5, 50), (6, 60), (7, 70), (9, 90)]}
+    assert orphans == [3]
+    assert split_hedge({0: [(7, 70)]}, holders.__getitem__, "c") == ({"a": [(7, 70)]}, [])
+    assert split_hedge({3: [(1, 10)]}, holders.__getitem__, "a") == ({}, [3])
+    # Near-equal: 7 positions over 3 replicas -> 3, 2, 2, contiguous.
+    by_node, _ = split_hedge({0: [(p, p) for p in range(7)]}, lambda p: ["x", "y", "z", "w"],
+                             "w")
+    assert by_node == {"x": [(0, 0), (1, 1), (2, 2)], "y": [(3, 3), (4, 4)],
+                       "z": [(5, 5), (6, 6)]}

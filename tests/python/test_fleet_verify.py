@@ -64,6 +64,7 @@ def read(targets, manifest, native=False, **kw):
     """One trainer's epoch: {"got": {position: (sample id, label, sha256)},
     "stats", "events", "served_by": {position: node}}."""
     events, got, by = [], {}, {}
+    kw.setdefault("hedge", 0)  # verification, not hedging: who serves what is fixed
     with FleetClient(targets, "ds", manifest=manifest, seed=SEED, block_samples=BLOCK,
                      window=WINDOW, global_batch=G, on_event=events.append, native=native,
                      **REQ, **kw) as fc:
@@ -80,7 +81,7 @@ def read(targets, manifest, native=False, **kw):
 
 def read_cpp_verify(targets, manifest, *flags):
     """read_cpp() with this module's plan; got: {position: (sample id, sha256)}."""
-    r = read_cpp(targets, manifest, *flags, seed=SEED, block=BLOCK, window=WINDOW,
+    r = read_cpp(targets, manifest, "--hedge", "0", *flags, seed=SEED, block=BLOCK, window=WINDOW,
                  global_batch=G, epoch=EPOCH)
     assert r["ok"], r
     assert not any(h.startswith("error:") for _, h in r["got"].values()), r["got"]

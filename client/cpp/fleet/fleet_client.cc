@@ -36,8 +36,6 @@ struct Node {
   // probes at once).
   bool removed = false;
   bool probe_soon = false;
-  // Hedged requests: the durations (s) of its last kFleetHedgeWindow requests.
-  std::deque<double> latency;
 };
 
 struct Item {
@@ -285,6 +283,59 @@ std::optional<double> FleetHedgeAfter(std::vector<double> latencies_s, double pe
   return std::max(min_s, latencies_s[i]);
 }
 
+int FleetHedgeClass(uint64_t samples) {
+  int c = 0;
+  while (samples > 1) {
+    samples >>= 1;
+    ++c;
+  }
+  return c;
+}
+
+std::map<std::string, std::vector<uint64_t>> FleetSplitHedge(
+    const std::vector<std::pair<uint32_t, uint64_t>>& items,
+    const std::function<std::vector<std::string>(uint32_t)>& live_holders,
+    const std::string& exclude, std::vector<uint32_t>* orphans) {
+  // The other live replicas of each partition (a set: name order).
+  std::map<uint32_t, std::set<std::string>> others_of;
+  std::set<uint32_t> orphan_set;
+  std::map<std::set<std::string>, std::vector<uint64_t>> groups;
+  for (const auto& [part, pos] : items) {
+    auto it = others_of.find(part);
+    if (it == others_of.end()) {
+      std::set<std::string> others;
+      for (std::string& n : live_holders(part)) {
+        if (n != exclude) others.insert(std::move(n));
+      }
+      it = others_of.emplace(part, std::move(others)).first;
+    }
+    if (it->second.empty()) {
+      orphan_set.insert(part);
+      continue;
+    }
+    groups[it->second].push_back(pos);
+  }
+  std::map<std::string, std::vector<uint64_t>> by_node;
+  for (auto& [others, positions] : groups) {
+    std::sort(positions.begin(), positions.end());
+    const size_t k = others.size(), n = positions.size();
+    size_t lo = 0, i = 0;
+    for (const std::string& node : others) {
+      const size_t size = n / k + (i < n % k ? 1 : 0);
+      if (size > 0) {
+        std::vector<uint64_t>& v = by_node[node];
+        v.insert(v.end(), positions.begin() + static_cast<std::ptrdiff_t>(lo),
+                 positions.begin() + static_cast<std::ptrdiff_t>(lo + size));
+      }
+      lo += size;
+      ++i;
+    }
+  }
+  for (auto& [node, v] : by_node) std::sort(v.begin(), v.end());
+  if (orphans != nullptr) orphans->assign(orphan_set.begin(), orphan_set.end());
+  return by_node;
+}
+
 const char* FleetActionName(FleetAction action) {
   switch (action) {
     case FleetAction::kRetry:
@@ -304,6 +355,11 @@ struct FleetClient::Impl {
   // (read without mu: TargetOf, ClientOf); the rest of a Node is under mu.
   std::vector<Node> nodes ABSL_GUARDED_BY(mu);
   Stats stats ABSL_GUARDED_BY(mu);
+  // Hedged requests: per request size class (FleetHedgeClass), over all
+  // nodes, the durations (s) of its last kFleetHedgeWindow requests. Pooled,
+  // so that a node slow on every request is hedged (its own window would
+  // hold only its slow latencies).
+  std::map<int, std::deque<double>> latency ABSL_GUARDED_BY(mu);
   // Used by the thread calling ReadBatch() only.
   std::map<std::pair<uint64_t, uint64_t>, std::shared_future<absl::StatusOr<FleetBatch>>> jobs;
   std::map<uint64_t, std::shared_ptr<fleet::GlobalPlan>> plans ABSL_GUARDED_BY(mu);
@@ -934,21 +990,22 @@ struct FleetClient::Impl {
     }
   }
 
-  // Hedged requests: records a request's duration for its node's window.
-  void RecordLatency(size_t node, Clock::duration d) {
+  // Hedged requests: records a request's duration in its size class's window.
+  void RecordLatency(const Req& q, Clock::duration d) {
     MutexLock lock(&mu);
-    std::deque<double>& l = nodes[node].latency;
+    std::deque<double>& l = latency[FleetHedgeClass(q.items.size())];
     l.push_back(std::chrono::duration<double>(d).count());
     while (l.size() > static_cast<size_t>(kFleetHedgeWindow)) l.pop_front();
   }
 
-  // How long a request to `node` may run before it is hedged (nullopt: not
-  // yet: fewer than hedge_samples latencies).
-  std::optional<Clock::duration> HedgeAfter(size_t node) {
+  // How long q may run before it is hedged (nullopt: not yet: its size
+  // class has fewer than hedge_samples latencies).
+  std::optional<Clock::duration> HedgeAfter(const Req& q) {
     std::vector<double> lat;
     {
       MutexLock lock(&mu);
-      lat.assign(nodes[node].latency.begin(), nodes[node].latency.end());
+      const std::deque<double>& l = latency[FleetHedgeClass(q.items.size())];
+      lat.assign(l.begin(), l.end());
     }
     const std::optional<double> s = FleetHedgeAfter(
         std::move(lat), o.hedge, std::chrono::duration<double>(o.hedge_min).count(),
@@ -965,7 +1022,7 @@ struct FleetClient::Impl {
       q->cancelled = true;
       if (q->reader != nullptr) q->reader->Cancel();
     }
-    RecordLatency(q->node, Clock::now() - q->started);
+    RecordLatency(*q, Clock::now() - q->started);
   }
 
   absl::StatusOr<FleetBatch> Run(uint64_t epoch, uint64_t g) {
@@ -1040,20 +1097,42 @@ struct FleetClient::Impl {
       return kept;
     };
     // Sends the positions of r neither filled nor delivered by r so far to
-    // the next live replica of their partitions; the hedge requests.
+    // all the other live replicas of their partitions, split among them
+    // (FleetSplitHedge); the hedge requests.
     auto hedge = [&](Req* r) -> std::vector<Req*> {
       r->hedged = true;
-      std::map<uint32_t, std::vector<Item>> missing;
+      std::vector<std::pair<uint32_t, uint64_t>> missing;
       {
         MutexLock lock(&r->mu);
         for (const Item& it : r->items) {
           if (filled(it.position) || r->delivered.count(it.sample_id)) continue;
-          missing[it.partition].push_back(it);
+          missing.emplace_back(it.partition, it.position);
         }
       }
       if (missing.empty()) return {};
+      // The live replicas of the missing positions' partitions, as now.
+      std::map<uint32_t, std::vector<std::string>> holders;
+      std::map<std::string, size_t> index_of;
+      {
+        MutexLock lock(&mu);
+        for (const auto& [part, p] : missing) holders[part];
+        for (size_t i = 0; i < nodes.size(); ++i) {
+          index_of[nodes[i].target] = i;
+          if (!nodes[i].alive) continue;
+          for (auto& [part, live] : holders) {
+            if (nodes[i].partitions.count(part)) live.push_back(nodes[i].target);
+          }
+        }
+      }
+      const std::map<std::string, std::vector<uint64_t>> split = FleetSplitHedge(
+          missing, [&](uint32_t part) { return holders.at(part); }, TargetOf(r->node));
       // No other live replica: no hedge.
-      std::vector<Req*> hedges = Submit(&all, missing, epoch, &inbox, nullptr, r);
+      std::vector<Req*> hedges;
+      for (auto& [target, positions] : split) {
+        std::vector<Item> items;
+        for (uint64_t p : positions) items.push_back(want.at(p));
+        hedges.push_back(Launch(&all, index_of.at(target), std::move(items), epoch, &inbox, r));
+      }
       if (hedges.empty()) return hedges;
       size_t n = 0;
       std::vector<std::string> to;
@@ -1140,7 +1219,7 @@ struct FleetClient::Impl {
           const std::vector<Req*> snapshot = pending;
           for (Req* q : snapshot) {
             if (q->hedged || q->hedge_of != nullptr) continue;  // once; a hedge is not hedged
-            const std::optional<Clock::duration> after = HedgeAfter(q->node);
+            const std::optional<Clock::duration> after = HedgeAfter(*q);
             if (!after) continue;
             const Clock::time_point due = q->started + *after;
             if (due <= now) {
@@ -1172,7 +1251,7 @@ struct FleetClient::Impl {
           if (FleetStatusAction(st.code()) == FleetAction::kRaise) return st;
           MarkDead(r->node, st.ToString());
         } else {
-          RecordLatency(r->node, r->finished - r->started);
+          RecordLatency(*r, r->finished - r->started);
         }
         // What the node delivered is kept even when it then failed (a
         // sample's bytes depend only on (seed, epoch, sample id), not on the

@@ -23,13 +23,16 @@
 // live nodes (a rollout), agree again, or change between a node's probes;
 // informational only: the assignment uses partitions_held.
 //
-// Hedged requests (opt-in: hedge > 0; docs/protocol.md "Hedged requests",
+// Hedged requests (on by default: hedge = 0.95; 0: off;
+// docs/protocol.md "Hedged requests",
 // the Python client's hedge=): a node request not answered within the
-// `hedge` percentile of that node's last kFleetHedgeWindow request
-// latencies (at least hedge_min; only once it has hedge_samples of them) is
-// also sent, for the positions it has not delivered yet, to the next live
-// replica of their partitions (once per request; a hedge is not hedged).
-// The first answer per position wins; the other request is cancelled
+// `hedge` percentile of the last kFleetHedgeWindow latencies of its size
+// class (FleetHedgeClass of its sample count), pooled over all nodes (at
+// least hedge_min; only once the class has hedge_samples of them) is also
+// sent, for the positions it has not delivered yet, to all the other live
+// replicas of their partitions, split among them (FleetSplitHedge; once per
+// request; a hedge is not hedged). The first answer per position wins; a
+// request of the race whose positions are all filled is cancelled
 // (BatchReader::Cancel: ClientContext::TryCancel) and what it delivers is
 // dropped by position. A hedge is not a failure. Stats: hedges (requests
 // sent), hedge_wins (positions they filled); on_event: "hedge: node ...".
@@ -71,6 +74,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -141,9 +145,10 @@ struct FleetClientOptions {
   std::chrono::milliseconds max_wait{0};
   // Hedged requests (header comment): 0 (off) or a latency percentile in
   // (0, 1); hedge_min: never sooner than this; hedge_samples: in [1,
-  // kFleetHedgeWindow], the latencies a node needs before it is hedged.
+  // kFleetHedgeWindow], the latencies a request's size class needs before
+  // its requests are hedged.
   // Create() refuses other values, naming the field.
-  double hedge = 0;
+  double hedge = 0.95;  // the default: docs/protocol.md "Hedged requests"
   std::chrono::milliseconds hedge_min{50};
   int hedge_samples = 10;
   // In [0, 1]: the share of positions verified against a second replica
@@ -214,15 +219,31 @@ inline constexpr size_t kMaxFleetNodes = 4096;
 // nearprep.fleet.verify_score computes the same number.
 double FleetVerifyScore(uint64_t seed, uint64_t epoch, uint64_t position);
 
-// Hedged requests keep each node's last kFleetHedgeWindow request
-// latencies. FleetHedgeAfter: how long a request to a node with these
-// latencies (seconds, any order) may run before it is hedged: the
-// `percentile` of them (the ceil(percentile * n)-th smallest), at least
-// `min_s`; nullopt with fewer than `samples` latencies (the Python
-// client's FleetClient._hedge_after).
+// Hedged requests keep the last kFleetHedgeWindow request latencies of
+// each request size class, pooled over all nodes. FleetHedgeAfter: how
+// long a request whose class has these latencies (seconds, any order) may
+// run before it is hedged: the `percentile` of them (the
+// ceil(percentile * n)-th smallest), at least `min_s`; nullopt with fewer
+// than `samples` latencies (the Python nearprep.fleet.hedge_after).
 inline constexpr int kFleetHedgeWindow = 64;
 std::optional<double> FleetHedgeAfter(std::vector<double> latencies_s, double percentile,
                                       double min_s, int samples);
+// The size class of a request of `samples` samples: floor(log2(samples)),
+// 0 for 0 or 1 (the Python nearprep.fleet.hedge_class).
+int FleetHedgeClass(uint64_t samples);
+// A hedge's requests (the Python nearprep.fleet.split_hedge): items are
+// (partition, position) pairs; live_holders(partition) the live nodes
+// holding it; `exclude` the hedged request's node. The items whose
+// partitions have the same set of other live replicas are taken in
+// position order and cut into contiguous chunks, one per node of the set
+// in name order, of near-equal size (the first n % k chunks one longer; an
+// empty chunk is no request); a node's chunks from several sets make one
+// request. Returns node -> its positions (ascending); partitions with no
+// other live replica go to *orphans (ascending, when given).
+std::map<std::string, std::vector<uint64_t>> FleetSplitHedge(
+    const std::vector<std::pair<uint32_t, uint64_t>>& items,
+    const std::function<std::vector<std::string>(uint32_t)>& live_holders,
+    const std::string& exclude, std::vector<uint32_t>* orphans = nullptr);
 
 class FleetClient {
  public:

@@ -43,14 +43,17 @@ How (docs/protocol.md, "Fleet datasets"):
   stay where they are, so every position is still served once.
   With no live replica for a partition the client waits and reports through
   on_wait(message); it never skips or substitutes data.
-- Hedged requests (hedge=, opt-in; docs/protocol.md): a node request not
-  answered within that node's `hedge` latency percentile (its last
-  HEDGE_WINDOW requests; at least hedge_min s; once it has hedge_samples)
-  is also sent, for the positions it has not delivered, to the next live
-  replica; the first answer per position wins, the other request is
-  cancelled and its late results dropped by position. stats["hedges"]
-  (requests sent) and stats["hedge_wins"] (positions they filled); each
-  hedge is reported through on_event ("hedge: node HOST:PORT ...").
+- Hedged requests (hedge=, default 0.95; None or 0: off; docs/protocol.md):
+  a node request not answered within the `hedge` latency percentile of its
+  size class (hedge_class: floor(log2(samples))), over the last
+  HEDGE_WINDOW requests of that class to any node (at least hedge_min s;
+  once the class has hedge_samples), is also sent, for the positions it
+  has not delivered, to all the other live replicas of their partitions,
+  split among them (split_hedge); the first answer per position wins, a
+  request of the race whose positions are all filled is cancelled and its
+  late results dropped by position. stats["hedges"] (requests sent) and
+  stats["hedge_wins"] (positions they filled); each hedge is reported
+  through on_event ("hedge: node HOST:PORT ...").
 - Verification (verify_fraction=, opt-in; docs/protocol.md "Per-sample
   digests", docs/python.md "Fleets"): positions whose verify_score(seed, epoch, position) is below
   verify_fraction are also fetched from a second live replica holding the
@@ -170,8 +173,12 @@ STATUS_ACTIONS = {
 }
 SAME_NODE_RETRIES = 2
 
-# Hedged requests (FleetClient(hedge=...)): the latencies kept per node (the
-# last HEDGE_WINDOW node requests) for its latency percentile.
+# Hedged requests (FleetClient(hedge=...)): on by default at this latency
+# percentile (docs/protocol.md "Hedged requests"; None or 0: off).
+HEDGE_DEFAULT = 0.95
+# The latencies kept per request
+# size class (hedge_class), pooled over all nodes: the last HEDGE_WINDOW
+# node requests of the class, for its latency percentile.
 HEDGE_WINDOW = 64
 # Probe threads a FleetClient with a membership may start (one per dead node
 # being probed; the pool starts them as needed).
@@ -328,14 +335,56 @@ def group_by_node(items_by_part, assign, exclude=None):
 
 
 def hedge_after(latencies, quantile, minimum, samples) -> Optional[float]:
-    """Seconds after which a node request is hedged: the `quantile` of the
-    node's recent request latencies, at least `minimum`; None while there
-    are fewer than `samples` of them."""
+    """Seconds after which a node request is hedged: the `quantile` of
+    `latencies` (the client's recent request latencies of the request's
+    size class, pooled over all nodes), at least `minimum`; None while
+    there are fewer than `samples` of them."""
     lat = sorted(latencies)
     if len(lat) < samples:
         return None
     i = min(len(lat) - 1, max(0, math.ceil(quantile * len(lat)) - 1))
     return max(minimum, lat[i])
+
+
+def hedge_class(n: int) -> int:
+    """The size class of a node request of `n` samples: floor(log2(n))
+    (0 for n <= 1). Hedging judges a request against the recent latencies
+    of its class, pooled over all nodes (docs/protocol.md, "Hedged
+    requests"), so a 1-sample request is not judged against 64-sample ones."""
+    return max(1, int(n)).bit_length() - 1
+
+
+def split_hedge(items_by_part, live_holders, exclude=None):
+    """{partition: [(pos, sid)]} -> ({node: [(pos, sid)] sorted}, partitions
+    without another live replica): a hedge's requests. live_holders(p): the
+    live nodes holding partition p; exclude: a node (or set of nodes) not
+    to ask (the hedged request's). The items whose partitions have the same
+    set of other live replicas are taken in position order and cut into
+    contiguous chunks, one per node of that set in name order, of near-equal
+    size (the first n % k chunks one longer; an empty chunk is no request);
+    a node's chunks from several sets make one request. The C++ client's
+    FleetSplitHedge is the same function."""
+    ex = {exclude} if isinstance(exclude, str) else set(exclude or ())
+    groups: Dict[tuple, list] = {}
+    orphans = []
+    for part, items in items_by_part.items():
+        others = tuple(sorted(set(live_holders(part)) - ex))
+        if not others:
+            orphans.append(part)
+            continue
+        groups.setdefault(others, []).extend(items)
+    by_node: Dict[str, list] = {}
+    for others, items in groups.items():
+        items.sort()
+        k, n, lo = len(others), len(items), 0
+        for i, node in enumerate(others):
+            size = n // k + (1 if i < n % k else 0)
+            if size:
+                by_node.setdefault(node, []).extend(items[lo:lo + size])
+            lo += size
+    for items in by_node.values():
+        items.sort()
+    return by_node, sorted(orphans)
 
 
 def missing_by_part(items, filled, delivered, want):
@@ -478,10 +527,11 @@ class FleetClient:
 
     native: the receive path (module docstring); `transport` says which.
 
-    hedge: None (default: never hedge) or a latency percentile in (0, 1):
-    a node request slower than that percentile of the node's recent
-    latencies (at least hedge_min s, once it has hedge_samples of them) is
-    also sent to the next replica (module docstring).
+    hedge: a latency percentile in (0, 1) (default HEDGE_DEFAULT, 0.95), or
+    None or 0 (never hedge): a node request slower than that percentile of
+    the recent latencies of its size class over all nodes (at least
+    hedge_min s, once the class has hedge_samples of them) is also sent,
+    split, to the other live replicas (module docstring).
 
     targets_dns / targets_file / membership_interval: the node set from a
     membership instead of `targets` (pass targets=None, or pass a
@@ -508,7 +558,7 @@ class FleetClient:
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
-                 slice_samples=None, hedge=None, hedge_min=0.05, hedge_samples=10,
+                 slice_samples=None, hedge=HEDGE_DEFAULT, hedge_min=0.05, hedge_samples=10,
                  verify_fraction=0.0, targets_dns=None, targets_file=None,
                  membership_interval=None, replica_routing="first", **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)
@@ -543,14 +593,15 @@ class FleetClient:
             raise ValueError(f"response_batch: must be >= 1 or None, got {response_batch}")
         self.max_request_ids = max_request_ids
         self.response_batch = response_batch
-        # Hedged requests (docs/protocol.md, "Hedged requests"): off (None)
-        # or the latency percentile in (0, 1) after which a node request is
-        # also sent to the next replica; never sooner than hedge_min s, and
-        # only once the node has hedge_samples latencies.
+        # Hedged requests (docs/protocol.md, "Hedged requests"): off (None
+        # or 0) or the latency percentile in (0, 1) after which a node
+        # request is also sent, split, to the other replicas; never sooner
+        # than hedge_min s, and only once its size class has hedge_samples
+        # latencies.
         if hedge is not None and (isinstance(hedge, bool) or not isinstance(hedge, (int, float))
-                                  or not 0.0 < hedge < 1.0):
-            raise ValueError(f"hedge: must be None or a latency percentile in (0, 1), "
-                             f"got {hedge!r}")
+                                  or not (hedge == 0 or 0.0 < hedge < 1.0)):
+            raise ValueError(f"hedge: must be None or 0 (off) or a latency percentile in "
+                             f"(0, 1), got {hedge!r}")
         if isinstance(hedge_min, bool) or not isinstance(hedge_min, (int, float)) \
                 or not hedge_min >= 0.0:
             raise ValueError(f"hedge_min: must be a number of seconds >= 0, got {hedge_min!r}")
@@ -565,7 +616,7 @@ class FleetClient:
             raise ValueError(f"verify_fraction: must be a number in [0, 1], "
                              f"got {verify_fraction!r}")
         self.verify_fraction = float(verify_fraction)
-        self.hedge = None if hedge is None else float(hedge)
+        self.hedge = None if not hedge else float(hedge)
         self.hedge_min = float(hedge_min)
         self.hedge_samples = hedge_samples
         # Membership (nearprep.fleet_membership): the node set from a DNS
@@ -632,10 +683,12 @@ class FleetClient:
         workers = (max(4, 2 * len(self._targets)) * (2 if self.hedge is not None else 1)
                    * (2 if self.verify_fraction > 0 else 1))
         self._pool = _futures.ThreadPoolExecutor(max_workers=workers)
-        # Per node: the durations (s) of its last HEDGE_WINDOW requests; a
-        # request cancelled as a hedge's loser counts with the time it had
-        # taken so far (a lower bound).
-        self._latency = {t: collections.deque(maxlen=HEDGE_WINDOW) for t in self._targets}
+        # Per request size class (hedge_class), over all nodes: the durations
+        # (s) of its last HEDGE_WINDOW requests; a request cancelled as a
+        # hedge race's loser counts with the time it had taken so far (a
+        # lower bound). Pooled, so that a node slow on every request is
+        # hedged (its own window would hold only its slow latencies).
+        self._latency = collections.defaultdict(lambda: collections.deque(maxlen=HEDGE_WINDOW))
         # Background probes of dead nodes (_probe_dead), at most one per node
         # in flight: a pool of their own, so that a probe waiting out a
         # black-holed node's rpc_timeout never holds up a request.
@@ -842,7 +895,6 @@ class FleetClient:
                     n.probe_soon, n.last_error = True, "added, not probed yet"
                     n.dead_since = time.monotonic()
                     self._nodes[t] = n
-                    self._latency.setdefault(t, collections.deque(maxlen=HEDGE_WINDOW))
                     events.append(f"node {t} added by membership ({where}): probing it")
         for message in events:
             self.on_event(message)
@@ -1013,30 +1065,42 @@ class FleetClient:
 
     # -- hedged requests ---------------------------------------------------------
 
-    def _hedge_after(self, target) -> Optional[float]:
-        """Seconds after which a request to `target` is hedged: the
-        `hedge` percentile of its last HEDGE_WINDOW request latencies, at
-        least hedge_min; None while it has fewer than hedge_samples."""
+    def _hedge_after(self, r) -> Optional[float]:
+        """Seconds after which `r` is hedged: the `hedge` percentile of the
+        last HEDGE_WINDOW latencies of its size class (hedge_class of its
+        sample count, over all nodes), at least hedge_min; None while the
+        class has fewer than hedge_samples."""
         with self._lock:
-            lat = list(self._latency[target])
+            lat = list(self._latency[hedge_class(len(r.items))])
         return hedge_after(lat, self.hedge, self.hedge_min, self.hedge_samples)
 
     def _record_latency(self, r, end=None):
         if r.started is None:
             return
         with self._lock:
-            self._latency[r.target].append((end or r.finished or time.monotonic()) - r.started)
+            self._latency[hedge_class(len(r.items))].append(
+                (end or r.finished or time.monotonic()) - r.started)
+
+    def _live_holders(self, partition):
+        with self._lock:
+            return [t for t, n in self._nodes.items() if n.alive and partition in n.partitions]
 
     def _hedge(self, epoch, st, r):
         """Sends the positions of `r` that are still missing (neither filled
-        nor delivered by r so far) to the next live replica of their
-        partitions; returns the hedge requests."""
+        nor delivered by r so far) to all the other live replicas of their
+        partitions, split among them (split_hedge); returns the hedge
+        requests."""
         r.hedged = True
         missing = missing_by_part(r.items, lambda pos: pos in st["ok"] or pos in st["bad"],
                                   lambda sid: sid in r.ok or sid in r.bad, st["want"])
         if not missing:
             return []
-        hedges, _ = self._submit(epoch, missing, hedge_of=r)  # no other replica: none
+        by_node, _ = split_hedge(missing, self._live_holders, r.target)  # no other: none
+        hedges = []
+        for t, items in sorted(by_node.items()):  # name order, as the C++ client
+            h = _Req(t, items, r)
+            h.fut = self._pool.submit(self._fetch, h, epoch)
+            hedges.append(h)
         if hedges:
             n = sum(len(h.items) for h in hedges)
             with self._lock:
@@ -1231,7 +1295,7 @@ class FleetClient:
                     if r.started is None:  # queued for a thread: look again soon
                         due = max(self.hedge_min, 0.005)
                     else:
-                        after = self._hedge_after(r.target)
+                        after = self._hedge_after(r)
                         if after is None:
                             continue
                         due = r.started + after - now

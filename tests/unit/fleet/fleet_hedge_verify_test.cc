@@ -8,12 +8,18 @@
 //   with this code.
 // - FleetHedgeAfter picks the ceil(p * n)-th smallest latency, at least the
 //   minimum, and nothing below hedge_samples latencies.
+// - FleetHedgeClass is floor(log2(samples)); FleetSplitHedge cuts a hedge's
+//   positions into contiguous near-equal chunks over the other live
+//   replicas (the case below is also in tests/python/test_fleet_simulate.py,
+//   against nearprep.fleet.split_hedge: both give the hand-computed answer).
 // - FleetClient::Create refuses bad hedge and verify options, naming them.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/cpp/fleet/fleet_client.h"
@@ -71,6 +77,40 @@ TEST(FleetHedgeAfter, PercentileOfTheWindowAtLeastTheMinimum) {
   EXPECT_EQ(FleetHedgeAfter(lat, 0.51, 0.0, 4), 0.006);
   // Never sooner than the minimum.
   EXPECT_EQ(FleetHedgeAfter(lat, 0.5, 0.05, 10), 0.05);
+}
+
+TEST(FleetHedgeClass, IsFloorLog2) {
+  const std::pair<uint64_t, int> cases[] = {{0, 0},  {1, 0},  {2, 1},  {3, 1},  {4, 2},
+                                            {63, 5}, {64, 6}, {127, 6}, {128, 7}};
+  for (const auto& [n, c] : cases) EXPECT_EQ(FleetHedgeClass(n), c) << n;
+}
+
+TEST(FleetSplitHedge, ContiguousNearEqualChunksOverTheOtherReplicas) {
+  // Partitions 0 and 1 on a, b, c; 2 on a, c; 3 on a only; the hedged
+  // request was a's.
+  const std::map<uint32_t, std::vector<std::string>> holders = {
+      {0, {"c", "a", "b"}}, {1, {"b", "c", "a"}}, {2, {"a", "c"}}, {3, {"a"}}};
+  const std::vector<std::pair<uint32_t, uint64_t>> items = {
+      {0, 6}, {0, 1}, {0, 4}, {1, 9}, {1, 2}, {2, 3}, {2, 5}, {2, 7}, {3, 8}};
+  std::vector<uint32_t> orphans;
+  const auto split =
+      FleetSplitHedge(items, [&](uint32_t p) { return holders.at(p); }, "a", &orphans);
+  // {b, c}: positions 1 2 4 6 9, 5 over 2 nodes: b the first 3, c the last 2;
+  // {c}: 3 5 7; partition 3 has no other replica.
+  const std::map<std::string, std::vector<uint64_t>> want = {{"b", {1, 2, 4}},
+                                                             {"c", {3, 5, 6, 7, 9}}};
+  EXPECT_EQ(split, want);
+  EXPECT_EQ(orphans, std::vector<uint32_t>({3}));
+  // One position over two replicas: one request (no empty one).
+  const auto one = FleetSplitHedge({{0, 7}}, [&](uint32_t p) { return holders.at(p); }, "c");
+  EXPECT_EQ(one, (std::map<std::string, std::vector<uint64_t>>{{"a", {7}}}));
+  // No other live replica at all: no request.
+  EXPECT_TRUE(FleetSplitHedge({{3, 1}}, [&](uint32_t p) { return holders.at(p); }, "a").empty());
+}
+
+TEST(FleetClientOptions, HedgingIsOnByDefault) {
+  // The Python FleetClient's default too (nearprep.fleet.HEDGE_DEFAULT).
+  EXPECT_EQ(FleetClientOptions().hedge, 0.95);
 }
 
 absl::Status CreateWith(void (*set)(FleetClientOptions*)) {
