@@ -26,7 +26,12 @@ What is real and what is modelled:
   CPU seconds (defaults: measured with the real daemon, see
   bench/fleet/measure_service.py); one-way network latency lognormal with
   median --net-ms. A killed node drops its queue and running requests (the
-  trainer sees the reset one network latency later) and refuses new ones.
+  trainer sees the reset one network latency later) and refuses new ones
+  until it restarts, empty, --restart-s later (0: never). Positions whose
+  replicas are all dead wait, as the client does (on_wait): asked again
+  every --probe-s (the clients' probe_interval), once a restarted node has
+  been back that long; column "waited" counts them, "missed" those never
+  delivered (only with --restart-s 0).
 - The other T - sampled trainers are background load: the --bg-sample
   trainers' requests (from the plan: one request per node per trainer
   batch, the samples it carries), scaled to T - sampled, become node work, cut into --bg-chunks jobs per
@@ -125,7 +130,7 @@ class Req:
 
 class Node:
     __slots__ = ("name", "cores", "free", "queue", "slow", "dead", "running", "work",
-                 "work_by_batch", "busy")
+                 "work_by_batch", "busy", "back_at")
 
     def __init__(self, name, cores, slow):
         self.name, self.cores, self.free, self.slow = name, cores, cores, slow
@@ -135,6 +140,7 @@ class Node:
         self.work = 0.0  # nominal CPU seconds served
         self.work_by_batch = collections.Counter()  # global batch -> its share of work
         self.busy = 0.0  # CPU seconds it took (work * slow factor)
+        self.back_at = None  # when it restarted after a kill
 
 
 class Sim:
@@ -165,6 +171,10 @@ class Sim:
         self.plan_cpu = 0.0
         self.plan_positions = 0
         self.dead_global = set()
+        self.ever_killed = set()
+        # Background work whose partition had no live replica: (partition,
+        # work, batch), sent again when a holder restarts.
+        self.bg_waiting = []
 
     # -- helpers ------------------------------------------------------------
     def at(self, t, fn, *args):
@@ -275,15 +285,60 @@ class Sim:
             node = self.nodes[node_name(i)]
             node.dead = True
             self.dead_global.add(node.name)
+            self.ever_killed.add(node.name)
             lost = list(node.running) + list(node.queue)
             node.running.clear()
             node.queue.clear()
+            node.free = node.cores
+            if self.a.restart_s > 0:
+                self.at(self.now + self.a.restart_s, self.restart, node.name)
             for job in lost:
                 job.killed = True
                 if job.req is not None:
                     self.at(self.now + self.net(), self.reply, job.req, False)
                 else:
                     self.move_background(job)
+
+    def restart(self, name):
+        """A killed node back (its pod or unit restarted), empty: the
+        trainers' probes find it live again (Sim.refresh_dead), and the
+        background work that waited for its partitions is sent to it."""
+        node = self.nodes[name]
+        node.dead = False
+        node.back_at = self.now
+        self.dead_global.discard(name)
+        self.stats["restarts"] += 1
+        still = []
+        for part, work, batch in self.bg_waiting:
+            if name in self.holders[part]:
+                self.at(self.now + self.net(), self.arrive,
+                        Job(name, work, part={part: 1.0}, batch=batch))
+            else:
+                still.append((part, work, batch))
+        self.bg_waiting = still
+
+    def refresh_dead(self, tr):
+        """The client's probe loop: a node it marked dead that has been
+        back for a probe interval is live again for it."""
+        probe = self.a.probe_s
+        tr["dead"] = {n for n in tr["dead"] if self.nodes[n].dead or
+                      self.nodes[n].back_at is None or self.now < self.nodes[n].back_at + probe}
+
+    def retry_orphans(self, tr, st, items_by_part):
+        """Positions that had no live replica: the client waits (on_wait)
+        and asks again after a probe interval."""
+        if st["done"]:
+            return
+        self.refresh_dead(tr)
+        filled = st["filled"]
+        covered = {pos for o in st["pending"] for pos, _ in o.items}
+        left = {}
+        for part, items in items_by_part.items():
+            keep = [(pos, sid) for pos, sid in items if pos not in filled and pos not in covered]
+            if keep:
+                left[part] = keep
+        if left:
+            self.submit(tr, st, left, retry=True)
 
     def move_background(self, job):
         """Background trainers re-send a dead node's work to each
@@ -293,6 +348,7 @@ class Sim:
             live = [h for h in self.holders[part] if h not in self.dead_global]
             if not live:
                 self.stats["background_orphaned"] += 1
+                self.bg_waiting.append((part, job.work * share, job.batch))
                 continue
             to = choose(part, live, job.batch if self.spread else None)
             self.at(self.now + 2 * self.net(), self.arrive,
@@ -313,6 +369,7 @@ class Sim:
         want, parts = slice_items(self.plan, g, tr["rank_at"][g], self.trainers_at[g])
         self.plan_cpu += time.process_time() - t0
         self.plan_positions += len(want)
+        self.refresh_dead(tr)
         st = {"g": g, "want": want, "filled": {}, "pending": set(), "t0": self.now,
               "tr": tr, "done": False}
         tr["batches"].append(st)
@@ -324,7 +381,7 @@ class Sim:
         """The latency window r is judged by (and recorded in)."""
         return tr["lat"][hedge_class(len(r.items)) if self.window_kind == "class" else r.target]
 
-    def submit(self, tr, st, items_by_part, hedge_of=None):
+    def submit(self, tr, st, items_by_part, hedge_of=None, retry=False):
         if hedge_of is None:
             by_node, orphans = group_by_node(items_by_part, self.assign_for(tr, st["g"]))
         else:
@@ -335,9 +392,15 @@ class Sim:
                 items_by_part, lambda p: [h for h in self.holders[p] if h not in dead],
                 hedge_of.target)
         if orphans and hedge_of is None:
-            # No live replica known: the real client waits and re-probes;
-            # nothing comes back here (all replicas dead): counted as missed.
-            self.stats["orphan_partitions"] += len(orphans)
+            # No live replica known: the real client waits (on_wait) and
+            # re-probes; asked again after each probe interval (a killed
+            # node restarts after --restart-s; never with 0: then missed).
+            if not retry:
+                self.stats["orphan_partitions"] += len(orphans)
+                self.stats["waited_positions"] += sum(len(items_by_part[p]) for p in orphans)
+            if self.a.restart_s > 0:
+                self.at(self.now + self.a.probe_s, self.retry_orphans, tr, st,
+                        {p: items_by_part[p] for p in orphans})
         for t, items in by_node.items():
             r = Req(tr, st, t, items, hedge_of)
             r.started = self.now
@@ -603,20 +666,21 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     sim.run(sampled, bg)
     sim_cpu = time.process_time() - t0
     npb = np.concatenate(nodes_per)
-    alive = [n for n in sim.nodes.values() if not n.dead]
+    alive = [n for n in sim.nodes.values() if n.name not in sim.ever_killed]
     work = np.array([n.work for n in alive] or [0.0])
     per_batch = []
     for g in range(nb):
         wg = np.array([n.work_by_batch.get(g, 0.0) for n in alive] or [0.0])
         if wg.mean() > 0:
             per_batch.append(wg.max() / wg.mean())
-    # Node load over nodes alive to the end (the dead ones served less).
+    # Node load over nodes never killed (the killed ones served less).
     lat = np.array(sim.latencies) * 1000
     s = sim.stats
     # The slow nodes' utilisation: CPU time taken over the cores' time in
     # the simulated batches (above 1: its queue grows without bound).
     slow_util = [sim.nodes[node_name(i)].busy / (a.cores * nb * step) for i in slow]
-    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+    # (no batch complete: every sampled batch missed positions)
+    p50, p99 = (np.percentile(lat, 50), np.percentile(lat, 99)) if len(lat) else (np.nan, np.nan)
     return {
         "scenario": name, "v": version,
         "hedge": "off" if hedge is None else f"p{hedge[0] * 100:g} {hedge[1]}",
@@ -631,7 +695,8 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
         "p50 ms": f"{p50:.1f}", "p99 ms": f"{p99:.1f}", "p99/p50": f"{p99 / p50:.2f}",
         "exactly once": ("yes" if s["missed"] == 0 and s["foreign"] == 0
                          and len(lat) == len(sampled) * nb else "NO"),
-        "missed": s["missed"], "dups dropped": s["duplicates_dropped"],
+        "missed": s["missed"], "waited": s["waited_positions"],
+        "dups dropped": s["duplicates_dropped"],
         "hedges": s["hedges"],
         # Extra requests hedging costs the sampled trainers (hedge requests
         # over the others), and the share of background work hedged away.
@@ -647,7 +712,7 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
 
 COLUMNS = ["scenario", "v", "hedge", "placement", "routing", "nodes/batch", "samples/req",
            "req/s/node", "load max/mean", "batch load max/mean", "p50 ms", "p99 ms", "p99/p50",
-           "exactly once", "missed", "dups dropped", "hedges", "hedge req %", "hedge smp %",
+           "exactly once", "missed", "waited", "dups dropped", "hedges", "hedge req %", "hedge smp %",
            "bg hedged %", "slow util", "failovers", "plan us/pos"]
 
 
@@ -703,6 +768,13 @@ def main(argv=None):
     ap.add_argument("--slow-factor", type=float, default=10.0)
     ap.add_argument("--kill-fraction", type=float, default=0.10)
     ap.add_argument("--rack", type=int, default=32)
+    ap.add_argument("--restart-s", type=float, default=2.0,
+                    help="a killed node restarts (empty) this many seconds later; 0: never "
+                         "(positions of partitions whose replicas all died are then missed)")
+    ap.add_argument("--probe-s", type=float, default=0.5,
+                    help="the clients' probe_interval: a restarted node is live again for a "
+                         "trainer this long after it is back; orphan positions asked again "
+                         "this often")
     ap.add_argument("--scenario", default="all", help=",".join(SCENARIOS) + " or all")
     ap.add_argument("--placement", choices=["rendezvous", "bounded"], default="rendezvous",
                     help="rendezvous: top-R score; bounded: `nearprep placement --max-load`")

@@ -56,6 +56,21 @@ def test_scenarios_exactly_once_and_v2_bound(capsys):
     assert "## tchange" in out and "| scenario |" in out
 
 
+def test_positions_without_a_live_replica_wait_for_a_restart():
+    """Kill 75% of 32 nodes (partitions whose 2 replicas both die): their
+    positions wait, as the client does (on_wait), and come exactly once
+    after the nodes restart; without restarts they are missed, never
+    substituted."""
+    shape = TINY + ["--scenario", "kill10", "--kill-fraction", "0.75", "--replicas", "2",
+                    "--hedging", "off", "--versions", "2"]
+    rows = simulate.main(shape + ["--restart-s", "0.5"])
+    assert len(rows) == 1 and rows[0]["waited"] > 0, rows
+    assert rows[0]["exactly once"] == "yes" and rows[0]["missed"] == 0, rows
+    assert float(rows[0]["p99 ms"]) >= 500, rows  # the wait is in the tail
+    never = simulate.main(shape + ["--restart-s", "0"])
+    assert never[0]["missed"] > 0 and never[0]["exactly once"] == "NO", never
+    assert never[0]["dups dropped"] == 0, never
+
 def test_request_helpers():
     m_starts = [0, 10, 20, 30, 40]
     plan = fp.GlobalPlan(m_starts, fp.PlanParams(seed=3, global_batch=8, block_samples=2,
