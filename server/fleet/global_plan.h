@@ -158,7 +158,7 @@ class GlobalPlan {
   // kCacheEntryOverhead per cached item; a cache is emptied when an item
   // would take it over its bound (an item is still kept, alone, when it is
   // larger than the bound). The defaults (32 MiB of windows, 16 MiB of block
-  // permutations) hold one window of every partition of 2^15 partitions at
+  // permutations) hold one window of each of 30,000 partitions at
   // W = 256. Tests set small ones to make the caches evict.
   static constexpr uint64_t kCacheEntryOverhead = 16;
   struct CacheLimits {
