@@ -300,8 +300,7 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
   return plan;
 }
 
-std::shared_ptr<const GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p,
-                                                               uint64_t win) const {
+std::shared_ptr<GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p, uint64_t win) const {
   const uint64_t key = (uint64_t{p} << 32) | win;
   std::shared_ptr<const Blocks> blocks;
   {
@@ -354,7 +353,7 @@ std::shared_ptr<const GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p,
       slot = ss + 1 + k / b;
       off = k % b;
     }
-    uint32_t* out = window->data();
+    uint32_t* out = window->a.data();
     for (uint64_t i = 0; i < len;) {
       const uint64_t blk = perm[slot];
       const uint64_t blk_len = blk == nb - 1 ? last_len : b;
@@ -365,11 +364,7 @@ std::shared_ptr<const GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p,
       ++slot;
       off = 0;
     }
-    PlanShuffle(out, len, [&](uint64_t i) {
-      return PartitionWindowDraw(params_.seed, params_.epoch, p, static_cast<uint32_t>(win),
-                                 static_cast<uint32_t>(i));
-    });
-  }
+  }  // (the permutation's steps are made by WindowEntry, as far as read)
   MutexLock lock(&mu_);
   ++counters_.windows_made;
   if (made_blocks) {
@@ -399,13 +394,31 @@ std::shared_ptr<const GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p,
   return window;
 }
 
+uint32_t GlobalPlan::WindowEntry(Window& w, uint32_t p, uint64_t win, uint64_t k) const {
+  if (k >= w.done.load(std::memory_order_acquire)) return w.a[k];
+  MutexLock lock(&w.mu);
+  const uint64_t done = w.done.load(std::memory_order_relaxed);
+  if (k < done) {
+    // PlanShuffle's steps done-1 down to max(k, 1) (step 1 also fixes a[0]).
+    uint32_t* a = w.a.data();
+    const uint64_t stop = std::max<uint64_t>(k, 1);
+    for (uint64_t i = done; i-- > stop;) {
+      const uint64_t d = PartitionWindowDraw(params_.seed, params_.epoch, p,
+                                             static_cast<uint32_t>(win), static_cast<uint32_t>(i));
+      std::swap(a[i], a[d % (i + 1)]);
+    }
+    w.done.store(k, std::memory_order_release);
+  }
+  return w.a[k];
+}
+
 uint64_t GlobalPlan::LocalAt(uint32_t p, uint64_t x) const {
   // Each thread keeps the last window it read (shared with the cache, or
   // outliving it when evicted): the positions of a run are read in order.
   struct LastWindow {
     uint64_t plan = 0, window = 0;
     uint32_t partition = 0;
-    std::shared_ptr<const Window> data;
+    std::shared_ptr<Window> data;
   };
   thread_local LastWindow last;
   const uint64_t win = x / params_.window;
@@ -415,7 +428,7 @@ uint64_t GlobalPlan::LocalAt(uint32_t p, uint64_t x) const {
     last.partition = p;
     last.window = win;
   }
-  return (*last.data)[x - win * params_.window];
+  return WindowEntry(*last.data, p, win, x - win * params_.window);
 }
 
 GlobalPlan::CacheCounters GlobalPlan::cache_counters() const {

@@ -63,9 +63,10 @@
 // Cost of At() (docs/benchmarks.md): step 1 is computed per window, never
 // per stream: the first read of a partition makes its block permutation
 // (ceil(n_p / B) draws, cached), the first read of a window makes that
-// window's local offsets (<= W draws, cached); the next position of the
-// same window costs no draw and, when it is the calling thread's last
-// window, no lock. The caches are bounded by CacheLimits (entries; each is
+// window's positions of S (no draw, cached), and a read at window offset o
+// makes the window's Fisher-Yates steps down to o that no read made before
+// (W draws in all per window, W - o for a run read from offset o); the
+// next position of the calling thread's last window takes no lock. The caches are bounded by CacheLimits (entries; each is
 // emptied when full). v1 and v2 make round r's order of all C partitions
 // (C draws) the first time a round is read, then find a slot's partition by
 // one lookup in the round's cached active order; v3 makes no round order
@@ -74,6 +75,7 @@
 #ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 #define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -167,7 +169,8 @@ class GlobalPlan {
   };
   // What the step-1 caches did so far (for tests and benchmarks).
   struct CacheCounters {
-    uint64_t windows_made = 0;  // windows computed (W draws each at most)
+    // Windows made (two threads missing the same window at once both count).
+    uint64_t windows_made = 0;
     uint64_t blocks_made = 0;   // block permutations computed
     uint64_t clears = 0;        // times a step-1 cache was emptied
   };
@@ -202,7 +205,18 @@ class GlobalPlan {
     std::vector<uint32_t> perm;
     uint64_t short_slot = 0;
   };
-  using Window = std::vector<uint32_t>;  // local offsets of a window's positions
+  // A window's local offsets (step 1c), its Fisher-Yates made lazily from
+  // the top: steps len-1 down to `done` are made, so a[k] for k >= done is
+  // final and never written again (a later step i < done swaps a[i] with
+  // a[j <= i]). Reading a[k] for k >= done (acquire) needs no lock; making
+  // more steps holds mu. A run read at window offset o pays W - o draws,
+  // not W.
+  struct Window {
+    explicit Window(uint64_t len) : a(len), done(len) {}
+    std::vector<uint32_t> a;
+    std::atomic<uint64_t> done;
+    Mutex mu;
+  };
 
   GlobalPlan() = default;
   // Local offset at stream position x of partition p (step 1): one lookup in
@@ -210,7 +224,9 @@ class GlobalPlan {
   uint64_t LocalAt(uint32_t p, uint64_t x) const;
   // Window `win` of partition p, made outside the lock on a miss. The
   // shared_ptr stays valid whatever the caches do after.
-  std::shared_ptr<const Window> GetWindow(uint32_t p, uint64_t win) const;
+  std::shared_ptr<Window> GetWindow(uint32_t p, uint64_t win) const;
+  // a[k] of window `win` of partition p, making the steps it needs.
+  uint32_t WindowEntry(Window& w, uint32_t p, uint64_t win, uint64_t k) const;
   // Callers hold mu_. The reference returned is into the cache, and another
   // thread may empty it (when full) as soon as mu_ is released: it must not
   // be used after (issue 23).
@@ -235,7 +251,7 @@ class GlobalPlan {
   mutable Mutex mu_;
   mutable std::unordered_map<uint32_t, std::shared_ptr<const Blocks>> blocks_
       ABSL_GUARDED_BY(mu_);
-  mutable std::unordered_map<uint64_t, std::shared_ptr<const Window>> windows_
+  mutable std::unordered_map<uint64_t, std::shared_ptr<Window>> windows_
       ABSL_GUARDED_BY(mu_);  // key p << 32 | window
   mutable uint64_t block_cost_ ABSL_GUARDED_BY(mu_) = 0;
   mutable uint64_t window_cost_ ABSL_GUARDED_BY(mu_) = 0;

@@ -657,7 +657,8 @@ TEST(GlobalPlanWindows, OneRunMakesItsWindowsOnly) {
       if (before + in_round > z) break;
       before += in_round;
     }
-    const std::vector<uint64_t> stream = PartitionStream(sizes[first.partition], first.partition, p);
+    const std::vector<uint64_t> stream =
+        PartitionStream(sizes[first.partition], first.partition, p);
     for (uint64_t j = 0; j < c; ++j) {
       EXPECT_EQ(pl.At(z * c + j).sample_id, Starts(sizes)[first.partition] + stream[r * c + j]);
     }

@@ -146,7 +146,8 @@ class GlobalPlanThreadsV : public testing::TestWithParam<uint32_t> {};
 INSTANTIATE_TEST_SUITE_P(V2V3, GlobalPlanThreadsV, testing::Values(2u, 3u));
 TEST_P(GlobalPlanThreadsV, RunsAndTailsSharedByEightThreads) {
   std::vector<uint64_t> sizes;
-  for (uint64_t p = 0; p < 4396; ++p) sizes.push_back(1 + p % 3);  // c = 2: tails of 1 in two of three
+  // c = 2: tails of 1 in two of three.
+  for (uint64_t p = 0; p < 4396; ++p) sizes.push_back(1 + p % 3);
   PlanParams p;
   p.seed = 78;
   p.epoch = 2;
@@ -187,12 +188,15 @@ TEST_P(GlobalPlanThreadsEvict, WindowsEvictedWhileShared) {
   auto ref_plan = GlobalPlan::Create(st, p);
   ASSERT_TRUE(ref_plan.ok());
   std::vector<std::vector<uint64_t>> streams;
-  for (uint32_t q = 0; q < sizes.size(); ++q) streams.push_back(PartitionStream(sizes[q], q, p));
+  for (uint32_t q = 0; q < sizes.size(); ++q) {
+    streams.push_back(PartitionStream(sizes[q], q, p));
+  }
   std::vector<uint64_t> next(sizes.size(), 0);
   std::vector<GlobalPlan::Entry> ref((*ref_plan)->size());
   for (uint64_t x = 0; x < ref.size(); ++x) {
     ref[x] = (*ref_plan)->At(x);
-    ASSERT_EQ(ref[x].sample_id, st[ref[x].partition] + streams[ref[x].partition][next[ref[x].partition]++]);
+    const uint32_t q = ref[x].partition;
+    ASSERT_EQ(ref[x].sample_id, st[q] + streams[q][next[q]++]);
   }
   GlobalPlan::CacheLimits limits;
   limits.window_entries = 2 * (50 + GlobalPlan::kCacheEntryOverhead);
@@ -201,6 +205,48 @@ TEST_P(GlobalPlanThreadsEvict, WindowsEvictedWhileShared) {
   ASSERT_TRUE(plan.ok());
   CheckThreads(**plan, ref, kPasses);
   EXPECT_GT((*plan)->cache_counters().clears, 0u);
+}
+
+// Few large windows (W = 4,096 over partitions of 5,000 and 3,000): the
+// eight threads' strided walks read the same windows at scattered offsets,
+// so they make a window's Fisher-Yates steps (lazily, from the top) while
+// others read its final entries without the lock.
+TEST(GlobalPlanThreads, LargeWindowsMadeLazilyByEightThreads) {
+  const std::vector<uint64_t> sizes = {5000, 3000, 4097};
+  for (uint32_t version : {1u, 3u}) {
+    PlanParams p;
+    p.seed = 123;
+    p.epoch = 6;
+    p.block_samples = 10;
+    p.window = 4096;
+    p.global_batch = 64;
+    p.version = version;
+    p.slice_partitions = 2;
+    p.slice_samples = 8;
+    const std::vector<uint64_t> st = Starts(sizes);
+    std::vector<std::vector<uint64_t>> streams;
+    for (uint32_t q = 0; q < sizes.size(); ++q) {
+      streams.push_back(PartitionStream(sizes[q], q, p));
+    }
+    auto ref_plan = GlobalPlan::Create(st, p);
+    ASSERT_TRUE(ref_plan.ok());
+    std::vector<uint64_t> next(sizes.size(), 0);
+    std::vector<GlobalPlan::Entry> ref((*ref_plan)->size());
+    for (uint64_t x = 0; x < ref.size(); ++x) {
+      ref[x] = (*ref_plan)->At(x);
+      ASSERT_EQ(ref[x].sample_id,
+                st[ref[x].partition] + streams[ref[x].partition][next[ref[x].partition]++]);
+    }
+    auto plan = GlobalPlan::Create(st, p);
+    ASSERT_TRUE(plan.ok());
+    CheckThreads(**plan, ref, kPasses);
+    // 5 windows, none evicted (two threads missing the same window at once
+    // may both make it).
+    const GlobalPlan::CacheCounters cc = (*plan)->cache_counters();
+    EXPECT_GE(cc.windows_made, 5u);
+    EXPECT_LE(cc.windows_made, 5u * kThreads);
+    EXPECT_EQ(cc.clears, 0u);
+  }
 }
 
 }  // namespace
