@@ -20,7 +20,9 @@
 // T * S (S = --local-batch, default 128); for each of 5 trainers k spread
 // over [0, T), a fresh plan (each trainer process has its own) and At() on
 // trainer k's slice of every global batch of the epoch, in position order;
-// prints the median (and min, max) over those trainers of ns per position.
+// prints the median (and min, max) over those trainers of ns per position,
+// and per trainer the windows and block permutations its plan made (step 1
+// is computed per window: W draws per window, ceil(n_p / B) per partition).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -110,10 +112,14 @@ int main(int argc, char** argv) {
       if (acc == 1) std::puts("");
       const double per = 1e9 / static_cast<double>(std::max<uint64_t>(calls, 1));
       ns.push_back(std::chrono::duration<double>(t2 - t0).count() * per);
-      std::printf("trainer %u of %llu: %llu positions, %.1f ns/position (Create %.1f, At %.1f)\n",
+      const GlobalPlan::CacheCounters cc = (*fresh)->cache_counters();
+      std::printf("trainer %u of %llu: %llu positions, %.1f ns/position (Create %.1f, At %.1f); "
+                  "%llu windows, %llu block permutations made\n",
                   k, static_cast<unsigned long long>(t), static_cast<unsigned long long>(calls),
                   ns.back(), std::chrono::duration<double>(t1 - t0).count() * per,
-                  std::chrono::duration<double>(t2 - t1).count() * per);
+                  std::chrono::duration<double>(t2 - t1).count() * per,
+                  static_cast<unsigned long long>(cc.windows_made),
+                  static_cast<unsigned long long>(cc.blocks_made));
     }
     std::sort(ns.begin(), ns.end());
     std::printf("trainer slices (G = %llu): %.1f ns/position incl. Create (median of %zu "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "server/plan/philox.h"
@@ -190,6 +191,12 @@ absl::Status CheckTrainers(uint64_t global_batch, uint32_t trainers) {
 
 absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
     std::vector<uint64_t> partition_start, const PlanParams& params) {
+  return Create(std::move(partition_start), params, CacheLimits{});
+}
+
+absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
+    std::vector<uint64_t> partition_start, const PlanParams& params,
+    const CacheLimits& limits) {
   if (partition_start.size() < 2) {
     return absl::InvalidArgumentError("partitions: at least one is needed");
   }
@@ -229,6 +236,7 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
   static std::atomic<uint64_t> next_id{1};
   plan->id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   plan->params_ = params;
+  plan->limits_ = limits;
   plan->run_ = run;
   plan->runs_.reserve(partition_start.size() - 1);
   for (size_t p = 1; p < partition_start.size(); ++p) {
@@ -292,14 +300,141 @@ absl::StatusOr<std::unique_ptr<GlobalPlan>> GlobalPlan::Create(
   return plan;
 }
 
-const std::vector<uint64_t>& GlobalPlan::StreamLocked(uint32_t p) const {
-  auto it = streams_.find(p);
-  if (it != streams_.end()) return it->second;
-  if (streams_.size() >= kMaxCachedStreams) streams_.clear();
-  return streams_.emplace(p, PartitionStream(start_[p + 1] - start_[p], p, params_))
-      .first->second;
+std::shared_ptr<GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p, uint64_t win) const {
+  const uint64_t key = (uint64_t{p} << 32) | win;
+  std::shared_ptr<const Blocks> blocks;
+  {
+    MutexLock lock(&mu_);
+    auto it = windows_.find(key);
+    if (it != windows_.end()) return it->second;
+    auto bt = blocks_.find(p);
+    if (bt != blocks_.end()) blocks = bt->second;
+  }
+  // A miss: make what is missing without the lock (pure functions of the
+  // params), then publish it (another thread may have made the same).
+  const uint64_t n = start_[p + 1] - start_[p];
+  const uint64_t b = params_.block_samples;
+  const bool made_blocks = blocks == nullptr;
+  if (made_blocks) {
+    auto made = std::make_shared<Blocks>();
+    const uint64_t nb = (n + b - 1) / b;
+    made->perm.resize(nb);
+    for (uint64_t i = 0; i < nb; ++i) made->perm[i] = static_cast<uint32_t>(i);
+    PlanShuffle(made->perm.data(), nb, [&](uint64_t i) {
+      return PartitionBlockDraw(params_.seed, params_.epoch, p, static_cast<uint32_t>(i));
+    });
+    made->short_slot = nb;
+    if (nb > 0 && n % b != 0) {
+      made->short_slot = static_cast<uint64_t>(
+          std::find(made->perm.begin(), made->perm.end(), static_cast<uint32_t>(nb - 1)) -
+          made->perm.begin());
+    }
+    blocks = std::move(made);
+  }
+  // The window's positions of S (step 1b), then its permutation (step 1c).
+  const uint64_t w = params_.window;
+  const uint64_t first = win * w;
+  const uint64_t len = std::min(w, n - first);
+  auto window = std::make_shared<Window>(len);
+  {
+    const std::vector<uint32_t>& perm = blocks->perm;
+    const uint64_t nb = perm.size(), ss = blocks->short_slot;
+    const uint64_t last_len = n - (nb - 1) * b;
+    // Slot and offset in it of S position `first` (as SAt).
+    uint64_t slot, off;
+    if (first < ss * b) {
+      slot = first / b;
+      off = first % b;
+    } else if (first < ss * b + last_len) {
+      slot = ss;
+      off = first - ss * b;
+    } else {
+      const uint64_t k = first - ss * b - last_len;
+      slot = ss + 1 + k / b;
+      off = k % b;
+    }
+    uint32_t* out = window->a.data();
+    for (uint64_t i = 0; i < len;) {
+      const uint64_t blk = perm[slot];
+      const uint64_t blk_len = blk == nb - 1 ? last_len : b;
+      const uint64_t take = std::min(blk_len - off, len - i);
+      const uint32_t base = static_cast<uint32_t>(blk * b + off);
+      for (uint64_t t = 0; t < take; ++t) out[i + t] = base + static_cast<uint32_t>(t);
+      i += take;
+      ++slot;
+      off = 0;
+    }
+  }  // (the permutation's steps are made by WindowEntry, as far as read)
+  MutexLock lock(&mu_);
+  ++counters_.windows_made;
+  if (made_blocks) {
+    ++counters_.blocks_made;
+    const uint64_t cost = blocks->perm.size() + kCacheEntryOverhead;
+    if (blocks_.find(p) == blocks_.end()) {
+      if (block_cost_ + cost > limits_.block_entries && !blocks_.empty()) {
+        blocks_.clear();
+        block_cost_ = 0;
+        ++counters_.clears;
+      }
+      blocks_.emplace(p, std::move(blocks));
+      block_cost_ += cost;
+    }
+  }
+  auto [it, inserted] = windows_.try_emplace(key);
+  if (!inserted) return it->second;  // made by another thread meanwhile (the same)
+  const uint64_t cost = len + kCacheEntryOverhead;
+  if (window_cost_ + cost > limits_.window_entries && windows_.size() > 1) {
+    windows_.clear();
+    window_cost_ = 0;
+    ++counters_.clears;
+    it = windows_.try_emplace(key).first;
+  }
+  it->second = window;
+  window_cost_ += cost;
+  return window;
 }
 
+uint32_t GlobalPlan::WindowEntry(Window& w, uint32_t p, uint64_t win, uint64_t k) const {
+  if (k >= w.done.load(std::memory_order_acquire)) return w.a[k];
+  MutexLock lock(&w.mu);
+  const uint64_t done = w.done.load(std::memory_order_relaxed);
+  if (k < done) {
+    // PlanShuffle's steps done-1 down to max(k, 1) (step 1 also fixes a[0]).
+    uint32_t* a = w.a.data();
+    const uint64_t stop = std::max<uint64_t>(k, 1);
+    for (uint64_t i = done; i-- > stop;) {
+      const uint64_t d = PartitionWindowDraw(params_.seed, params_.epoch, p,
+                                             static_cast<uint32_t>(win), static_cast<uint32_t>(i));
+      std::swap(a[i], a[d % (i + 1)]);
+    }
+    w.done.store(k, std::memory_order_release);
+  }
+  return w.a[k];
+}
+
+uint64_t GlobalPlan::LocalAt(uint32_t p, uint64_t x) const {
+  // Each thread keeps the last window it read (shared with the cache, or
+  // outliving it when evicted): the positions of a run are read in order.
+  struct LastWindow {
+    uint64_t plan = 0, window = 0;
+    uint32_t partition = 0;
+    std::shared_ptr<Window> data;
+  };
+  thread_local LastWindow last;
+  const uint64_t win = x / params_.window;
+  if (last.plan != id_ || last.partition != p || last.window != win) {
+    last.data = GetWindow(p, win);
+    last.plan = id_;
+    last.partition = p;
+    last.window = win;
+  }
+  return WindowEntry(*last.data, p, win, x - win * params_.window);
+}
+
+GlobalPlan::CacheCounters GlobalPlan::cache_counters() const {
+  MutexLock lock(&mu_);
+  return counters_;
+}
 const std::vector<uint32_t>& GlobalPlan::ActiveLocked(uint32_t r) const {
   auto it = rounds_.find(r);
   if (it != rounds_.end()) return it->second;
@@ -317,22 +452,27 @@ const std::vector<uint32_t>& GlobalPlan::ActiveLocked(uint32_t r) const {
 GlobalPlan::Entry GlobalPlan::TailAt(uint64_t position) const {
   if (position >= n_) return Entry{};
   const uint64_t y = position - n_main_;
-  MutexLock lock(&mu_);
-  if (tail_first_.empty()) {  // v2, v3 tails: O(C) draws, once per plan, when first read
-    const uint32_t c = static_cast<uint32_t>(runs_.size());
-    tail_first_.push_back(0);
-    for (uint32_t p : TailOrder(c, params_)) {
-      const uint64_t t = start_[p + 1] - start_[p] - run_ * runs_[p];
-      if (t == 0) continue;
-      tail_parts_.push_back(p);
-      tail_first_.push_back(tail_first_.back() + t);
+  uint32_t p;
+  uint64_t x;  // stream position in partition p
+  {
+    MutexLock lock(&mu_);
+    if (tail_first_.empty()) {  // v2, v3 tails: O(C) draws, once per plan, when first read
+      const uint32_t c = static_cast<uint32_t>(runs_.size());
+      tail_first_.push_back(0);
+      for (uint32_t q : TailOrder(c, params_)) {
+        const uint64_t t = start_[q + 1] - start_[q] - run_ * runs_[q];
+        if (t == 0) continue;
+        tail_parts_.push_back(q);
+        tail_first_.push_back(tail_first_.back() + t);
+      }
     }
+    const size_t i = static_cast<size_t>(
+        std::upper_bound(tail_first_.begin(), tail_first_.end(), y) - tail_first_.begin() - 1);
+    if (i >= tail_parts_.size()) return Entry{};  // position >= size()
+    p = tail_parts_[i];
+    x = run_ * runs_[p] + (y - tail_first_[i]);
   }
-  const size_t i = static_cast<size_t>(
-      std::upper_bound(tail_first_.begin(), tail_first_.end(), y) - tail_first_.begin() - 1);
-  if (i >= tail_parts_.size()) return Entry{};  // position >= size()
-  const uint32_t p = tail_parts_[i];
-  return Entry{start_[p] + StreamLocked(p)[run_ * runs_[p] + (y - tail_first_[i])], p};
+  return Entry{start_[p] + LocalAt(p, x), p};
 }
 
 GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
@@ -374,16 +514,18 @@ GlobalPlan::Entry GlobalPlan::At(uint64_t position) const {
                                       static_cast<uint32_t>(m), static_cast<uint32_t>(offset))];
       last = LastSlot{id_, r, offset, p};
     }
-    MutexLock lock(&mu_);
-    return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
+    return Entry{start_[p] + LocalAt(p, r * run_ + j), p};
   }
   // v1, v2: the offset-th active partition of round r, one lookup in the
   // cached active order (nothing read from the caches outlives the lock).
-  MutexLock lock(&mu_);
-  const std::vector<uint32_t>& active = ActiveLocked(static_cast<uint32_t>(r));
-  if (offset >= active.size()) return Entry{};  // unreachable for position < size()
-  const uint32_t p = active[offset];
-  return Entry{start_[p] + StreamLocked(p)[r * run_ + j], p};
+  uint32_t p;
+  {
+    MutexLock lock(&mu_);
+    const std::vector<uint32_t>& active = ActiveLocked(static_cast<uint32_t>(r));
+    if (offset >= active.size()) return Entry{};  // unreachable for position < size()
+    p = active[offset];
+  }
+  return Entry{start_[p] + LocalAt(p, r * run_ + j), p};
 }
 
 std::pair<uint64_t, uint64_t> GlobalPlan::Slice(uint64_t batch, uint32_t k,

@@ -53,23 +53,34 @@
 // no O(C) work per global batch. Steps 1, 2, 4 and 5 are v2's.
 //
 // Thread-safety: GlobalPlan is immutable after Create except for its caches,
-// which are guarded by a mutex (v3 also keeps, per thread, the partition of
-// the last run slot it resolved, keyed by a per-plan id); any number of
-// threads may call At() on one plan (the C++ FleetClient's prefetch threads
-// do).
+// which are guarded by a mutex; what a thread keeps past the lock is either
+// a copy or a shared_ptr to an immutable window (an evicted window lives
+// until its last holder lets go). Each thread also keeps, per plan (by a
+// per-plan id), the last window it read (and, v3, the partition of the last
+// run slot it resolved). Any number of threads may call At() on one plan
+// (the C++ FleetClient's prefetch threads do).
 //
-// Cost of At() (docs/benchmarks.md): v1 and v2 make round r's order of all C
-// partitions (C draws) the first time a round is read, then find a slot's
-// partition by one lookup in the round's cached active order; v3 makes no
-// round order (O(1) expected draws per run slot). Create is O(C) (a counting
-// sort); the v2/v3 tail order (C draws) is made by the first tail read.
+// Cost of At() (docs/benchmarks.md): step 1 is computed per window, never
+// per stream: the first read of a partition makes its block permutation
+// (ceil(n_p / B) draws, cached), the first read of a window makes that
+// window's positions of S (no draw, cached), and a read at window offset o
+// makes the window's Fisher-Yates steps down to o that no read made before
+// (W draws in all per window, W - o for a run read from offset o); the
+// next position of the calling thread's last window takes no lock. The caches are bounded by CacheLimits (entries; each is
+// emptied when full). v1 and v2 make round r's order of all C partitions
+// (C draws) the first time a round is read, then find a slot's partition by
+// one lookup in the round's cached active order; v3 makes no round order
+// (O(1) expected draws per run slot). Create is O(C) (a counting sort); the
+// v2/v3 tail order (C draws) is made by the first tail read.
 #ifndef NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 #define NEARPREP_SERVER_FLEET_GLOBAL_PLAN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -143,14 +154,33 @@ class GlobalPlan {
     uint64_t sample_id = 0;
     uint32_t partition = 0;
   };
-  // The most round orders (v1, v2) / partition streams kept; the caches
-  // are emptied when full.
+  // The most round orders (v1, v2) kept; the cache is emptied when full.
   static constexpr uint64_t kMaxCachedRounds = 1024;
-  static constexpr uint64_t kMaxCachedStreams = 4096;
+  // Bounds of the step-1 caches, in entries (4 bytes each) plus
+  // kCacheEntryOverhead per cached item; a cache is emptied when an item
+  // would take it over its bound (an item is still kept, alone, when it is
+  // larger than the bound). The defaults (32 MiB of windows, 16 MiB of block
+  // permutations) hold one window of each of 30,000 partitions at
+  // W = 256. Tests set small ones to make the caches evict.
+  static constexpr uint64_t kCacheEntryOverhead = 16;
+  struct CacheLimits {
+    uint64_t window_entries = uint64_t{1} << 23;
+    uint64_t block_entries = uint64_t{1} << 22;
+  };
+  // What the step-1 caches did so far (for tests and benchmarks).
+  struct CacheCounters {
+    // Windows made (two threads missing the same window at once both count).
+    uint64_t windows_made = 0;
+    uint64_t blocks_made = 0;   // block permutations computed
+    uint64_t clears = 0;        // times a step-1 cache was emptied
+  };
   // partition_start: C + 1 ascending sample ids (Manifest::partition_start).
   // INVALID_ARGUMENT for bad params (naming them).
   static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
       std::vector<uint64_t> partition_start, const PlanParams& params);
+  static absl::StatusOr<std::unique_ptr<GlobalPlan>> Create(
+      std::vector<uint64_t> partition_start, const PlanParams& params,
+      const CacheLimits& limits);
 
   uint64_t size() const { return n_; }
   uint64_t num_batches() const {
@@ -166,13 +196,40 @@ class GlobalPlan {
   // Positions [first, second) of trainer k of T in global batch g.
   std::pair<uint64_t, uint64_t> Slice(uint64_t batch, uint32_t k,
                                       uint32_t trainers) const;
+  CacheCounters cache_counters() const;
 
  private:
+  // A partition's block permutation P (step 1a) and the slot of its short
+  // block in P (nb when no block is short).
+  struct Blocks {
+    std::vector<uint32_t> perm;
+    uint64_t short_slot = 0;
+  };
+  // A window's local offsets (step 1c), its Fisher-Yates made lazily from
+  // the top: steps len-1 down to `done` are made, so a[k] for k >= done is
+  // final and never written again (a later step i < done swaps a[i] with
+  // a[j <= i]). Reading a[k] for k >= done (acquire) needs no lock; making
+  // more steps holds mu. A run read at window offset o pays W - o draws,
+  // not W.
+  struct Window {
+    explicit Window(uint64_t len) : a(len), done(len) {}
+    std::vector<uint32_t> a;
+    std::atomic<uint64_t> done;
+    Mutex mu;
+  };
+
   GlobalPlan() = default;
-  // Callers hold mu_. The references they return are into the caches, and
-  // another thread may empty those (when full) as soon as mu_ is released:
-  // none may be used after (issue 23).
-  const std::vector<uint64_t>& StreamLocked(uint32_t p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Local offset at stream position x of partition p (step 1): one lookup in
+  // the window (the calling thread's last one, or the cache, or made).
+  uint64_t LocalAt(uint32_t p, uint64_t x) const;
+  // Window `win` of partition p, made outside the lock on a miss. The
+  // shared_ptr stays valid whatever the caches do after.
+  std::shared_ptr<Window> GetWindow(uint32_t p, uint64_t win) const;
+  // a[k] of window `win` of partition p, making the steps it needs.
+  uint32_t WindowEntry(Window& w, uint32_t p, uint64_t win, uint64_t k) const;
+  // Callers hold mu_. The reference returned is into the cache, and another
+  // thread may empty it (when full) as soon as mu_ is released: it must not
+  // be used after (issue 23).
   // v1, v2: round r's active partitions (q_p > r) in round order (the
   // round order itself when every partition is active), so that the
   // offset-th is one lookup.
@@ -190,8 +247,15 @@ class GlobalPlan {
   std::vector<uint32_t> by_runs_;        // v3: D (q_p >= 1, q_p desc, p asc)
   uint64_t n_ = 0;
   uint64_t id_ = 0;  // distinct per plan made in this process (v3's last-slot memo)
+  CacheLimits limits_;
   mutable Mutex mu_;
-  mutable std::map<uint32_t, std::vector<uint64_t>> streams_ ABSL_GUARDED_BY(mu_);
+  mutable std::unordered_map<uint32_t, std::shared_ptr<const Blocks>> blocks_
+      ABSL_GUARDED_BY(mu_);
+  mutable std::unordered_map<uint64_t, std::shared_ptr<Window>> windows_
+      ABSL_GUARDED_BY(mu_);  // key p << 32 | window
+  mutable uint64_t block_cost_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable uint64_t window_cost_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable CacheCounters counters_ ABSL_GUARDED_BY(mu_);
   // Filled by the first TailAt(): partitions with t_p > 0 in tail order,
   // and their first positions - n_main_ (+ the end).
   mutable std::vector<uint32_t> tail_parts_ ABSL_GUARDED_BY(mu_);

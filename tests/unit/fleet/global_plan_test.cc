@@ -545,5 +545,125 @@ TEST(GlobalPlanV3, ManyPartitionsWithoutRoundOrders) {
   }
 }
 
+// Step 1 is computed per window (block permutation + window, cached), never
+// per stream: At() must be the full-stream reference (PartitionStream, the
+// k-th read of partition p is stream_p[k]) for every position, whatever the
+// shape (n_p not a multiple of B or W, W > n_p, B > n_p, n_p = 0 or 1) and
+// whether the caches keep everything or evict at every insert.
+TEST(GlobalPlanWindows, AtIsTheFullStreamForEveryShapeAndCacheLimit) {
+  const std::vector<std::vector<uint64_t>> layouts = {
+      {100, 99, 98, 1, 0, 37},  // not multiples of B or W; n_p = 1 and 0
+      {5, 3, 7, 2},             // W > n_p and B > n_p for every p (shapes below)
+      {64, 128, 192},           // multiples of B and W
+      std::vector<uint64_t>(40, 13)};
+  struct Shape { uint64_t b; uint32_t w; };
+  const Shape shapes[] = {{4, 6}, {7, 5}, {16, 64}, {300, 3}, {1, 1}, {3, 1000}};
+  GlobalPlan::CacheLimits tiny;  // every insert empties the cache first
+  tiny.window_entries = 1;
+  tiny.block_entries = 1;
+  for (const auto& sizes : layouts) {
+    const std::vector<uint64_t> st = Starts(sizes);
+    for (const Shape sh : shapes) {
+      for (uint32_t version : {1u, 2u, 3u}) {
+        for (bool evict : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "C=" << sizes.size() << " B=" << sh.b << " W="
+                                          << sh.w << " v" << version << " evict=" << evict);
+          PlanParams p;
+          p.seed = 0xabcdef12345ull;
+          p.epoch = 5;
+          p.block_samples = sh.b;
+          p.window = sh.w;
+          p.global_batch = 12;
+          p.version = version;
+          p.slice_samples = 6;
+          p.slice_partitions = 2;  // runs of 3, tails
+          auto plan = evict ? GlobalPlan::Create(st, p, tiny) : GlobalPlan::Create(st, p);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          const GlobalPlan& pl = **plan;
+          std::vector<std::vector<uint64_t>> streams;
+          uint64_t windows = 0, nonempty = 0;
+          for (uint32_t q = 0; q < sizes.size(); ++q) {
+            streams.push_back(PartitionStream(sizes[q], q, p));
+            windows += (sizes[q] + sh.w - 1) / sh.w;
+            nonempty += sizes[q] > 0;
+          }
+          std::vector<uint64_t> next(sizes.size(), 0);
+          for (uint64_t x = 0; x < pl.size(); ++x) {
+            const GlobalPlan::Entry e = pl.At(x);
+            ASSERT_LT(e.partition, sizes.size()) << x;
+            ASSERT_LT(next[e.partition], sizes[e.partition]) << x;
+            ASSERT_EQ(e.sample_id, st[e.partition] + streams[e.partition][next[e.partition]++])
+                << x;
+          }
+          // Backwards and alone (fresh plans): the same answers.
+          auto back = evict ? GlobalPlan::Create(st, p, tiny) : GlobalPlan::Create(st, p);
+          std::fill(next.begin(), next.end(), 0);
+          std::vector<GlobalPlan::Entry> fwd(pl.size());
+          for (uint64_t x = 0; x < pl.size(); ++x) fwd[x] = pl.At(x);
+          for (uint64_t x = pl.size(); x-- > 0;) {
+            ASSERT_EQ((*back)->At(x).sample_id, fwd[x].sample_id) << x;
+          }
+          const GlobalPlan::CacheCounters cc = pl.cache_counters();
+          if (!evict) {
+            // Everything fits: each window and each block permutation made once.
+            EXPECT_EQ(cc.windows_made, windows);
+            EXPECT_EQ(cc.blocks_made, nonempty);
+            EXPECT_EQ(cc.clears, 0u);
+          } else if (windows > 1) {
+            EXPECT_GT(cc.clears, 0u);
+            EXPECT_GE(cc.windows_made, windows);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Reading one run of a large partition makes one block permutation and the
+// run's windows, not the partition's stream (n_p draws).
+TEST(GlobalPlanWindows, OneRunMakesItsWindowsOnly) {
+  const std::vector<uint64_t> sizes = {1000000, 999999, 3};
+  for (uint32_t version : {1u, 2u, 3u}) {
+    PlanParams p;
+    p.seed = 3;
+    p.block_samples = 64;
+    p.window = 256;
+    p.global_batch = 512;
+    p.version = version;
+    p.slice_samples = 128;
+    p.slice_partitions = 4;  // runs of 32 (v2, v3)
+    auto plan = GlobalPlan::Create(Starts(sizes), p);
+    ASSERT_TRUE(plan.ok());
+    const GlobalPlan& pl = **plan;
+    const uint64_t x0 = 20000 * pl.run();  // a round far in: window > 0
+    ASSERT_LT(x0, pl.main_size());
+    const GlobalPlan::Entry first = pl.At(x0 - x0 % pl.run());
+    for (uint64_t x = x0 - x0 % pl.run(); x < x0 - x0 % pl.run() + pl.run(); ++x) {
+      const GlobalPlan::Entry e = pl.At(x);
+      ASSERT_EQ(e.partition, first.partition);
+    }
+    const GlobalPlan::CacheCounters cc = pl.cache_counters();
+    EXPECT_EQ(cc.blocks_made, 1u) << "v" << version;
+    EXPECT_EQ(cc.windows_made, 1u) << "v" << version;  // a run of 32 in one window of 256
+    // And the answers are the full stream's: run z is in round r (runs
+    // before round r: sum_p min(q_p, r)), stream positions r*c ...
+    const uint64_t c = pl.run(), z = x0 / c;
+    std::vector<uint64_t> q;
+    for (uint64_t n : sizes) q.push_back(n / c);
+    uint64_t r = 0, before = 0;
+    for (;; ++r) {
+      uint64_t in_round = 0;
+      for (uint64_t v : q) in_round += v > r;
+      if (before + in_round > z) break;
+      before += in_round;
+    }
+    const std::vector<uint64_t> stream =
+        PartitionStream(sizes[first.partition], first.partition, p);
+    for (uint64_t j = 0; j < c; ++j) {
+      EXPECT_EQ(pl.At(z * c + j).sample_id, Starts(sizes)[first.partition] + stream[r * c + j]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nearprep::fleet

@@ -93,6 +93,15 @@ std::vector<GlobalPlan::Entry> Reference(const std::vector<uint64_t>& sizes,
   return ref;
 }
 
+// Small step-1 cache bounds: the window and block caches are emptied every
+// few inserts while other threads hold (shared) windows from them.
+GlobalPlan::CacheLimits SmallCaches() {
+  GlobalPlan::CacheLimits l;
+  l.window_entries = 8 * GlobalPlan::kCacheEntryOverhead;
+  l.block_entries = 8 * GlobalPlan::kCacheEntryOverhead;
+  return l;
+}
+
 // Partitions of more than 1024 samples: more rounds than the plan keeps
 // round orders for, so the round cache is cleared while other threads walk
 // the orders they were given.
@@ -113,13 +122,11 @@ TEST(GlobalPlanThreads, ManyRoundsSharedByEightThreads) {
   CheckThreads(**plan, ref, kPasses);
 }
 
-// More partitions than the plan keeps streams for: the stream cache is
-// cleared while other threads read the streams they were given.
+// Many partitions, small caches: the window and block caches are cleared
+// while other threads read the windows they were given.
 TEST(GlobalPlanThreads, ManyPartitionsSharedByEightThreads) {
   std::vector<uint64_t> sizes;
-  for (uint64_t p = 0; p < GlobalPlan::kMaxCachedStreams + 300; ++p) {
-    sizes.push_back(1 + p % 3);
-  }
+  for (uint64_t p = 0; p < 4396; ++p) sizes.push_back(1 + p % 3);
   PlanParams p;
   p.seed = 77;
   p.epoch = 1;
@@ -127,20 +134,20 @@ TEST(GlobalPlanThreads, ManyPartitionsSharedByEightThreads) {
   p.window = 2;
   p.global_batch = 256;
   const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
-  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p, SmallCaches());
   ASSERT_TRUE(plan.ok());
   CheckThreads(**plan, ref, kPasses);
+  EXPECT_GT((*plan)->cache_counters().clears, 0u);
 }
 
 // Plan v2 and v3 (runs of c = 2, tails): the same, with tail positions
-// (TailAt) read by other threads while the stream cache is cleared.
+// (TailAt) read by other threads while the step-1 caches are cleared.
 class GlobalPlanThreadsV : public testing::TestWithParam<uint32_t> {};
 INSTANTIATE_TEST_SUITE_P(V2V3, GlobalPlanThreadsV, testing::Values(2u, 3u));
 TEST_P(GlobalPlanThreadsV, RunsAndTailsSharedByEightThreads) {
   std::vector<uint64_t> sizes;
-  for (uint64_t p = 0; p < GlobalPlan::kMaxCachedStreams + 300; ++p) {
-    sizes.push_back(1 + p % 3);  // c = 2: tails of 1 in two of three
-  }
+  // c = 2: tails of 1 in two of three.
+  for (uint64_t p = 0; p < 4396; ++p) sizes.push_back(1 + p % 3);
   PlanParams p;
   p.seed = 78;
   p.epoch = 2;
@@ -151,10 +158,95 @@ TEST_P(GlobalPlanThreadsV, RunsAndTailsSharedByEightThreads) {
   p.slice_partitions = 2;
   p.slice_samples = 4;
   const std::vector<GlobalPlan::Entry> ref = Reference(sizes, p);
-  auto plan = GlobalPlan::Create(Starts(sizes), p);
+  auto plan = GlobalPlan::Create(Starts(sizes), p, SmallCaches());
   ASSERT_TRUE(plan.ok());
   ASSERT_LT((*plan)->main_size(), (*plan)->size());  // there are tails
   CheckThreads(**plan, ref, kPasses);
+  EXPECT_GT((*plan)->cache_counters().clears, 0u);
+}
+
+// Larger partitions and windows (B = 7, W = 50: windows cross short and
+// whole blocks), caches that hold about two windows: eight threads make,
+// share and evict windows of the same partitions, for v1, v2 and v3; each
+// answer is the full-stream reference (PartitionStream: the k-th read of
+// partition p is stream_p[k]).
+class GlobalPlanThreadsEvict : public testing::TestWithParam<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(V1V2V3, GlobalPlanThreadsEvict, testing::Values(1u, 2u, 3u));
+TEST_P(GlobalPlanThreadsEvict, WindowsEvictedWhileShared) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t p = 0; p < 24; ++p) sizes.push_back(150 + (p * 31) % 97);
+  PlanParams p;
+  p.seed = 91;
+  p.epoch = 3;
+  p.block_samples = 7;
+  p.window = 50;
+  p.global_batch = 64;
+  p.version = GetParam();
+  p.slice_partitions = 4;
+  p.slice_samples = 32;  // runs of 8
+  const std::vector<uint64_t> st = Starts(sizes);
+  auto ref_plan = GlobalPlan::Create(st, p);
+  ASSERT_TRUE(ref_plan.ok());
+  std::vector<std::vector<uint64_t>> streams;
+  for (uint32_t q = 0; q < sizes.size(); ++q) {
+    streams.push_back(PartitionStream(sizes[q], q, p));
+  }
+  std::vector<uint64_t> next(sizes.size(), 0);
+  std::vector<GlobalPlan::Entry> ref((*ref_plan)->size());
+  for (uint64_t x = 0; x < ref.size(); ++x) {
+    ref[x] = (*ref_plan)->At(x);
+    const uint32_t q = ref[x].partition;
+    ASSERT_EQ(ref[x].sample_id, st[q] + streams[q][next[q]++]);
+  }
+  GlobalPlan::CacheLimits limits;
+  limits.window_entries = 2 * (50 + GlobalPlan::kCacheEntryOverhead);
+  limits.block_entries = 2 * (35 + GlobalPlan::kCacheEntryOverhead);
+  auto plan = GlobalPlan::Create(st, p, limits);
+  ASSERT_TRUE(plan.ok());
+  CheckThreads(**plan, ref, kPasses);
+  EXPECT_GT((*plan)->cache_counters().clears, 0u);
+}
+
+// Few large windows (W = 4,096 over partitions of 5,000 and 3,000): the
+// eight threads' strided walks read the same windows at scattered offsets,
+// so they make a window's Fisher-Yates steps (lazily, from the top) while
+// others read its final entries without the lock.
+TEST(GlobalPlanThreads, LargeWindowsMadeLazilyByEightThreads) {
+  const std::vector<uint64_t> sizes = {5000, 3000, 4097};
+  for (uint32_t version : {1u, 3u}) {
+    PlanParams p;
+    p.seed = 123;
+    p.epoch = 6;
+    p.block_samples = 10;
+    p.window = 4096;
+    p.global_batch = 64;
+    p.version = version;
+    p.slice_partitions = 2;
+    p.slice_samples = 8;
+    const std::vector<uint64_t> st = Starts(sizes);
+    std::vector<std::vector<uint64_t>> streams;
+    for (uint32_t q = 0; q < sizes.size(); ++q) {
+      streams.push_back(PartitionStream(sizes[q], q, p));
+    }
+    auto ref_plan = GlobalPlan::Create(st, p);
+    ASSERT_TRUE(ref_plan.ok());
+    std::vector<uint64_t> next(sizes.size(), 0);
+    std::vector<GlobalPlan::Entry> ref((*ref_plan)->size());
+    for (uint64_t x = 0; x < ref.size(); ++x) {
+      ref[x] = (*ref_plan)->At(x);
+      ASSERT_EQ(ref[x].sample_id,
+                st[ref[x].partition] + streams[ref[x].partition][next[ref[x].partition]++]);
+    }
+    auto plan = GlobalPlan::Create(st, p);
+    ASSERT_TRUE(plan.ok());
+    CheckThreads(**plan, ref, kPasses);
+    // 5 windows, none evicted (two threads missing the same window at once
+    // may both make it).
+    const GlobalPlan::CacheCounters cc = (*plan)->cache_counters();
+    EXPECT_GE(cc.windows_made, 5u);
+    EXPECT_LE(cc.windows_made, 5u * kThreads);
+    EXPECT_EQ(cc.clears, 0u);
+  }
 }
 
 }  // namespace
