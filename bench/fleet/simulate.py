@@ -70,7 +70,8 @@ work served per node, nominal speed, over the simulated batches), batch
 load max/mean (the same per global batch, by the batch the work belongs
 to, averaged over the batches), batch
 latency p50/p99 and their ratio (sampled trainers, ms, hedging off or on at
-each --hedge percentile), hedge req % (the sampled trainers' hedge requests
+each --hedge percentile), warm p99/p50 (the same over batches >= --warmup:
+the steady state once the trainers' hedge windows have filled), hedge req % (the sampled trainers' hedge requests
 over their other requests: a hedge split over 2 replicas is 2), hedge smp %
 (the samples those hedges asked for over the samples of the other
 requests: the extra work), bg hedged % (above), slow util (the slowest
@@ -168,6 +169,7 @@ class Sim:
         self.net_mu = math.log(a.net_ms / 1000.0)
         self.stats = collections.Counter()
         self.latencies = []  # sampled trainers' batch latencies (s)
+        self.latency_batch = []  # the global batch of each
         self.plan_cpu = 0.0
         self.plan_positions = 0
         self.dead_global = set()
@@ -475,6 +477,7 @@ class Sim:
     def batch_done(self, st):
         st["done"] = True
         self.latencies.append(self.now - st["t0"])
+        self.latency_batch.append(st["g"])
         for o in st["pending"]:
             o.cancelled = True
 
@@ -681,6 +684,12 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
     slow_util = [sim.nodes[node_name(i)].busy / (a.cores * nb * step) for i in slow]
     # (no batch complete: every sampled batch missed positions)
     p50, p99 = (np.percentile(lat, 50), np.percentile(lat, 99)) if len(lat) else (np.nan, np.nan)
+    # Steady state: the batches from --warmup on (a trainer hedges once its
+    # size class has hedge_samples latencies: about 3 batches of 4 requests
+    # with the clients' default 10; a real run has thousands of batches).
+    warm = lat[np.array(sim.latency_batch, dtype=np.int64) >= a.warmup] if len(lat) else lat
+    w50, w99 = ((np.percentile(warm, 50), np.percentile(warm, 99)) if len(warm)
+                else (np.nan, np.nan))
     return {
         "scenario": name, "v": version,
         "hedge": "off" if hedge is None else f"p{hedge[0] * 100:g} {hedge[1]}",
@@ -693,6 +702,7 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
         "load max/mean": f"{work.max() / work.mean():.2f}",
         "batch load max/mean": f"{np.mean(per_batch):.2f}" if per_batch else "-",
         "p50 ms": f"{p50:.1f}", "p99 ms": f"{p99:.1f}", "p99/p50": f"{p99 / p50:.2f}",
+        "warm p99/p50": f"{w99 / w50:.2f}",
         "exactly once": ("yes" if s["missed"] == 0 and s["foreign"] == 0
                          and len(lat) == len(sampled) * nb else "NO"),
         "missed": s["missed"], "waited": s["waited_positions"],
@@ -712,6 +722,7 @@ def scenario(a, name, version, plan, holders, g_total, trainers_at,
 
 COLUMNS = ["scenario", "v", "hedge", "placement", "routing", "nodes/batch", "samples/req",
            "req/s/node", "load max/mean", "batch load max/mean", "p50 ms", "p99 ms", "p99/p50",
+           "warm p99/p50",
            "exactly once", "missed", "waited", "dups dropped", "hedges", "hedge req %", "hedge smp %",
            "bg hedged %", "slow util", "failovers", "plan us/pos"]
 
@@ -768,6 +779,8 @@ def main(argv=None):
     ap.add_argument("--slow-factor", type=float, default=10.0)
     ap.add_argument("--kill-fraction", type=float, default=0.10)
     ap.add_argument("--rack", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=4,
+                    help="column 'warm p99/p50': batches from this one on (hedging warmed up)")
     ap.add_argument("--restart-s", type=float, default=2.0,
                     help="a killed node restarts (empty) this many seconds later; 0: never "
                          "(positions of partitions whose replicas all died are then missed)")

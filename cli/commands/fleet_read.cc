@@ -57,7 +57,7 @@ class FleetReadCommand final : public Command {
   int rpc_timeout_ms_ = 10000;
   int probe_interval_ms_ = 500;
   double hedge_ = FleetClientOptions().hedge, hedge_min_s_ = 0.05, verify_fraction_ = 0;
-  int hedge_samples_ = 10;
+  int hedge_samples_ = 4;
   std::string replica_routing_ = "first";
   RequestFlags request_;  // --dataset, transform, output, --tls-*: the same for every node
 };

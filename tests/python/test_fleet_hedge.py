@@ -358,3 +358,5 @@ def test_hedging_is_on_by_default():
     from nearprep import fleet
     assert fleet.HEDGE_DEFAULT == 0.95
     assert inspect.signature(FleetClient).parameters["hedge"].default == fleet.HEDGE_DEFAULT
+    params = inspect.signature(FleetClient).parameters
+    assert params["hedge_min"].default == 0.05 and params["hedge_samples"].default == 4

@@ -150,7 +150,7 @@ struct FleetClientOptions {
   // Create() refuses other values, naming the field.
   double hedge = 0.95;  // the default: docs/protocol.md "Hedged requests"
   std::chrono::milliseconds hedge_min{50};
-  int hedge_samples = 10;
+  int hedge_samples = 4;
   // In [0, 1]: the share of positions verified against a second replica
   // (header comment); 0: none.
   double verify_fraction = 0;

@@ -558,7 +558,7 @@ class FleetClient:
                  rpc_timeout=10.0, probe_interval=0.5, on_wait=None, on_event=None,
                  max_request_ids=256, response_batch=None, client=None,
                  plan_block_reads=True, native=None, plan_version=1, slice_partitions=4,
-                 slice_samples=None, hedge=HEDGE_DEFAULT, hedge_min=0.05, hedge_samples=10,
+                 slice_samples=None, hedge=HEDGE_DEFAULT, hedge_min=0.05, hedge_samples=4,
                  verify_fraction=0.0, targets_dns=None, targets_file=None,
                  membership_interval=None, replica_routing="first", **request_kw):
         self.manifest = manifest if isinstance(manifest, fp.Manifest) else fp.load_manifest(manifest)

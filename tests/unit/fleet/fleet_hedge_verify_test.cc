@@ -111,6 +111,10 @@ TEST(FleetSplitHedge, ContiguousNearEqualChunksOverTheOtherReplicas) {
 TEST(FleetClientOptions, HedgingIsOnByDefault) {
   // The Python FleetClient's default too (nearprep.fleet.HEDGE_DEFAULT).
   EXPECT_EQ(FleetClientOptions().hedge, 0.95);
+  // hedge_min 50 ms, and 4 latencies of a size class before hedging (the
+  // simulator's warm-up: docs/benchmarks.md, "All of issue 31's targets").
+  EXPECT_EQ(FleetClientOptions().hedge_min, std::chrono::milliseconds(50));
+  EXPECT_EQ(FleetClientOptions().hedge_samples, 4);
 }
 
 absl::Status CreateWith(void (*set)(FleetClientOptions*)) {
