@@ -9,48 +9,19 @@ properties the text states: pi_r a permutation of [0, m), every sample once,
 at most K partitions per aligned slice of L below N_main, v2's tails, and
 the refusals and checkpoints."""
 
-import glob
-import os
 import subprocess
 
 import pytest
 
 from nearprep import fleet_plan as fp
-from nearprep.philox import draw64, key_of, philox4x32
-from conftest import ROOT
-
-CLI = os.environ.get("NEARPREP_CLI") or next(
-    iter(sorted(glob.glob(os.path.join(ROOT, "build*", "client", "cpp", "nearprep")))), None)
-needs_cli = pytest.mark.skipif(not CLI, reason="nearprep CLI not built")
-
+from nearprep.philox import key_of, philox4x32
+# v1/v2's step 1 (tags 5, 6) and the test helpers, also written from the
+# text (v3 changes only step 3): shared with the v2 spec test.
+from test_plan_v2_spec import (CLI, draw, fisher_yates, manifest_text,  # noqa: F401
+                               needs_cli, starts, stream)
 
 def w3(epoch, tag):
     return ((epoch & 0xFFFFFF) << 8) | tag
-
-
-def draw(seed, epoch, w0, w1, w2, tag):
-    return draw64((w0, w1, w2, w3(epoch, tag)), key_of(seed))
-
-
-def fisher_yates(a, d):
-    """for i = len-1 down to 1: swap(a[i], a[draw(i) % (i+1)])"""
-    for i in range(len(a) - 1, 0, -1):
-        j = d(i) % (i + 1)
-        a[i], a[j] = a[j], a[i]
-    return a
-
-
-def stream(n, p, seed, epoch, b, w):
-    """v1's step 1: blocks of B permuted (tag 5, {i, p, 0}); S; windows of W
-    permuted (tag 6, {i, w, p})."""
-    nb = (n + b - 1) // b
-    perm = fisher_yates(list(range(nb)), lambda i: draw(seed, epoch, i, p, 0, 5))
-    s = [o for blk in perm for o in range(blk * b, min(n, (blk + 1) * b))]
-    for start in range(0, n, w):
-        win = start // w
-        s[start:start + w] = fisher_yates(s[start:start + w],
-                                          lambda i: draw(seed, epoch, i, win, p, 6))
-    return s
 
 
 def pi(seed, epoch, r, m, j):
@@ -106,13 +77,6 @@ CASES = [  # sizes, seed, epoch, B, W, G, K, L
 ]
 
 
-def starts(sizes):
-    s = [0]
-    for n in sizes:
-        s.append(s[-1] + n)
-    return s
-
-
 def test_pi_is_a_permutation_and_is_the_python_plans():
     for m in list(range(1, 80)) + [255, 256, 257, 1000]:
         for r in (0, 5):
@@ -162,14 +126,6 @@ def test_bad_params_are_refused_and_checkpoints_name_v3():
     assert d["algorithm"] == "nearprep-fleet-plan/3" and d["slice_samples"] == 8
     assert fp.Checkpoint.from_dict(d) == c
     assert c.plan_kw() == dict(version=3, slice_partitions=4, slice_samples=8)
-
-
-def manifest_text(sizes):
-    out = (f"nearprep-manifest 1\nformat tfrecord\npartitions {len(sizes)}\n"
-           f"samples {sum(sizes)}\n")
-    for p, n in enumerate(sizes):
-        out += f"shard {p} {n} {max(n, 1) * 20} 00000000 s{p:03d}\n"
-    return out.encode()
 
 
 def cli_plan(path, seed, epoch, b, w, g, t, tr, k, ll=None):
