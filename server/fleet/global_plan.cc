@@ -19,6 +19,18 @@ uint64_t Draw(uint32_t w0, uint32_t w1, uint32_t w2, uint64_t seed,
   return Draw64(Philox4x32({w0, w1, w2, w3}, PlanKey(seed)));
 }
 
+// Position j of S (step 1b) as (slot in the block permutation, offset in
+// that block): blocks of b, but the one at short_slot holds last_len.
+struct SlotOffset {
+  uint64_t slot, off;
+};
+SlotOffset SSlot(uint64_t j, uint64_t b, uint64_t short_slot, uint64_t last_len) {
+  if (j < short_slot * b) return {j / b, j % b};
+  if (j < short_slot * b + last_len) return {short_slot, j - short_slot * b};
+  const uint64_t k = j - short_slot * b - last_len;  // into the later blocks
+  return {short_slot + 1 + k / b, k % b};
+}
+
 // Local offset at position j of S (step 1b): blocks in permuted order.
 uint64_t SAt(const std::vector<uint64_t>& perm, uint64_t n, uint64_t b,
              uint64_t j) {
@@ -30,19 +42,8 @@ uint64_t SAt(const std::vector<uint64_t>& perm, uint64_t n, uint64_t b,
     short_slot = static_cast<uint64_t>(
         std::find(perm.begin(), perm.end(), nb - 1) - perm.begin());
   }
-  uint64_t slot, off;
-  if (j < short_slot * b) {
-    slot = j / b;
-    off = j % b;
-  } else if (j < short_slot * b + last_len) {
-    slot = short_slot;
-    off = j - short_slot * b;
-  } else {
-    const uint64_t k = j - short_slot * b - last_len;  // into the later blocks
-    slot = short_slot + 1 + k / b;
-    off = k % b;
-  }
-  return perm[slot] * b + off;
+  const SlotOffset at = SSlot(j, b, short_slot, last_len);
+  return perm[at.slot] * b + at.off;
 }
 
 std::vector<uint64_t> BlockPerm(uint64_t n, uint32_t partition,
@@ -341,18 +342,8 @@ std::shared_ptr<GlobalPlan::Window> GlobalPlan::GetWindow(uint32_t p, uint64_t w
     const uint64_t nb = perm.size(), ss = blocks->short_slot;
     const uint64_t last_len = n - (nb - 1) * b;
     // Slot and offset in it of S position `first` (as SAt).
-    uint64_t slot, off;
-    if (first < ss * b) {
-      slot = first / b;
-      off = first % b;
-    } else if (first < ss * b + last_len) {
-      slot = ss;
-      off = first - ss * b;
-    } else {
-      const uint64_t k = first - ss * b - last_len;
-      slot = ss + 1 + k / b;
-      off = k % b;
-    }
+    const SlotOffset at = SSlot(first, b, ss, last_len);
+    uint64_t slot = at.slot, off = at.off;
     uint32_t* out = window->a.data();
     for (uint64_t i = 0; i < len;) {
       const uint64_t blk = perm[slot];
