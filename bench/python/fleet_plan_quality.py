@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Locality and shuffle quality of the fleet plans, v1 and v2 side by side
+"""Locality and shuffle quality of the fleet plans, v1, v2 and v3 side by side
 (docs/benchmarks.md, "Fleet plan v2: locality and shuffle quality").
 
     PYTHONPATH=client/python /usr/bin/python3 bench/python/fleet_plan_quality.py \
         [--samples 1281167] [--classes 1000] [--k 4] [--configs 8:1024:8,64:4096:32,...]
 
-For each (C partitions, G, T) it computes whole epochs of both plans (the
+For each (C partitions, G, T) it computes whole epochs of the three plans (the
 Python plan, nearprep.fleet_plan) over C balanced partitions and, as a
 reference, a uniform random permutation of the same samples. The dataset is
 laid out in the worst case for a partitioned plan: sample ids sorted by
@@ -77,12 +77,12 @@ def stats(ids, parts, classes_of, n_classes, g, t):
 
 
 def compare(n, c, g, t, k, n_classes, seed=0):
-    """{'v1': stats, 'v2': stats, 'uniform': stats} for one configuration."""
+    """{'v1': stats, 'v2': stats, 'v3': stats, 'uniform': stats} for one configuration."""
     sizes = balanced(n, c)
     classes_of = np.arange(n) * n_classes // n  # ids sorted by class
     part_of = np.repeat(np.arange(c), sizes)
     out = {}
-    for name, version in (("v1", 1), ("v2", 2)):
+    for name, version in (("v1", 1), ("v2", 2), ("v3", 3)):
         ids, parts = epoch_order(sizes, g, version, k, g // t, seed)
         assert np.array_equal(np.sort(ids), np.arange(n))  # every sample once
         out[name] = stats(ids, parts, classes_of, n_classes, g, t)
@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--configs", default="8:1024:8,64:4096:32,256:8192:64,1024:32768:256",
                     help="C:G:T,...")
     a = ap.parse_args()
-    print(f"{a.samples} samples, {a.classes} classes (ids sorted by class), v2 K = {a.k}, "
+    print(f"{a.samples} samples, {a.classes} classes (ids sorted by class), v2 / v3 K = {a.k}, "
           "L = G/T\n")
     print("| C | G | T | plan | nodes/trainer batch (median, max) | samples/request (median) "
           "| TV global | TV trainer | classes/trainer batch | consec. corr. |")
@@ -108,7 +108,7 @@ def main():
         c, g, t = map(int, cfg.split(":"))
         t0 = time.process_time()
         res = compare(a.samples, c, g, t, a.k, a.classes)
-        for name in ("v1", "v2", "uniform"):
+        for name in ("v1", "v2", "v3", "uniform"):
             s = res[name]
             print(f"| {c:,} | {g:,} | {t} | {name} | {s['nodes_med']:g}, {s['nodes_max']} | "
                   f"{s['per_req']:g} | {s['tv_global']:.3f} | {s['tv_trainer']:.3f} | "

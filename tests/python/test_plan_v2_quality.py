@@ -35,3 +35,19 @@ def test_v2_bounds_nodes_keeps_the_global_mix_and_narrows_the_trainer_mix():
     assert v2["tv_trainer"] > v1["tv_trainer"]
     # The uniform reference: consecutive global batches are uncorrelated.
     assert abs(uni["corr"]) < 0.1
+
+
+def test_v3_has_v2s_locality_and_global_mix():
+    """v3 changes only the order of a round's runs (docs/protocol.md "Plan
+    v3"): the same bound on partitions per trainer batch and request size,
+    and, with whole rounds per global batch (C * c divides G here), the
+    same global batches as sets, so the same global class mix; a trainer's
+    own batch is K partitions' runs as in v2, another K."""
+    n, c, g, t, k, classes = 20000, 16, 512, 8, 4, 50
+    r = q.compare(n, c, g, t, k, classes)
+    v1, v2, v3 = r["v1"], r["v2"], r["v3"]
+    assert v3["nodes_max"] <= k and v3["per_req"] >= (g // t) // k
+    assert abs(v3["tv_global"] - v2["tv_global"]) <= 0.02 * v2["tv_global"]
+    assert abs(v3["corr"] - v2["corr"]) <= 0.05
+    assert v3["classes_trainer"] < v1["classes_trainer"]
+    assert abs(v3["classes_trainer"] - v2["classes_trainer"]) <= 0.25 * v2["classes_trainer"]
