@@ -806,18 +806,16 @@ struct FleetClient::Impl {
   }
 
   // Requests for `parts` ({partition: items}), one per live node holding
-  // them (Assign; never hedge_of's node: a hedge); partitions without such a
-  // node go to *orphans (when given).
+  // them (Assign); partitions without such a node go to *orphans (when
+  // given). (Hedges go out through Run's hedge: FleetSplitHedge.)
   std::vector<Req*> Submit(std::vector<std::unique_ptr<Req>>* all,
                            const std::map<uint32_t, std::vector<Item>>& parts, uint64_t epoch,
-                           Inbox* inbox, std::vector<uint32_t>* orphans, Req* hedge_of = nullptr) {
+                           Inbox* inbox, std::vector<uint32_t>* orphans) {
     std::map<size_t, std::vector<Item>> by_node;
     {
       MutexLock lock(&mu);
-      std::set<size_t> exclude;
-      if (hedge_of != nullptr) exclude.insert(hedge_of->node);
       for (const auto& [part, items] : parts) {
-        const int n = Assign(part, exclude, items.empty() ? 0 : BatchOf(items.front()));
+        const int n = Assign(part, {}, items.empty() ? 0 : BatchOf(items.front()));
         if (n < 0) {
           if (orphans != nullptr) orphans->push_back(part);
           continue;
@@ -828,7 +826,7 @@ struct FleetClient::Impl {
     }
     std::vector<Req*> out;
     for (auto& [n, items] : by_node) {
-      out.push_back(Launch(all, n, std::move(items), epoch, inbox, hedge_of));
+      out.push_back(Launch(all, n, std::move(items), epoch, inbox, nullptr));
     }
     return out;
   }

@@ -546,8 +546,9 @@ class FleetClient:
     partition p from the live holder at index (g + p) mod their count, in
     (score, name) order: every replica serves, node load evens out; each
     node's page cache then sees all the partitions it holds, not only the
-    ~1/R it is first for). Hedges, fail-overs and verification choose the
-    same way among the holders they may use. See choose().
+    ~1/R it is first for). Fail-overs and verification choose the same way
+    among the holders they may use; a hedge is split over all the other
+    live holders (split_hedge). See choose().
 
     Credentials: Client's tls=, root_certificates=, private_key=,
     certificate_chain=, tls_server_name=, token=, token_file= are sent to
@@ -909,9 +910,7 @@ class FleetClient:
         (replica_routing; choose()); exclude: a node (or a set of nodes) not
         to choose."""
         ex = {exclude} if isinstance(exclude, str) else set(exclude or ())
-        with self._lock:
-            holders = [t for t, n in self._nodes.items()
-                       if n.alive and partition in n.partitions and t not in ex]
+        holders = [t for t in self._live_holders(partition) if t not in ex]
         return choose(partition, holders,
                       g if self.replica_routing == "spread" else None)
 
@@ -1030,18 +1029,17 @@ class FleetClient:
                                **self.plan_kw)
         return fp.GlobalPlan.for_manifest(self.manifest, params)
 
-    def _submit(self, epoch, items_by_part, hedge_of=None):
+    def _submit(self, epoch, items_by_part):
         """Submits requests for {partition: [(pos, sid)]}; returns [_Req]
-        and the partitions without a live replica. hedge_of: the _Req
-        these hedge (its node is not asked)."""
+        and the partitions without a live replica. (Hedges go out through
+        _hedge: split_hedge.)"""
         # Every position of one request is in one global batch g = pos // G.
         gs = {part: items[0][0] // self.global_batch for part, items in items_by_part.items()}
         by_node, orphans = group_by_node(items_by_part,
-                                         lambda part, ex: self._assign(part, ex, gs[part]),
-                                         hedge_of.target if hedge_of else None)
+                                         lambda part, ex: self._assign(part, ex, gs[part]))
         out = []
         for t, items in by_node.items():
-            r = _Req(t, items, hedge_of)
+            r = _Req(t, items)
             r.fut = self._pool.submit(self._fetch, r, epoch)
             out.append(r)
         return out, orphans
@@ -1081,7 +1079,8 @@ class FleetClient:
             self._latency[hedge_class(len(r.items))].append(
                 (end or r.finished or time.monotonic()) - r.started)
 
-    def _live_holders(self, partition):
+    def _live_holders(self, partition) -> List[str]:
+        """The live nodes holding `partition`."""
         with self._lock:
             return [t for t, n in self._nodes.items() if n.alive and partition in n.partitions]
 
